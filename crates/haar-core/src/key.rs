@@ -48,9 +48,11 @@ impl Key {
     pub fn parse(text: &str) -> Result<Key, KeyParseError> {
         let mut key = Key::new();
         for entry in text.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-            let (k, v) = entry.split_once('=').ok_or_else(|| KeyParseError::MissingEquals {
-                entry: entry.to_string(),
-            })?;
+            let (k, v) = entry
+                .split_once('=')
+                .ok_or_else(|| KeyParseError::MissingEquals {
+                    entry: entry.to_string(),
+                })?;
             let k = k.trim().to_ascii_lowercase();
             if k.is_empty() {
                 return Err(KeyParseError::EmptyKeyword {
@@ -173,9 +175,18 @@ mod tests {
 
     #[test]
     fn parse_rejects_bad_entries() {
-        assert!(matches!(Key::parse("class"), Err(KeyParseError::MissingEquals { .. })));
-        assert!(matches!(Key::parse("=od"), Err(KeyParseError::EmptyKeyword { .. })));
-        assert!(matches!(Key::parse("a=1,a=2"), Err(KeyParseError::Duplicate { .. })));
+        assert!(matches!(
+            Key::parse("class"),
+            Err(KeyParseError::MissingEquals { .. })
+        ));
+        assert!(matches!(
+            Key::parse("=od"),
+            Err(KeyParseError::EmptyKeyword { .. })
+        ));
+        assert!(matches!(
+            Key::parse("a=1,a=2"),
+            Err(KeyParseError::Duplicate { .. })
+        ));
     }
 
     #[test]
@@ -183,6 +194,9 @@ mod tests {
         let mut key = Key::new().with("a", "1").with("b", "2");
         key.push("a", "3");
         assert_eq!(key.to_string(), "a=3,b=2");
-        assert_eq!(key.joined(&Key::new().with("c", "4")).to_string(), "a=3,b=2,c=4");
+        assert_eq!(
+            key.joined(&Key::new().with("c", "4")).to_string(),
+            "a=3,b=2,c=4"
+        );
     }
 }

@@ -2,8 +2,14 @@
 //! the FDB5 schema rule language.
 //!
 //! This crate performs no I/O of its own (the parameter table is built from text handed to it),
-//! so property tests and fuzzers reach all of it directly.
+//! so property tests and fuzzers reach all of it directly. The single exception is
+//! [`param::load_default`], a thin helper that reads ecCodes' definition files.
 
 pub mod key;
+pub mod param;
+mod text;
+pub mod value;
 
 pub use key::{Key, KeyParseError};
+pub use param::ParamTable;
+pub use value::{Context, ValueError, ValueType};
