@@ -7,9 +7,13 @@
 
 pub mod key;
 pub mod param;
+pub mod request;
+pub mod schema;
 mod text;
 pub mod value;
 
 pub use key::{Key, KeyParseError};
 pub use param::ParamTable;
+pub use request::{Param, Request, RequestError, Values, parse_requests};
+pub use schema::{Schema, SchemaError, SplitKey};
 pub use value::{Context, ValueError, ValueType};

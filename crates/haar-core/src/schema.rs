@@ -1,0 +1,858 @@
+//! The FDB5 schema rule language, and the split of a field's key into database / index / datum
+//! keys.
+//!
+//! Owns the parser (existing FDB5 schema files parse unchanged), value typing per keyword, and
+//! rule matching for archive ([`Schema::split`]). It knows nothing of storage layout: turning a
+//! [`SplitKey`] into paths or records is the storage layer's job.
+//!
+//! Grammar, as FDB5's `fdb5/rules/SchemaParser.cc` reads it:
+//!
+//! ```text
+//! schema    := ( name ':' Type ';' )* rule*
+//! rule      := '[' predicate ( ',' predicate )* rule* ']'      (three levels deep)
+//! predicate := keyword [ ':' Type ] ( '?' [default] | '-' [default] | '=' v ( '/' v )* )?
+//! ```
+//!
+//! `#` starts a comment. Meaning of a predicate when archiving:
+//!
+//! * `k` — the key must have `k`;
+//! * `k=a/b` — the key must have `k` with value `a` or `b` (compared after normalisation);
+//! * `k?` / `k?d` — optional: absent means the empty value (or `d`);
+//! * `k-` — the keyword is consumed but left out of the keys (its type becomes `Ignore`);
+//! * `k:Type` — `k` is normalised with `Type` within this rule and its sub-rules.
+//!
+//! Like FDB5, the first rule (depth first) whose three levels all match is used, and every
+//! keyword of the field must be used by that rule.
+
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::OnceLock;
+
+use crate::key::Key;
+use crate::text::{closest, line_col, or_list};
+use crate::value::{Context, TYPE_NAMES, ValueError, ValueType};
+
+/// How a predicate matches a keyword.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Matcher {
+    /// `k`: required, any value.
+    Always,
+    /// `k=a/b`: required, one of these values (as written in the schema).
+    Values(Vec<String>),
+    /// `k?default`: optional; absent keys take the default (often empty).
+    Optional(String),
+    /// `k-default`: consumed but not part of the keys.
+    Hidden(String),
+}
+
+/// One `keyword…` entry of a rule.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Predicate {
+    /// The keyword (lower-case as written; FDB5 schemas use lower case).
+    pub keyword: String,
+    /// How it matches.
+    pub matcher: Matcher,
+}
+
+/// One `[ … ]` rule: predicates of its level, types declared in it, and sub-rules.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rule {
+    /// Predicates of this level, in order (the order of keys produced by the rule).
+    pub predicates: Vec<Predicate>,
+    /// Types declared inline (`k:Type`), visible in this rule and its sub-rules.
+    pub types: Vec<(String, ValueType)>,
+    /// Sub-rules (index rules of a database rule, datum rules of an index rule).
+    pub rules: Vec<Rule>,
+    /// 1-based line of the opening `[`.
+    pub line: usize,
+}
+
+/// A parsed schema: global types and database-level rules.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Schema {
+    /// Global `name: Type;` declarations.
+    pub types: Vec<(String, ValueType)>,
+    /// Database-level rules, in order.
+    pub rules: Vec<Rule>,
+}
+
+/// The three keys of an archived field.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct SplitKey {
+    /// First level: names the database.
+    pub db: Key,
+    /// Second level: names the index within the database.
+    pub index: Key,
+    /// Third level: names the field within the index.
+    pub datum: Key,
+}
+
+impl SplitKey {
+    /// The three levels joined, in order.
+    pub fn full(&self) -> Key {
+        self.db.joined(&self.index).joined(&self.datum)
+    }
+}
+
+impl fmt::Display for SplitKey {
+    /// FDB5's `fdb-list` form: `{class=od,...}{type=fc,...}{step=0,...}`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}{}{}",
+            self.db.braced(),
+            self.index.braced(),
+            self.datum.braced()
+        )
+    }
+}
+
+/// Why a schema could not be parsed, or a key could not be split.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SchemaError {
+    /// The text does not follow the schema grammar.
+    #[error("line {line}, column {column}: expected {expected}, found {found}")]
+    Syntax {
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// What was expected.
+        expected: String,
+        /// What was found.
+        found: String,
+    },
+    /// A type name FDB5 does not define.
+    #[error(
+        "line {line}, column {column}: unknown type {name:?}{}",
+        suggest(suggestions, TYPE_NAMES)
+    )]
+    UnknownType {
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// The name as written.
+        name: String,
+        /// The closest known type names.
+        suggestions: Vec<String>,
+    },
+    /// A keyword typed twice in the same scope.
+    #[error("line {line}, column {column}: {keyword:?} is already given a type in this scope")]
+    DuplicateType {
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// The keyword.
+        keyword: String,
+    },
+    /// No rule matches the key.
+    #[error("no schema rule matches {key}: {closest}")]
+    NoRule {
+        /// The (normalised) key.
+        key: String,
+        /// The rule that came closest and why it failed.
+        closest: String,
+    },
+    /// The first matching rule does not use every keyword of the key.
+    #[error(
+        "the key has {} that the matching rule (line {line}) does not use: {}; every keyword of \
+         an archived field must appear in its rule (add it, or mark it ignored with 'keyword-')",
+        if keywords.len() == 1 { "a keyword" } else { "keywords" },
+        keywords.join(", ")
+    )]
+    UnusedKeywords {
+        /// Keywords present in the key but absent from the rule.
+        keywords: Vec<String>,
+        /// Line of the matching database rule.
+        line: usize,
+    },
+    /// A value its keyword's type rejects.
+    #[error(transparent)]
+    Value(#[from] ValueError),
+}
+
+fn suggest(suggestions: &[String], all: &[&str]) -> String {
+    if suggestions.is_empty() {
+        format!("; known types: {}", all.join(", "))
+    } else {
+        format!("; did you mean {}?", or_list(suggestions))
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// Parser
+
+struct Parser<'a> {
+    text: &'a str,
+    pos: usize,
+}
+
+/// Characters that end an identifier (FDB5's `parseIdent`), besides whitespace and `#`.
+const STOP: &[char] = &['/', '=', ',', ';', ':', '[', ']', '?', '\0'];
+
+impl Parser<'_> {
+    fn skip(&mut self) {
+        let bytes = self.text.as_bytes();
+        while self.pos < bytes.len() {
+            let c = bytes[self.pos];
+            if c == b'#' {
+                while self.pos < bytes.len() && bytes[self.pos] != b'\n' {
+                    self.pos += 1;
+                }
+            } else if c.is_ascii_whitespace() {
+                self.pos += 1;
+            } else {
+                break;
+            }
+        }
+    }
+
+    fn peek(&mut self) -> Option<char> {
+        self.skip();
+        self.text[self.pos..].chars().next()
+    }
+
+    fn found(&mut self) -> String {
+        match self.peek() {
+            None => "end of input".to_string(),
+            Some(c) if STOP.contains(&c) || c == '-' => format!("'{}'", c.escape_debug()),
+            Some(_) => {
+                let save = self.pos;
+                let word = self.ident(true);
+                self.pos = save;
+                let word: String = word.chars().take(40).collect();
+                format!("{word:?}")
+            }
+        }
+    }
+
+    fn error(&mut self, expected: &str) -> SchemaError {
+        let found = self.found();
+        let (line, column) = line_col(self.text, self.pos);
+        SchemaError::Syntax {
+            line,
+            column,
+            expected: expected.to_string(),
+            found,
+        }
+    }
+
+    fn eat(&mut self, c: char, expected: &str) -> Result<(), SchemaError> {
+        if self.peek() == Some(c) {
+            self.pos += c.len_utf8();
+            Ok(())
+        } else {
+            Err(self.error(expected))
+        }
+    }
+
+    /// An identifier; `-` ends keywords but may appear in values.
+    fn ident(&mut self, value: bool) -> String {
+        self.skip();
+        let start = self.pos;
+        for (i, c) in self.text[start..].char_indices() {
+            if c.is_whitespace() || c == '#' || STOP.contains(&c) || (!value && c == '-') {
+                self.pos = start + i;
+                return self.text[start..self.pos].to_string();
+            }
+        }
+        self.pos = self.text.len();
+        self.text[start..].to_string()
+    }
+
+    fn type_name(&mut self) -> Result<ValueType, SchemaError> {
+        self.skip();
+        let at = self.pos;
+        let name = self.ident(false);
+        if name.is_empty() {
+            return Err(self.error("a type name"));
+        }
+        name.parse().map_err(|()| {
+            let (line, column) = line_col(self.text, at);
+            SchemaError::UnknownType {
+                line,
+                column,
+                suggestions: closest(&name, TYPE_NAMES.iter().copied(), 3),
+                name,
+            }
+        })
+    }
+
+    fn declare(
+        &mut self,
+        types: &mut Vec<(String, ValueType)>,
+        keyword: &str,
+        ty: ValueType,
+        at: usize,
+    ) -> Result<(), SchemaError> {
+        if types.iter().any(|(k, _)| k == keyword) {
+            let (line, column) = line_col(self.text, at);
+            return Err(SchemaError::DuplicateType {
+                line,
+                column,
+                keyword: keyword.to_string(),
+            });
+        }
+        types.push((keyword.to_string(), ty));
+        Ok(())
+    }
+
+    fn schema(&mut self) -> Result<Schema, SchemaError> {
+        let mut types = Vec::new();
+        loop {
+            match self.peek() {
+                None | Some('[') => break,
+                _ => {}
+            }
+            let at = self.pos;
+            let name = self.ident(false);
+            if name.is_empty() {
+                return Err(self.error("a type declaration 'keyword: Type;' or a rule '['"));
+            }
+            self.eat(':', "':' in a type declaration 'keyword: Type;'")?;
+            let ty = self.type_name()?;
+            self.eat(';', "';' after the type declaration")?;
+            self.declare(&mut types, &name, ty, at)?;
+        }
+        let mut rules = Vec::new();
+        while self.peek() == Some('[') {
+            rules.push(self.rule(0)?);
+        }
+        if self.peek().is_some() {
+            return Err(self.error("'[' starting a rule, or end of input"));
+        }
+        Ok(Schema { types, rules })
+    }
+
+    fn rule(&mut self, depth: usize) -> Result<Rule, SchemaError> {
+        self.skip();
+        let (line, _) = line_col(self.text, self.pos);
+        self.eat('[', "'['")?;
+        let mut rule = Rule {
+            predicates: Vec::new(),
+            types: Vec::new(),
+            rules: Vec::new(),
+            line,
+        };
+        let nested = if depth < 2 {
+            " or '[' starting a sub-rule"
+        } else {
+            ""
+        };
+        loop {
+            match self.peek() {
+                Some(']') => {
+                    self.pos += 1;
+                    return Ok(rule);
+                }
+                Some('[') if depth < 2 => rule.rules.push(self.rule(depth + 1)?),
+                Some('[') => {
+                    return Err(self.error("',' or ']': rules nest three levels deep at most"));
+                }
+                _ if !rule.rules.is_empty() => {
+                    return Err(self.error("']' or '[': keywords come before sub-rules"));
+                }
+                _ => {
+                    rule.predicates.push(self.predicate(&mut rule.types)?);
+                    match self.peek() {
+                        Some(',') => {
+                            self.pos += 1;
+                            if matches!(self.peek(), Some('[' | ']')) {
+                                return Err(self.error("a keyword after ','"));
+                            }
+                        }
+                        Some(']' | '[') => {}
+                        _ => return Err(self.error(&format!("',' or ']'{nested}"))),
+                    }
+                }
+            }
+        }
+    }
+
+    fn predicate(
+        &mut self,
+        types: &mut Vec<(String, ValueType)>,
+    ) -> Result<Predicate, SchemaError> {
+        self.skip();
+        let at = self.pos;
+        let keyword = self.ident(false);
+        if keyword.is_empty() {
+            return Err(self.error("a keyword"));
+        }
+        if self.peek() == Some(':') {
+            self.pos += 1;
+            let ty = self.type_name()?;
+            self.declare(types, &keyword, ty, at)?;
+        }
+        let matcher = match self.peek() {
+            Some('?') => {
+                self.pos += 1;
+                Matcher::Optional(self.ident(true))
+            }
+            Some('-') => {
+                self.pos += 1;
+                if !types.iter().any(|(k, _)| *k == keyword) {
+                    types.push((keyword.clone(), ValueType::Ignore));
+                }
+                Matcher::Hidden(self.ident(true))
+            }
+            Some('=') => {
+                self.pos += 1;
+                let mut values = Vec::new();
+                loop {
+                    let v = self.ident(true);
+                    if v.is_empty() {
+                        return Err(self.error(&format!("a value for {keyword:?}")));
+                    }
+                    values.push(v);
+                    if self.peek() != Some('/') {
+                        break;
+                    }
+                    self.pos += 1;
+                }
+                Matcher::Values(values)
+            }
+            _ => Matcher::Always,
+        };
+        Ok(Predicate { keyword, matcher })
+    }
+}
+
+impl fmt::Display for Predicate {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.keyword)?;
+        match &self.matcher {
+            Matcher::Always => Ok(()),
+            Matcher::Values(v) => write!(f, "={}", v.join("/")),
+            Matcher::Optional(d) => write!(f, "?{d}"),
+            Matcher::Hidden(d) => write!(f, "-{d}"),
+        }
+    }
+}
+
+impl fmt::Display for Rule {
+    /// This level's predicates: `[class, expver, stream=enfo/efov, …]`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let preds: Vec<String> = self.predicates.iter().map(ToString::to_string).collect();
+        write!(f, "[{}]", preds.join(", "))
+    }
+}
+
+// ----------------------------------------------------------------------------------------------
+// Matching
+
+/// How far a rule got before failing, for the "closest rule" message.
+struct Attempt {
+    matched: usize,
+    message: String,
+}
+
+enum LevelMatch {
+    Matched(Key),
+    /// Predicates matched before the failure, and why it failed.
+    Failed(usize, String),
+}
+
+impl Schema {
+    /// Parses a schema. Errors name the line and column and what was expected there.
+    pub fn parse(text: &str) -> Result<Schema, SchemaError> {
+        Parser { text, pos: 0 }.schema()
+    }
+
+    /// The schema embedded in haar (`schema/default.schema`): FDB5's ECMWF schema with a
+    /// fallback rule for streams it does not list.
+    pub fn builtin() -> &'static Schema {
+        static BUILTIN: OnceLock<Schema> = OnceLock::new();
+        BUILTIN.get_or_init(|| {
+            Schema::parse(include_str!("../schema/default.schema"))
+                .expect("the embedded default schema parses (checked by tests)")
+        })
+    }
+
+    /// The global type of `keyword` (`Default` when undeclared).
+    pub fn type_of(&self, keyword: &str) -> ValueType {
+        lookup(&[&self.types], keyword)
+    }
+
+    /// `value` normalised with the global type of `keyword`.
+    pub fn normalise(
+        &self,
+        keyword: &str,
+        value: &str,
+        ctx: &Context,
+    ) -> Result<String, ValueError> {
+        self.type_of(keyword).normalise(keyword, value, ctx)
+    }
+
+    /// Every keyword the schema mentions (typed or in a rule), in first-seen order.
+    pub fn keywords(&self) -> Vec<&str> {
+        fn walk<'a>(rule: &'a Rule, out: &mut Vec<&'a str>) {
+            for k in rule.predicates.iter().map(|p| p.keyword.as_str()) {
+                if !out.contains(&k) {
+                    out.push(k);
+                }
+            }
+            rule.rules.iter().for_each(|r| walk(r, out));
+        }
+        let mut out: Vec<&str> = self.types.iter().map(|(k, _)| k.as_str()).collect();
+        self.rules.iter().for_each(|r| walk(r, &mut out));
+        out
+    }
+
+    /// Splits a field's key (from GRIB) into database / index / datum keys with the first rule
+    /// that matches on all three levels. Values are normalised with their types; optional
+    /// keywords missing from the key take their default (usually empty); `-` keywords are
+    /// consumed and dropped. Every non-empty keyword of `key` must be used by the rule.
+    pub fn split(&self, key: &Key, ctx: &Context) -> Result<SplitKey, SchemaError> {
+        let mut best: Option<Attempt> = None;
+        let mut consider = |matched: usize, message: String| {
+            if best.as_ref().is_none_or(|b| matched > b.matched) {
+                best = Some(Attempt { matched, message });
+            }
+        };
+        for db in &self.rules {
+            let scopes0 = [&db.types, &self.types];
+            let db_key = match match_level(db, &scopes0, key, ctx)? {
+                LevelMatch::Matched(k) => k,
+                LevelMatch::Failed(n, why) => {
+                    consider(n, format!("rule {db} at line {}: {why}", db.line));
+                    continue;
+                }
+            };
+            let base = db.predicates.len();
+            if db.rules.is_empty() {
+                consider(
+                    base,
+                    format!("rule {db} at line {} has no index rules", db.line),
+                );
+            }
+            for index in &db.rules {
+                let scopes1 = [&index.types, &db.types, &self.types];
+                let index_key = match match_level(index, &scopes1, key, ctx)? {
+                    LevelMatch::Matched(k) => k,
+                    LevelMatch::Failed(n, why) => {
+                        consider(
+                            base + n,
+                            format!("rule {db} {index} at line {}: {why}", index.line),
+                        );
+                        continue;
+                    }
+                };
+                let base = base + index.predicates.len();
+                for datum in &index.rules {
+                    let scopes2 = [&datum.types, &index.types, &db.types, &self.types];
+                    let datum_key = match match_level(datum, &scopes2, key, ctx)? {
+                        LevelMatch::Matched(k) => k,
+                        LevelMatch::Failed(n, why) => {
+                            consider(
+                                base + n,
+                                format!("rule {db} {index} {datum} at line {}: {why}", datum.line),
+                            );
+                            continue;
+                        }
+                    };
+                    let used: BTreeSet<&str> = [db, index, datum]
+                        .iter()
+                        .flat_map(|r| r.predicates.iter().map(|p| p.keyword.as_str()))
+                        .collect();
+                    let unused: Vec<String> = key
+                        .iter()
+                        .filter(|(k, v)| !v.is_empty() && !used.contains(k))
+                        .map(|(k, _)| k.to_string())
+                        .collect();
+                    if !unused.is_empty() {
+                        return Err(SchemaError::UnusedKeywords {
+                            keywords: unused,
+                            line: db.line,
+                        });
+                    }
+                    return Ok(SplitKey {
+                        db: db_key,
+                        index: index_key,
+                        datum: datum_key,
+                    });
+                }
+            }
+        }
+        Err(SchemaError::NoRule {
+            key: key.to_string(),
+            closest: best.map_or_else(
+                || "the schema has no rules".to_string(),
+                |b| format!("closest is {}", b.message),
+            ),
+        })
+    }
+}
+
+fn lookup(scopes: &[&Vec<(String, ValueType)>], keyword: &str) -> ValueType {
+    scopes
+        .iter()
+        .find_map(|s| s.iter().find(|(k, _)| k == keyword).map(|(_, t)| t.clone()))
+        .unwrap_or(ValueType::Default)
+}
+
+fn match_level(
+    rule: &Rule,
+    scopes: &[&Vec<(String, ValueType)>],
+    key: &Key,
+    ctx: &Context,
+) -> Result<LevelMatch, ValueError> {
+    let mut out = Key::new();
+    for (n, p) in rule.predicates.iter().enumerate() {
+        let ty = lookup(scopes, &p.keyword);
+        let present = key.get(&p.keyword).filter(|v| !v.is_empty());
+        match (&p.matcher, present) {
+            (Matcher::Hidden(_), _) => {}
+            (Matcher::Optional(default), None) => {
+                let v = ty
+                    .normalise(&p.keyword, default, ctx)
+                    .unwrap_or_else(|_| default.clone());
+                out.push(p.keyword.clone(), v);
+            }
+            (_, None) => {
+                return Ok(LevelMatch::Failed(
+                    n,
+                    format!("the key has no {:?}", p.keyword),
+                ));
+            }
+            (Matcher::Values(wanted), Some(v)) => {
+                let v = ty.normalise(&p.keyword, v, ctx)?;
+                let ok = wanted.iter().any(|w| {
+                    ty.normalise(&p.keyword, w, ctx)
+                        .unwrap_or_else(|_| w.clone())
+                        == v
+                });
+                if !ok {
+                    return Ok(LevelMatch::Failed(
+                        n,
+                        format!("{}={v} is not one of {}", p.keyword, wanted.join("/")),
+                    ));
+                }
+                out.push(p.keyword.clone(), v);
+            }
+            (Matcher::Always | Matcher::Optional(_), Some(v)) => {
+                out.push(p.keyword.clone(), ty.normalise(&p.keyword, v, ctx)?);
+            }
+        }
+    }
+    Ok(LevelMatch::Matched(out))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ctx() -> Context {
+        Context::at(2024, 3, 1)
+    }
+
+    fn err(text: &str) -> String {
+        Schema::parse(text).unwrap_err().to_string()
+    }
+
+    const SMALL: &str = "
+        # types
+        step: Step;
+        date: Date;
+        levelist: Double;
+        [ class, expver, stream=enfo/efov, date, time, domain?g
+            [ type, levtype
+                [ step, number, levelist?, param ]]]
+        [ class, expver, stream, date, time
+            [ type=cl, levtype, grid-
+                [ date: ClimateMonthly, param ]]
+            [ type, levtype
+                [ step, levelist?, param ]]]
+    ";
+
+    #[test]
+    fn parses_grammar() {
+        let s = Schema::parse(SMALL).unwrap();
+        assert_eq!(s.types.len(), 3);
+        assert_eq!(s.rules.len(), 2);
+        let r = &s.rules[0];
+        assert_eq!(r.line, 6);
+        assert_eq!(
+            r.to_string(),
+            "[class, expver, stream=enfo/efov, date, time, domain?g]"
+        );
+        assert_eq!(
+            s.rules[1].rules[0].types,
+            [("grid".to_string(), ValueType::Ignore)]
+        );
+        assert_eq!(
+            s.rules[1].rules[0].rules[0].types,
+            [("date".to_string(), ValueType::ClimateMonthly)]
+        );
+        assert_eq!(s.type_of("levelist"), ValueType::Double);
+        assert_eq!(s.type_of("class"), ValueType::Default);
+        assert_eq!(
+            s.keywords()[..6],
+            ["step", "date", "levelist", "class", "expver", "stream"]
+        );
+        assert!(Schema::parse("").unwrap().rules.is_empty());
+    }
+
+    #[test]
+    fn syntax_errors_are_precise() {
+        assert_eq!(
+            err("a: Date"),
+            "line 1, column 8: expected ';' after the type declaration, found end of input"
+        );
+        assert_eq!(
+            err("a: Dat;"),
+            "line 1, column 4: unknown type \"Dat\"; did you mean Date or Year?"
+        );
+        assert_eq!(
+            err("[a b]"),
+            "line 1, column 4: expected ',' or ']' or '[' starting a sub-rule, found \"b\""
+        );
+        assert_eq!(
+            err("[a, [b]]"),
+            "line 1, column 5: expected a keyword after ',', found '['"
+        );
+        assert_eq!(
+            err("[a=]"),
+            "line 1, column 4: expected a value for \"a\", found ']'"
+        );
+        assert_eq!(
+            err("[a [b [c [d]]]]"),
+            "line 1, column 10: expected ',' or ']': rules nest three levels deep at most, found '['"
+        );
+        assert_eq!(
+            err("[a\n"),
+            "line 2, column 1: expected ',' or ']' or '[' starting a sub-rule, found end of input"
+        );
+        assert_eq!(
+            err("[a] x"),
+            "line 1, column 5: expected '[' starting a rule, or end of input, found \"x\""
+        );
+        assert_eq!(
+            err("a: Date; a: Time;"),
+            "line 1, column 10: \"a\" is already given a type in this scope"
+        );
+        assert_eq!(
+            err("[a [b] c]"),
+            "line 1, column 8: expected ']' or '[': keywords come before sub-rules, found \"c\""
+        );
+    }
+
+    #[test]
+    fn split_picks_first_matching_rule() {
+        let s = Schema::parse(SMALL).unwrap();
+        let key = Key::parse(
+            "class=od,expver=1,stream=enfo,date=20240101,time=12,type=pf,levtype=pl,step=6,number=3,levelist=500.0,param=130",
+        )
+        .unwrap();
+        let split = s.split(&key, &ctx()).unwrap();
+        assert_eq!(
+            split.to_string(),
+            "{class=od,expver=1,stream=enfo,date=20240101,time=12,domain=g}{type=pf,levtype=pl}{step=6,number=3,levelist=500,param=130}"
+        );
+        assert_eq!(split.full().len(), 12);
+        // Optional keyword absent: empty value, position kept.
+        let key = key.clone();
+        let mut k2 = key.clone();
+        k2.remove("levelist");
+        assert_eq!(
+            s.split(&k2, &ctx()).unwrap().datum.to_string(),
+            "step=6,number=3,levelist=,param=130"
+        );
+    }
+
+    #[test]
+    fn split_uses_rule_types_and_drops_ignored() {
+        let s = Schema::parse(SMALL).unwrap();
+        let key = Key::parse(
+            "class=od,expver=1,stream=moda,date=20100415,time=0,type=cl,levtype=sfc,grid=1/1,param=167",
+        )
+        .unwrap();
+        let split = s.split(&key, &ctx()).unwrap();
+        // The db level types date globally (Date); the datum level as ClimateMonthly.
+        assert_eq!(split.db.get("date"), Some("20100415"));
+        assert_eq!(split.datum.to_string(), "date=4,param=167");
+        assert_eq!(split.index.to_string(), "type=cl,levtype=sfc");
+    }
+
+    #[test]
+    fn split_errors_explain() {
+        let s = Schema::parse(SMALL).unwrap();
+        let key = Key::parse(
+            "class=od,expver=1,stream=enfo,date=20240101,time=12,type=pf,levtype=pl,step=6,levelist=500,param=130",
+        )
+        .unwrap();
+        // Rule 1 lacks 'number'; rule 2 takes any stream and needs none.
+        assert_eq!(
+            s.split(&key, &ctx()).unwrap().index.to_string(),
+            "type=pf,levtype=pl"
+        );
+        let key = Key::parse("class=od,expver=1,stream=enfo,date=20240101,time=12,type=pf,levtype=pl,step=6,param=130,number=1,frequency=3").unwrap();
+        let e = s.split(&key, &ctx()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "the key has a keyword that the matching rule (line 6) does not use: frequency; every keyword of an archived field must appear in its rule (add it, or mark it ignored with 'keyword-')"
+        );
+        let key = Key::parse("class=od,stream=oper,date=20240101,time=12").unwrap();
+        let e = s.split(&key, &ctx()).unwrap_err().to_string();
+        assert!(e.contains("closest is rule [class, expver,"), "{e}");
+        assert!(e.contains("the key has no \"expver\""), "{e}");
+        let key = Key::parse("class=od,expver=1,stream=oper,date=2024,time=12").unwrap();
+        let e = s.split(&key, &ctx()).unwrap_err().to_string();
+        assert!(e.contains("invalid value \"2024\" for date"), "{e}");
+    }
+
+    #[test]
+    fn value_filters_compare_normalised() {
+        let s = Schema::parse("time: Time; [ time=12 [ a [ b ]]]").unwrap();
+        let k = Key::parse("time=1200,a=1,b=2").unwrap();
+        assert!(s.split(&k, &ctx()).is_ok());
+        let k = Key::parse("time=0600,a=1,b=2").unwrap();
+        let e = s.split(&k, &ctx()).unwrap_err().to_string();
+        assert!(e.contains("time=0600 is not one of 12"), "{e}");
+    }
+
+    #[test]
+    fn builtin_parses_and_splits_common_streams() {
+        let s = Schema::builtin();
+        let base = "class=od,expver=0001,date=20240101,time=0000,domain=g";
+        for (extra, want) in [
+            (
+                "stream=oper,type=fc,levtype=pl,step=6,levelist=500,param=130",
+                "{step=6,levelist=500,param=130}",
+            ),
+            (
+                "stream=enfo,type=pf,levtype=sfc,step=6,number=5,param=167",
+                "{step=6,quantile=,number=5,levelist=,param=167}",
+            ),
+            (
+                "stream=wave,type=fc,levtype=sfc,step=6,param=140229",
+                "{step=6,param=140229,frequency=,direction=}",
+            ),
+            (
+                "stream=waef,type=pf,levtype=sfc,step=6,number=1,param=140229",
+                "{step=6,number=1,param=140229,frequency=,direction=}",
+            ),
+            (
+                "stream=scda,type=fc,levtype=sfc,step=6,param=167",
+                "{step=6,levelist=,param=167}",
+            ),
+            (
+                "stream=mmsf,type=fc,levtype=sfc,origin=ecmf,system=5,method=1,step=24,number=0,param=167",
+                "{step=24,number=0,levelist=,param=167}",
+            ),
+            (
+                "stream=zzzz,type=fc,levtype=sfc,step=6,param=167",
+                "{step=6,number=,levelist=,param=167}",
+            ),
+        ] {
+            let key = Key::parse(&format!("{base},{extra}")).unwrap();
+            let split = s
+                .split(&key, &ctx())
+                .unwrap_or_else(|e| panic!("{extra}: {e}"));
+            assert_eq!(split.datum.braced(), want, "{extra}");
+        }
+    }
+}
