@@ -1,14 +1,26 @@
-pub fn add(left: u64, right: u64) -> u64 {
-    left + right
-}
+//! Storage layer of haar: the [`Store`] API over one small [`Backend`] trait.
+//!
+//! Backends: [`PosixBackend`] (directories of append-only files), [`PmemBackend`] (a pool file
+//! mapped into memory) and [`MemoryBackend`] (tests). Byte layouts and the durability contract
+//! are in `docs/design.md`.
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+#![warn(missing_docs)]
 
-    #[test]
-    fn it_works() {
-        let result = add(2, 2);
-        assert_eq!(result, 4);
-    }
-}
+pub mod backend;
+pub mod config;
+pub mod conformance;
+pub mod error;
+pub mod format;
+pub mod memory;
+pub mod persist;
+pub mod pmem;
+pub mod posix;
+pub mod store;
+
+pub use backend::{Backend, Capabilities, Committed, DbReader, DbWriter, Exclusive};
+pub use config::{BackendKind, Config};
+pub use error::{Error, Result};
+pub use memory::MemoryBackend;
+pub use pmem::PmemBackend;
+pub use posix::{FsyncPolicy, PosixBackend};
+pub use store::{DbStats, Field, PurgeReport, RetrieveReport, Store, StoreOptions, WipeReport};

@@ -1,0 +1,655 @@
+//! The `pmem` backend (design §5): one pool file per root, mapped into memory; field bytes,
+//! index segments and commit slots all live in the pool.
+//!
+//! Owns the pool layout, allocation and the commit protocol; the persistence primitives
+//! (non-temporal copy, CLWB, msync, the mapping itself) come from [`crate::persist`].
+
+use std::collections::{HashMap, HashSet};
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex};
+
+use haar_core::Key;
+
+use crate::backend::{Backend, Capabilities, Committed, DbReader, DbWriter, Exclusive};
+use crate::error::{Error, Result};
+use crate::format::{self, DataRef};
+use crate::persist::{PersistMode, PoolMapping};
+
+const MAGIC: &[u8; 8] = b"HAARPOOL";
+const VERSION: u32 = 1;
+const HEADER: usize = 4096;
+const OFF_LEN: usize = 16;
+const OFF_HEAP_START: usize = 24;
+const OFF_HEAP_TOP: usize = 32;
+const OFF_NSLOTS: usize = 40;
+const OFF_TAIL: usize = 48;
+const OFF_CRC: usize = 56;
+const RECORD_MAGIC: &[u8; 4] = b"HPSR";
+const RECORD_HEADER: usize = 16;
+const ALIGN: u64 = 64;
+/// Pages are pre-faulted per process in blocks of this size.
+const POPULATE_BLOCK: usize = 64 << 20;
+
+/// Pool sizing.
+#[derive(Debug, Clone)]
+pub struct PmemOptions {
+    /// Size of a new pool file (bytes).
+    pub initial_size: u64,
+    /// Largest size the pool may grow to; 0 = as large as the device and reserve allow.
+    pub max_size: u64,
+    /// Commit slots in a new pool (each flush of a database uses one).
+    pub slots: u64,
+    /// Address space reserved for the mapping (bounds growth).
+    pub reserve: usize,
+    /// Override of the persistence mode (tests); `None` detects (or `HAAR_PMEM_FORCE`).
+    pub force_mode: Option<PersistMode>,
+}
+
+impl Default for PmemOptions {
+    fn default() -> Self {
+        PmemOptions {
+            initial_size: 1 << 30,
+            max_size: 0,
+            slots: 1 << 20,
+            reserve: 1 << 40,
+            force_mode: None,
+        }
+    }
+}
+
+struct Pool {
+    map: PoolMapping,
+    path: PathBuf,
+    file: File,
+    max_size: u64,
+    heap_start: u64,
+    nslots: u64,
+    /// Blocks of POPULATE_BLOCK already pre-faulted by this process.
+    populated: Mutex<HashSet<usize>>,
+    /// Databases seen in the commit log, and how far it was scanned.
+    dbs: Mutex<(u64, HashMap<Key, bool>)>,
+}
+
+/// Persistent-memory pool backend.
+pub struct PmemBackend {
+    pool: Arc<Pool>,
+    lock_dir: PathBuf,
+}
+
+fn flock(file: &File, op: libc::c_int) -> io::Result<()> {
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+fn header_crc(h: &[u8]) -> u32 {
+    let mut b = Vec::with_capacity(40);
+    b.extend_from_slice(&h[0..16]);
+    b.extend_from_slice(&h[24..32]);
+    b.extend_from_slice(&h[40..48]);
+    crc32c::crc32c(&b)
+}
+
+fn corrupt(path: &Path, detail: impl Into<String>) -> Error {
+    Error::Corrupt {
+        what: "pool header",
+        path: path.to_path_buf(),
+        detail: detail.into(),
+    }
+}
+
+impl PmemBackend {
+    /// Opens the pool in `root`, creating it on first use.
+    pub fn open(root: &Path, opts: PmemOptions) -> Result<PmemBackend> {
+        fs::create_dir_all(root).map_err(|e| Error::io("create root", root, e))?;
+        let lock_dir = root.join("locks");
+        fs::create_dir_all(&lock_dir).map_err(|e| Error::io("create", &lock_dir, e))?;
+        let path = root.join("haar.pool");
+        let map = PoolMapping::open_with_mode(&path, opts.reserve, opts.force_mode)
+            .map_err(|e| Error::io("map pool", &path, e))?;
+        let file = File::open(&path).map_err(|e| Error::io("open", &path, e))?;
+        // Creation and validation under an exclusive lock, so two first users agree.
+        flock(&file, libc::LOCK_EX).map_err(|e| Error::io("lock", &path, e))?;
+        let res = Self::init_or_check(&map, &path, &opts);
+        let _ = flock(&file, libc::LOCK_UN);
+        let (heap_start, nslots) = res?;
+        Ok(PmemBackend {
+            pool: Arc::new(Pool {
+                map,
+                path,
+                file,
+                max_size: opts.max_size,
+                heap_start,
+                nslots,
+                populated: Mutex::new(HashSet::new()),
+                dbs: Mutex::new((0, HashMap::new())),
+            }),
+            lock_dir,
+        })
+    }
+
+    fn init_or_check(map: &PoolMapping, path: &Path, opts: &PmemOptions) -> Result<(u64, u64)> {
+        let len = map.refresh_len().map_err(|e| Error::io("stat", path, e))?;
+        if len == 0 {
+            let heap_start = (HEADER as u64 + 8 * opts.slots).next_multiple_of(4096);
+            let size = opts.initial_size.max(heap_start + (16 << 20));
+            map.grow(size as usize)
+                .map_err(|e| pool_grow_error(path, size, e))?;
+            let mut h = [0u8; 64];
+            h[0..8].copy_from_slice(MAGIC);
+            h[8..12].copy_from_slice(&VERSION.to_le_bytes());
+            h[OFF_LEN..OFF_LEN + 8].copy_from_slice(&size.to_le_bytes());
+            h[OFF_HEAP_START..OFF_HEAP_START + 8].copy_from_slice(&heap_start.to_le_bytes());
+            h[OFF_HEAP_TOP..OFF_HEAP_TOP + 8].copy_from_slice(&heap_start.to_le_bytes());
+            h[OFF_NSLOTS..OFF_NSLOTS + 8].copy_from_slice(&opts.slots.to_le_bytes());
+            let crc = header_crc(&h);
+            h[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_le_bytes());
+            // Everything but the magic first, persisted; then the magic: a crash in between
+            // leaves a file without magic, which the next opener re-initialises.
+            let p = map.ptr_mut(0, 64).expect("header inside the grown file");
+            // SAFETY: we hold the exclusive creation lock and nothing is published yet.
+            unsafe { std::ptr::copy_nonoverlapping(h[8..].as_ptr(), p.add(8), 56) };
+            map.persist(0, 64)
+                .map_err(|e| Error::io("persist", path, e))?;
+            // SAFETY: as above.
+            unsafe { std::ptr::copy_nonoverlapping(h.as_ptr(), p, 8) };
+            map.persist(0, 8)
+                .map_err(|e| Error::io("persist", path, e))?;
+            return Ok((heap_start, opts.slots));
+        }
+        let h = map.slice(0, 64).ok_or_else(|| {
+            corrupt(
+                path,
+                format!("file is {len} bytes, shorter than the header"),
+            )
+        })?;
+        if &h[0..8] != MAGIC {
+            if h.iter().all(|&b| b == 0) {
+                return Err(corrupt(
+                    path,
+                    "pool header is all zeros (creation interrupted?): remove the file to start a new pool",
+                ));
+            }
+            return Err(corrupt(path, "not a haar pool (bad magic)"));
+        }
+        let version = u32::from_le_bytes(h[8..12].try_into().unwrap());
+        if version != VERSION {
+            return Err(corrupt(
+                path,
+                format!("pool version {version}; this haar reads version {VERSION}"),
+            ));
+        }
+        let stored = u32::from_le_bytes(h[OFF_CRC..OFF_CRC + 4].try_into().unwrap());
+        if stored != header_crc(h) {
+            return Err(corrupt(path, "header checksum mismatch"));
+        }
+        let heap_start =
+            u64::from_le_bytes(h[OFF_HEAP_START..OFF_HEAP_START + 8].try_into().unwrap());
+        let nslots = u64::from_le_bytes(h[OFF_NSLOTS..OFF_NSLOTS + 8].try_into().unwrap());
+        if heap_start < HEADER as u64 + 8 * nslots || heap_start as usize > len {
+            return Err(corrupt(path, "heap start outside the pool"));
+        }
+        Ok((heap_start, nslots))
+    }
+
+    fn lock_file(&self, db: &Key) -> Result<File> {
+        let path = self.lock_dir.join(format::db_dir_name(db));
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| Error::io("open", &path, e))
+    }
+
+    fn try_lock(&self, db: &Key, op: libc::c_int, what: &str) -> Result<File> {
+        let f = self.lock_file(db)?;
+        flock(&f, op | libc::LOCK_NB).map_err(|_| Error::Busy {
+            db: db.to_string(),
+            detail: format!(
+                "{what} (pool {}); retry when they have finished",
+                self.pool.path.display()
+            ),
+        })?;
+        Ok(f)
+    }
+
+    fn writer(&self, db: &Key, lock: Option<File>) -> Result<PmemWriter> {
+        let mut key = Vec::new();
+        format::encode_key(db, &mut key).map_err(|reason| Error::BadKey {
+            key: db.to_string(),
+            reason,
+        })?;
+        Ok(PmemWriter {
+            pool: self.pool.clone(),
+            id: crate::posix::random_u64(),
+            db_hash: format::fnv1a64(&key),
+            unpersisted: Vec::new(),
+            _lock: lock,
+        })
+    }
+}
+
+fn pool_grow_error(path: &Path, size: u64, e: io::Error) -> Error {
+    Error::PoolFull {
+        path: path.to_path_buf(),
+        detail: format!(
+            "cannot grow the pool file to {size} bytes: {e}; free space on its file system (df {}) or give a larger device",
+            path.parent().unwrap_or(Path::new("/")).display()
+        ),
+    }
+}
+
+impl Pool {
+    fn slot_off(&self, i: u64) -> usize {
+        HEADER + 8 * i as usize
+    }
+
+    /// Ensures `off..off+len` is inside the file, growing it (under the pool lock) if needed.
+    fn ensure(&self, off: u64, len: u64) -> Result<()> {
+        let end = off + len;
+        if end as usize <= self.map.file_len() {
+            return Ok(());
+        }
+        let cur = self
+            .map
+            .refresh_len()
+            .map_err(|e| Error::io("stat", &self.path, e))?;
+        if end as usize <= cur {
+            return Ok(());
+        }
+        flock(&self.file, libc::LOCK_EX).map_err(|e| Error::io("lock", &self.path, e))?;
+        let res = (|| {
+            let cur = self
+                .map
+                .refresh_len()
+                .map_err(|e| Error::io("stat", &self.path, e))? as u64;
+            if end <= cur {
+                return Ok(());
+            }
+            // Grow by at least a quarter (and 64 MiB) so growth is rare.
+            let mut target = end
+                .max(cur + cur / 4)
+                .max(cur + (64 << 20))
+                .next_multiple_of(1 << 20);
+            if self.max_size > 0 {
+                if end > self.max_size {
+                    return Err(Error::PoolFull {
+                        path: self.path.clone(),
+                        detail: format!(
+                            "needs {end} bytes but pool_max is {}; raise pool_max, purge, or wipe databases",
+                            self.max_size
+                        ),
+                    });
+                }
+                target = target.min(self.max_size);
+            }
+            if target as usize > self.map.reserve() {
+                return Err(Error::PoolFull {
+                    path: self.path.clone(),
+                    detail: format!(
+                        "needs {end} bytes, more than the {} bytes of address space reserved",
+                        self.map.reserve()
+                    ),
+                });
+            }
+            self.map
+                .grow(target as usize)
+                .map_err(|e| pool_grow_error(&self.path, target, e))?;
+            self.map
+                .atomic_u64(OFF_LEN)
+                .fetch_max(target, Ordering::AcqRel);
+            let _ = self.map.persist(OFF_LEN, 8);
+            Ok(())
+        })();
+        let _ = flock(&self.file, libc::LOCK_UN);
+        res
+    }
+
+    /// Allocates `len` bytes (64-aligned) from the heap, inside the file and pre-faulted.
+    fn alloc(&self, len: u64) -> Result<u64> {
+        let size = len.max(1).next_multiple_of(ALIGN);
+        let off = self
+            .map
+            .atomic_u64(OFF_HEAP_TOP)
+            .fetch_add(size, Ordering::AcqRel);
+        self.ensure(off, size)?;
+        let first = off as usize / POPULATE_BLOCK;
+        let last = (off + size - 1) as usize / POPULATE_BLOCK;
+        let mut populated = self.populated.lock().unwrap();
+        for b in first..=last {
+            if populated.insert(b) {
+                let start = b * POPULATE_BLOCK;
+                let end = ((b + 1) * POPULATE_BLOCK).min(self.map.file_len());
+                if end > start {
+                    // Pre-faulting is an optimisation; a failure only costs page faults later.
+                    let _ = self.map.populate(start, end - start);
+                }
+            }
+        }
+        Ok(off)
+    }
+
+    /// Reads the segment record a slot points to, if it belongs to `db_hash`.
+    fn record(
+        &self,
+        off: u64,
+        db_hash: Option<u64>,
+    ) -> std::result::Result<Option<Vec<u8>>, String> {
+        let off = off as usize;
+        let mut head = self.map.slice(off, RECORD_HEADER);
+        if head.is_none() {
+            let _ = self.map.refresh_len();
+            head = self.map.slice(off, RECORD_HEADER);
+        }
+        let head = head.ok_or_else(|| format!("record offset {off} beyond the pool"))?;
+        if &head[0..4] != RECORD_MAGIC {
+            return Err(format!("bad segment record magic at {off}"));
+        }
+        let len = u32::from_le_bytes(head[4..8].try_into().unwrap()) as usize;
+        let hash = u64::from_le_bytes(head[8..16].try_into().unwrap());
+        if db_hash.is_some_and(|h| h != hash) {
+            return Ok(None);
+        }
+        let seg = self
+            .map
+            .slice(off + RECORD_HEADER, len)
+            .ok_or_else(|| format!("segment record at {off} of {len} bytes runs past the pool"))?;
+        Ok(Some(seg.to_vec()))
+    }
+
+    fn tail(&self) -> u64 {
+        self.map.atomic_u64(OFF_TAIL).load(Ordering::Acquire)
+    }
+
+    /// Visits committed slots from `from`; returns the next slot to visit.
+    fn walk(&self, from: u64, mut visit: impl FnMut(u64, u64)) -> u64 {
+        let tail = self.tail();
+        let mut i = from;
+        while i < self.nslots {
+            let v = self
+                .map
+                .atomic_u64(self.slot_off(i))
+                .load(Ordering::Acquire);
+            if v == 0 {
+                if i < tail {
+                    i += 1; // a hole left by a power cut (design §5.3)
+                    continue;
+                }
+                break;
+            }
+            visit(i, v);
+            i += 1;
+        }
+        i
+    }
+}
+
+impl Backend for PmemBackend {
+    fn describe(&self) -> String {
+        format!("pmem:{}", self.pool.path.display())
+    }
+
+    fn open_writer(&self, db: &Key) -> Result<Box<dyn DbWriter>> {
+        let lock = self.try_lock(db, libc::LOCK_SH, "a wipe or purge holds it")?;
+        Ok(Box::new(self.writer(db, Some(lock))?))
+    }
+
+    fn open_reader(&self, db: &Key) -> Result<Option<Box<dyn DbReader>>> {
+        let mut key = Vec::new();
+        format::encode_key(db, &mut key).map_err(|reason| Error::BadKey {
+            key: db.to_string(),
+            reason,
+        })?;
+        if !self.databases()?.contains(db) {
+            return Ok(None);
+        }
+        Ok(Some(Box::new(PmemReader {
+            pool: self.pool.clone(),
+            db: db.clone(),
+            db_hash: format::fnv1a64(&key),
+            next: 0,
+        })))
+    }
+
+    fn databases(&self) -> Result<Vec<Key>> {
+        let mut cache = self.pool.dbs.lock().unwrap();
+        let (scanned, ref mut dbs) = *cache;
+        let mut found = Vec::new();
+        let next = self.pool.walk(scanned, |_, off| found.push(off));
+        for off in found {
+            if let Ok(Some(bytes)) = self.pool.record(off, None) {
+                if let Ok(seg) = format::decode_segment(&bytes) {
+                    // A snapshot with no entries is a wipe: the database is gone.
+                    let alive = !(seg.is_snapshot() && seg.entries.is_empty());
+                    dbs.insert(seg.db, alive);
+                }
+            }
+        }
+        cache.0 = next;
+        Ok(cache
+            .1
+            .iter()
+            .filter(|(_, alive)| **alive)
+            .map(|(k, _)| k.clone())
+            .collect())
+    }
+
+    fn wipe_database(&self, db: &Key) -> Result<()> {
+        let lock = self.try_lock(db, libc::LOCK_EX, "writers hold it")?;
+        let mut w = self.writer(db, Some(lock))?;
+        let b =
+            format::SegmentBuilder::new(format::FLAG_SNAPSHOT, w.id, 0, db).map_err(|reason| {
+                Error::BadKey {
+                    key: db.to_string(),
+                    reason,
+                }
+            })?;
+        w.commit(&b.finish())
+    }
+
+    fn exclusive(&self, db: &Key) -> Result<Box<dyn Exclusive>> {
+        let lock = self.try_lock(db, libc::LOCK_EX, "writers hold it")?;
+        Ok(Box::new(PmemExclusive {
+            backend: PmemBackend {
+                pool: self.pool.clone(),
+                lock_dir: self.lock_dir.clone(),
+            },
+            db: db.clone(),
+            _lock: lock,
+        }))
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            reclaims_space: false,
+            persistent: true,
+        }
+    }
+
+    fn info(&self) -> serde_json::Value {
+        let m = &self.pool.map;
+        let top = m.atomic_u64(OFF_HEAP_TOP).load(Ordering::Acquire);
+        serde_json::json!({
+            "backend": "pmem",
+            "pool": self.pool.path,
+            "pool_bytes": m.file_len(),
+            "heap_used_bytes": top - self.pool.heap_start,
+            "commit_slots": self.pool.nslots,
+            "commit_slots_used": self.pool.tail(),
+            "persist_mode": format!("{:?}", m.mode()),
+            "dax": m.is_dax(),
+        })
+    }
+}
+
+struct PmemExclusive {
+    backend: PmemBackend,
+    db: Key,
+    _lock: File,
+}
+
+impl Exclusive for PmemExclusive {
+    fn snapshot_writer(&mut self) -> Result<Box<dyn DbWriter>> {
+        // A snapshot segment is an ordinary commit: its SNAPSHOT flag makes readers reset.
+        Ok(Box::new(self.backend.writer(&self.db, None)?))
+    }
+
+    fn reclaim(&mut self, _live: &HashSet<u64>) -> Result<u64> {
+        Ok(0) // heap space is not reused yet (design §5.4)
+    }
+}
+
+struct PmemWriter {
+    pool: Arc<Pool>,
+    id: u64,
+    db_hash: u64,
+    /// Ranges written since the last commit (persisted by msync in Msync mode).
+    unpersisted: Vec<(u64, u64)>,
+    _lock: Option<File>,
+}
+
+impl PmemWriter {
+    fn persist(&self, off: u64, len: u64) -> Result<()> {
+        self.pool
+            .map
+            .persist(off as usize, len as usize)
+            .map_err(|e| Error::io("persist", &self.pool.path, e))
+    }
+}
+
+impl DbWriter for PmemWriter {
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn append(&mut self, bytes: &[u8]) -> Result<DataRef> {
+        let off = self.pool.alloc(bytes.len() as u64)?;
+        // SAFETY: `off..off+len` was just allocated to this writer and is not published.
+        unsafe { self.pool.map.write_nt(off as usize, bytes) }
+            .map_err(|e| Error::io("write", &self.pool.path, e))?;
+        self.unpersisted.push((off, bytes.len() as u64));
+        Ok(DataRef {
+            object: 0,
+            offset: off,
+            length: bytes.len() as u64,
+            crc: crc32c::crc32c(bytes),
+        })
+    }
+
+    fn commit(&mut self, segment: &[u8]) -> Result<()> {
+        let pool = &*self.pool;
+        // 1. field bytes durable (non-temporal stores need only the fence in CpuCache mode).
+        match pool.map.mode() {
+            PersistMode::CpuCache => crate::persist::sfence(),
+            PersistMode::Msync => {
+                for &(off, len) in &self.unpersisted {
+                    self.persist(off, len)?;
+                }
+            }
+        }
+        self.unpersisted.clear();
+        // 2. the segment record, persisted.
+        let total = (RECORD_HEADER + segment.len()) as u64;
+        let rec = pool.alloc(total)?;
+        let mut head = [0u8; RECORD_HEADER];
+        head[0..4].copy_from_slice(RECORD_MAGIC);
+        head[4..8].copy_from_slice(&(segment.len() as u32).to_le_bytes());
+        head[8..16].copy_from_slice(&self.db_hash.to_le_bytes());
+        let p = pool
+            .map
+            .ptr_mut(rec as usize, total as usize)
+            .expect("allocation lies inside the pool");
+        // SAFETY: freshly allocated to this writer, unpublished.
+        unsafe {
+            std::ptr::copy_nonoverlapping(head.as_ptr(), p, RECORD_HEADER);
+            std::ptr::copy_nonoverlapping(segment.as_ptr(), p.add(RECORD_HEADER), segment.len());
+        }
+        self.persist(rec, total)?;
+        // 3. claim a slot: the one 8-byte store that publishes the segment.
+        let mut i = pool.tail();
+        loop {
+            if i >= pool.nslots {
+                return Err(Error::PoolFull {
+                    path: pool.path.clone(),
+                    detail: format!(
+                        "all {} commit slots are used; run `haar purge` or start a new pool",
+                        pool.nslots
+                    ),
+                });
+            }
+            let slot = pool.map.atomic_u64(pool.slot_off(i));
+            if slot
+                .compare_exchange(0, rec, Ordering::AcqRel, Ordering::Acquire)
+                .is_ok()
+            {
+                break;
+            }
+            i += 1;
+        }
+        // 4. persist the slot, then advance and persist the tail hint.
+        self.persist(pool.slot_off(i) as u64, 8)?;
+        pool.map
+            .atomic_u64(OFF_TAIL)
+            .fetch_max(i + 1, Ordering::AcqRel);
+        self.persist(OFF_TAIL as u64, 8)?;
+        Ok(())
+    }
+}
+
+struct PmemReader {
+    pool: Arc<Pool>,
+    db: Key,
+    db_hash: u64,
+    next: u64,
+}
+
+impl DbReader for PmemReader {
+    fn poll(&mut self) -> Result<Vec<Committed>> {
+        let mut found = Vec::new();
+        self.next = self.pool.walk(self.next, |i, off| found.push((i, off)));
+        let mut out = Vec::new();
+        for (i, off) in found {
+            let origin = format!("{} slot {i} @ {off}", self.pool.path.display());
+            match self.pool.record(off, Some(self.db_hash)) {
+                Ok(Some(bytes)) => out.push(Committed::Segment { bytes, origin }),
+                Ok(None) => {}
+                Err(detail) => out.push(Committed::Unreadable { origin, detail }),
+            }
+        }
+        let _ = &self.db;
+        Ok(out)
+    }
+
+    fn read(&self, data: &DataRef, out: &mut Vec<u8>) -> Result<()> {
+        let (off, len) = (data.offset as usize, data.length as usize);
+        let mut s = self.pool.map.slice(off, len);
+        if s.is_none() {
+            let _ = self.pool.map.refresh_len();
+            s = self.pool.map.slice(off, len);
+        }
+        match s {
+            Some(b) => {
+                out.extend_from_slice(b);
+                Ok(())
+            }
+            None => Err(Error::Corrupt {
+                what: "field reference",
+                path: self.pool.path.clone(),
+                detail: format!("{len} bytes at {off} lie beyond the pool"),
+            }),
+        }
+    }
+
+    fn locate(&self, data: &DataRef) -> String {
+        format!("{} @ {}", self.pool.path.display(), data.offset)
+    }
+}

@@ -1,0 +1,668 @@
+//! The `posix` backend (design §4): a directory per database under one or more roots,
+//! append-only data and index files per writer, and a `toc` of fixed 64-byte commit records.
+//!
+//! Owns file layout, locking and the fsync policy; knows nothing of schemas or requests.
+
+use std::collections::{HashMap, HashSet};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::io::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use haar_core::Key;
+
+use crate::backend::{Backend, Capabilities, Committed, DbReader, DbWriter, Exclusive};
+use crate::error::{Error, Result};
+use crate::format::{self, CommitRecord, DataRef, RECORD_SEGMENT, RECORD_WIPED, TOC_RECORD};
+
+/// When the posix backend calls `fdatasync`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FsyncPolicy {
+    /// Data, index and commit record are synced at every flush (survives power loss).
+    Always,
+    /// Never sync (survives kill -9, not power loss).
+    Never,
+}
+
+/// Directory-per-database backend over one or more roots.
+pub struct PosixBackend {
+    roots: Vec<PathBuf>,
+    fsync: FsyncPolicy,
+}
+
+pub(crate) fn random_u64() -> u64 {
+    let mut b = [0u8; 8];
+    // SAFETY: getrandom writes at most b.len() bytes into the buffer we own.
+    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
+    if n != 8 {
+        // getrandom cannot fail for 8 bytes once the pool is initialised; fall back to a mix
+        // of time, pid and an address rather than aborting.
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        return format::fnv1a64(
+            &[t.to_le_bytes(), (std::process::id() as u64).to_le_bytes()].concat(),
+        ) ^ (&b as *const _ as u64);
+    }
+    u64::from_le_bytes(b).max(1)
+}
+
+fn now_ns() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+fn flock(file: &File, op: libc::c_int) -> io::Result<()> {
+    // SAFETY: flock on a descriptor we own.
+    if unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+fn sync(file: &File, path: &Path, policy: FsyncPolicy) -> Result<()> {
+    if policy == FsyncPolicy::Always {
+        file.sync_data()
+            .map_err(|e| Error::io("fdatasync", path, e))?;
+    }
+    Ok(())
+}
+
+fn busy(db: &Key, dir: &Path, what: &str) -> Error {
+    Error::Busy {
+        db: db.to_string(),
+        detail: format!(
+            "{what} ({}); retry when they have finished (see `fuser {}`)",
+            dir.display(),
+            dir.join("lock").display()
+        ),
+    }
+}
+
+impl PosixBackend {
+    /// A backend over `roots` (created if missing).
+    pub fn new(roots: Vec<PathBuf>, fsync: FsyncPolicy) -> Result<Self> {
+        if roots.is_empty() {
+            return Err(Error::Config(
+                "posix backend needs at least one root".into(),
+            ));
+        }
+        for r in &roots {
+            fs::create_dir_all(r).map_err(|e| Error::io("create root", r, e))?;
+        }
+        Ok(PosixBackend { roots, fsync })
+    }
+
+    /// Roots ranked by rendezvous hash for this database name (highest first).
+    fn ranked_roots(&self, name: &str) -> Vec<&PathBuf> {
+        let mut ranked: Vec<(u64, &PathBuf)> = self
+            .roots
+            .iter()
+            .map(|r| {
+                let mut b = r.as_os_str().as_encoded_bytes().to_vec();
+                b.push(0);
+                b.extend_from_slice(name.as_bytes());
+                (format::fnv1a64(&b), r)
+            })
+            .collect();
+        ranked.sort_by(|a, b| b.0.cmp(&a.0));
+        ranked.into_iter().map(|(_, r)| r).collect()
+    }
+
+    /// The existing directory of `db`, checked against its `db.key`.
+    fn find(&self, db: &Key) -> Result<Option<PathBuf>> {
+        let name = format::db_dir_name(db);
+        for root in self.ranked_roots(&name) {
+            let dir = root.join(&name);
+            match fs::read(dir.join("db.key")) {
+                Ok(bytes) => {
+                    let stored =
+                        format::decode_db_key_file(&bytes).map_err(|e| Error::Corrupt {
+                            what: "database key",
+                            path: dir.join("db.key"),
+                            detail: e.to_string(),
+                        })?;
+                    if &stored != db {
+                        return Err(Error::Corrupt {
+                            what: "database key",
+                            path: dir.join("db.key"),
+                            detail: format!("holds {stored}, expected {db} (name collision)"),
+                        });
+                    }
+                    return Ok(Some(dir));
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(Error::io("read", dir.join("db.key"), e)),
+            }
+        }
+        Ok(None)
+    }
+
+    /// Creates the database directory atomically (design §4.1) or returns the existing one.
+    fn create(&self, db: &Key) -> Result<PathBuf> {
+        if let Some(dir) = self.find(db)? {
+            return Ok(dir);
+        }
+        let name = format::db_dir_name(db);
+        let root = self.ranked_roots(&name)[0];
+        let tmp = root.join(format!(".tmp-{:016x}", random_u64()));
+        let key_bytes = format::encode_db_key_file(db).map_err(|reason| Error::BadKey {
+            key: db.to_string(),
+            reason,
+        })?;
+        let build = || -> io::Result<()> {
+            fs::create_dir(&tmp)?;
+            let mut f = File::create(tmp.join("db.key"))?;
+            f.write_all(&key_bytes)?;
+            let mut t = File::create(tmp.join("toc"))?;
+            t.write_all(&format::encode_toc_header())?;
+            File::create(tmp.join("lock"))?;
+            if self.fsync == FsyncPolicy::Always {
+                f.sync_all()?;
+                t.sync_all()?;
+                File::open(&tmp)?.sync_all()?;
+            }
+            Ok(())
+        };
+        build().map_err(|e| {
+            let _ = fs::remove_dir_all(&tmp);
+            Error::io("create database", &tmp, e)
+        })?;
+        let dir = root.join(&name);
+        match fs::rename(&tmp, &dir) {
+            Ok(()) => {
+                if self.fsync == FsyncPolicy::Always {
+                    let _ = File::open(root).and_then(|d| d.sync_all());
+                }
+            }
+            // Another process created it first: use theirs.
+            Err(e)
+                if e.kind() == io::ErrorKind::DirectoryNotEmpty
+                    || e.raw_os_error() == Some(libc::EEXIST)
+                    || e.raw_os_error() == Some(libc::ENOTEMPTY) =>
+            {
+                let _ = fs::remove_dir_all(&tmp);
+            }
+            Err(e) => {
+                let _ = fs::remove_dir_all(&tmp);
+                return Err(Error::io("rename", &dir, e));
+            }
+        }
+        self.find(db)?.ok_or_else(|| {
+            Error::io(
+                "create database",
+                &dir,
+                io::Error::other("directory vanished right after creation (concurrent wipe?)"),
+            )
+        })
+    }
+}
+
+fn open_lock(dir: &Path) -> Result<File> {
+    let path = dir.join("lock");
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .map_err(|e| Error::io("open", &path, e))
+}
+
+impl Backend for PosixBackend {
+    fn describe(&self) -> String {
+        let roots: Vec<String> = self.roots.iter().map(|r| r.display().to_string()).collect();
+        format!("posix:{}", roots.join(","))
+    }
+
+    fn open_writer(&self, db: &Key) -> Result<Box<dyn DbWriter>> {
+        let dir = self.create(db)?;
+        let lock = open_lock(&dir)?;
+        flock(&lock, libc::LOCK_SH).map_err(|_| busy(db, &dir, "a wipe or purge holds it"))?;
+        Ok(Box::new(PosixWriter::new(
+            dir,
+            Some(lock),
+            self.fsync,
+            false,
+        )?))
+    }
+
+    fn open_reader(&self, db: &Key) -> Result<Option<Box<dyn DbReader>>> {
+        let Some(dir) = self.find(db)? else {
+            return Ok(None);
+        };
+        match PosixReader::open(dir) {
+            Ok(r) => Ok(Some(Box::new(r))),
+            Err(Error::Io { source, .. }) if source.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn databases(&self) -> Result<Vec<Key>> {
+        let mut out = Vec::new();
+        for root in &self.roots {
+            let rd = match fs::read_dir(root) {
+                Ok(rd) => rd,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(Error::io("list", root, e)),
+            };
+            for ent in rd {
+                let ent = ent.map_err(|e| Error::io("list", root, e))?;
+                if ent.file_name().as_encoded_bytes().starts_with(b".") {
+                    continue;
+                }
+                // A directory without a readable db.key is not a haar database (or is being
+                // wiped); it is skipped rather than failing every listing.
+                if let Ok(bytes) = fs::read(ent.path().join("db.key")) {
+                    if let Ok(key) = format::decode_db_key_file(&bytes) {
+                        out.push(key);
+                    }
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    fn wipe_database(&self, db: &Key) -> Result<()> {
+        let Some(dir) = self.find(db)? else {
+            return Ok(());
+        };
+        let lock = open_lock(&dir)?;
+        flock(&lock, libc::LOCK_EX).map_err(|_| busy(db, &dir, "writers hold it"))?;
+        let toc_path = dir.join("toc");
+        let mut toc = OpenOptions::new()
+            .append(true)
+            .open(&toc_path)
+            .map_err(|e| Error::io("open", &toc_path, e))?;
+        let rec = CommitRecord {
+            kind: RECORD_WIPED,
+            writer: 0,
+            offset: 0,
+            length: 0,
+            segment_crc: 0,
+            time_ns: now_ns(),
+        };
+        toc.write_all(&rec.encode())
+            .map_err(|e| Error::io("write", &toc_path, e))?;
+        let parent = dir.parent().unwrap_or(Path::new("/"));
+        let grave = parent.join(format!(".wiped-{:016x}", random_u64()));
+        fs::rename(&dir, &grave).map_err(|e| Error::io("rename", &dir, e))?;
+        drop(lock);
+        fs::remove_dir_all(&grave).map_err(|e| Error::io("remove", &grave, e))?;
+        Ok(())
+    }
+
+    fn exclusive(&self, db: &Key) -> Result<Box<dyn Exclusive>> {
+        let dir = self.find(db)?.ok_or_else(|| Error::BadRequest {
+            request: db.to_string(),
+            reason: "no such database".into(),
+        })?;
+        let lock = open_lock(&dir)?;
+        flock(&lock, libc::LOCK_EX).map_err(|_| busy(db, &dir, "writers hold it"))?;
+        Ok(Box::new(PosixExclusive {
+            dir,
+            _lock: lock,
+            fsync: self.fsync,
+            snapshot_writer: None,
+        }))
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            reclaims_space: true,
+            persistent: true,
+        }
+    }
+
+    fn info(&self) -> serde_json::Value {
+        serde_json::json!({
+            "backend": "posix",
+            "roots": self.roots,
+            "fsync": self.fsync,
+        })
+    }
+}
+
+struct PosixExclusive {
+    dir: PathBuf,
+    _lock: File,
+    fsync: FsyncPolicy,
+    snapshot_writer: Option<u64>,
+}
+
+impl Exclusive for PosixExclusive {
+    fn snapshot_writer(&mut self) -> Result<Box<dyn DbWriter>> {
+        let w = PosixWriter::new(self.dir.clone(), None, self.fsync, true)?;
+        self.snapshot_writer = Some(w.id);
+        Ok(Box::new(w))
+    }
+
+    fn reclaim(&mut self, live: &HashSet<u64>) -> Result<u64> {
+        let mut freed = 0;
+        let rd = fs::read_dir(&self.dir).map_err(|e| Error::io("list", &self.dir, e))?;
+        for ent in rd {
+            let ent = ent.map_err(|e| Error::io("list", &self.dir, e))?;
+            let name = ent.file_name();
+            let name = name.to_string_lossy();
+            let Some((id, ext)) = name.split_once('.') else {
+                continue;
+            };
+            let Ok(id) = u64::from_str_radix(id, 16) else {
+                continue;
+            };
+            let dead = match ext {
+                "data" => !live.contains(&id),
+                "index" => Some(id) != self.snapshot_writer,
+                _ => false,
+            };
+            if dead {
+                let len = ent.metadata().map(|m| m.len()).unwrap_or(0);
+                fs::remove_file(ent.path()).map_err(|e| Error::io("remove", ent.path(), e))?;
+                freed += len;
+            }
+        }
+        Ok(freed)
+    }
+}
+
+struct PosixWriter {
+    dir: PathBuf,
+    id: u64,
+    _lock: Option<File>,
+    fsync: FsyncPolicy,
+    data: File,
+    data_path: PathBuf,
+    data_len: u64,
+    data_dirty: bool,
+    index: Option<(File, PathBuf, u64)>,
+    toc: File,
+    toc_path: PathBuf,
+    /// Replace the whole toc on commit (purge snapshot).
+    replace_toc: bool,
+}
+
+fn create_excl(path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create_new(true)
+        .mode(0o644)
+        .open(path)
+        .map_err(|e| Error::io("create", path, e))
+}
+
+impl PosixWriter {
+    fn new(
+        dir: PathBuf,
+        lock: Option<File>,
+        fsync: FsyncPolicy,
+        replace_toc: bool,
+    ) -> Result<Self> {
+        let id = random_u64();
+        let data_path = dir.join(format!("{id:016x}.data"));
+        let data = create_excl(&data_path)?;
+        let toc_path = dir.join("toc");
+        let toc = OpenOptions::new()
+            .append(true)
+            .open(&toc_path)
+            .map_err(|e| Error::io("open", &toc_path, e))?;
+        Ok(PosixWriter {
+            dir,
+            id,
+            _lock: lock,
+            fsync,
+            data,
+            data_path,
+            data_len: 0,
+            data_dirty: false,
+            index: None,
+            toc,
+            toc_path,
+            replace_toc,
+        })
+    }
+
+    fn write_toc_record(&mut self, rec: &CommitRecord) -> Result<()> {
+        let bytes = rec.encode();
+        if self.replace_toc {
+            let tmp = self.dir.join(format!(".toc-{:016x}", self.id));
+            let mut f = create_excl(&tmp)?;
+            let mut all = format::encode_toc_header().to_vec();
+            all.extend_from_slice(&bytes);
+            f.write_all(&all).map_err(|e| Error::io("write", &tmp, e))?;
+            sync(&f, &tmp, self.fsync)?;
+            fs::rename(&tmp, &self.toc_path).map_err(|e| Error::io("rename", &self.toc_path, e))?;
+            self.toc = OpenOptions::new()
+                .append(true)
+                .open(&self.toc_path)
+                .map_err(|e| Error::io("open", &self.toc_path, e))?;
+            if self.fsync == FsyncPolicy::Always {
+                let _ = File::open(&self.dir).and_then(|d| d.sync_all());
+            }
+            return Ok(());
+        }
+        // One write(2) of 64 bytes on an O_APPEND descriptor: all or nothing (design §4.3).
+        let n = self
+            .toc
+            .write(&bytes)
+            .map_err(|e| Error::io("write", &self.toc_path, e))?;
+        if n != TOC_RECORD {
+            return Err(Error::io(
+                "write",
+                &self.toc_path,
+                io::Error::new(
+                    io::ErrorKind::WriteZero,
+                    format!("short write of commit record ({n} of 64 bytes)"),
+                ),
+            ));
+        }
+        sync(&self.toc, &self.toc_path, self.fsync)
+    }
+}
+
+impl DbWriter for PosixWriter {
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn append(&mut self, bytes: &[u8]) -> Result<DataRef> {
+        // pwrite at our own offset: a failed or short write is simply overwritten by the next
+        // append, so an error never leaves a hole that later entries point past.
+        self.data
+            .write_all_at(bytes, self.data_len)
+            .map_err(|e| Error::io("write", &self.data_path, e))?;
+        let r = DataRef {
+            object: self.id,
+            offset: self.data_len,
+            length: bytes.len() as u64,
+            crc: crc32c::crc32c(bytes),
+        };
+        self.data_len += bytes.len() as u64;
+        self.data_dirty = true;
+        Ok(r)
+    }
+
+    fn commit(&mut self, segment: &[u8]) -> Result<()> {
+        if self.data_dirty {
+            sync(&self.data, &self.data_path, self.fsync)?;
+            self.data_dirty = false;
+        }
+        if self.index.is_none() {
+            let path = self.dir.join(format!("{:016x}.index", self.id));
+            let f = create_excl(&path)?;
+            self.index = Some((f, path, 0));
+        }
+        let (index, index_path, index_len) = self.index.as_mut().unwrap();
+        index
+            .write_all_at(segment, *index_len)
+            .map_err(|e| Error::io("write", &*index_path, e))?;
+        sync(index, index_path, self.fsync)?;
+        let rec = CommitRecord {
+            kind: RECORD_SEGMENT,
+            writer: self.id,
+            offset: *index_len,
+            length: segment.len() as u32,
+            segment_crc: format::segment_crc(segment),
+            time_ns: now_ns(),
+        };
+        *index_len += segment.len() as u64;
+        self.write_toc_record(&rec)
+    }
+}
+
+struct PosixReader {
+    dir: PathBuf,
+    toc_path: PathBuf,
+    toc: File,
+    ino: u64,
+    pos: u64,
+    indexes: HashMap<u64, File>,
+    data: Mutex<HashMap<u64, File>>,
+}
+
+impl PosixReader {
+    fn open(dir: PathBuf) -> Result<Self> {
+        let toc_path = dir.join("toc");
+        let toc = File::open(&toc_path).map_err(|e| Error::io("open", &toc_path, e))?;
+        let ino = toc
+            .metadata()
+            .map_err(|e| Error::io("stat", &toc_path, e))?
+            .ino();
+        let mut header = [0u8; TOC_RECORD];
+        toc.read_exact_at(&mut header, 0)
+            .map_err(|e| Error::io("read", &toc_path, e))?;
+        format::check_toc_header(&header).map_err(|e| Error::Corrupt {
+            what: "toc header",
+            path: toc_path.clone(),
+            detail: e.to_string(),
+        })?;
+        Ok(PosixReader {
+            dir,
+            toc_path,
+            toc,
+            ino,
+            pos: TOC_RECORD as u64,
+            indexes: HashMap::new(),
+            data: Mutex::new(HashMap::new()),
+        })
+    }
+
+    fn index_file(&mut self, writer: u64) -> io::Result<&File> {
+        if !self.indexes.contains_key(&writer) {
+            let f = File::open(self.dir.join(format!("{writer:016x}.index")))?;
+            self.indexes.insert(writer, f);
+        }
+        Ok(&self.indexes[&writer])
+    }
+
+    fn read_segment(&mut self, rec: &CommitRecord) -> Committed {
+        let path = self.dir.join(format!("{:016x}.index", rec.writer));
+        let origin = format!("{} @ {}", path.display(), rec.offset);
+        let mut buf = vec![0u8; rec.length as usize];
+        let res = self
+            .index_file(rec.writer)
+            .and_then(|f| f.read_exact_at(&mut buf, rec.offset));
+        match res {
+            Ok(()) if buf.len() >= 4 && format::segment_crc(&buf) == rec.segment_crc => {
+                Committed::Segment { bytes: buf, origin }
+            }
+            Ok(()) => Committed::Unreadable {
+                origin,
+                detail: "segment checksum differs from its commit record".into(),
+            },
+            Err(e) => Committed::Unreadable {
+                origin,
+                detail: e.to_string(),
+            },
+        }
+    }
+}
+
+impl DbReader for PosixReader {
+    fn poll(&mut self) -> Result<Vec<Committed>> {
+        let mut out = Vec::new();
+        let meta = match fs::metadata(&self.toc_path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                // Wiped (and not re-created yet): forget what we had.
+                if self.pos > TOC_RECORD as u64 {
+                    out.push(Committed::Wiped);
+                    self.pos = TOC_RECORD as u64;
+                }
+                return Ok(out);
+            }
+            Err(e) => return Err(Error::io("stat", &self.toc_path, e)),
+        };
+        if meta.ino() != self.ino {
+            // Re-created (wipe) or replaced (purge snapshot): start over on the new file.
+            let fresh = PosixReader::open(self.dir.clone())?;
+            self.toc = fresh.toc;
+            self.ino = fresh.ino;
+            self.pos = TOC_RECORD as u64;
+            self.indexes.clear();
+            self.data.lock().unwrap().clear();
+            out.push(Committed::Wiped);
+            return self.poll().map(|mut more| {
+                out.append(&mut more);
+                out
+            });
+        }
+        let end = meta.len() - (meta.len() - TOC_RECORD as u64) % TOC_RECORD as u64;
+        if end <= self.pos {
+            return Ok(out);
+        }
+        let mut buf = vec![0u8; (end - self.pos) as usize];
+        self.toc
+            .read_exact_at(&mut buf, self.pos)
+            .map_err(|e| Error::io("read", &self.toc_path, e))?;
+        for (i, chunk) in buf.chunks_exact(TOC_RECORD).enumerate() {
+            let at = self.pos + (i * TOC_RECORD) as u64;
+            match CommitRecord::decode(chunk) {
+                Ok(rec) if rec.kind == RECORD_WIPED => {
+                    out.push(Committed::Wiped);
+                }
+                Ok(rec) => out.push(self.read_segment(&rec)),
+                Err(e) => out.push(Committed::Unreadable {
+                    origin: format!("{} @ {at}", self.toc_path.display()),
+                    detail: format!("commit record: {e}"),
+                }),
+            }
+        }
+        self.pos = end;
+        Ok(out)
+    }
+
+    fn read(&self, data: &DataRef, out: &mut Vec<u8>) -> Result<()> {
+        let path = || self.dir.join(format!("{:016x}.data", data.object));
+        let mut files = self.data.lock().unwrap();
+        if !files.contains_key(&data.object) {
+            let f = File::open(path()).map_err(|e| Error::io("open", path(), e))?;
+            files.insert(data.object, f);
+        }
+        let f = &files[&data.object];
+        let start = out.len();
+        out.resize(start + data.length as usize, 0);
+        f.read_exact_at(&mut out[start..], data.offset)
+            .map_err(|e| {
+                out.truncate(start);
+                Error::io("read", path(), e)
+            })
+    }
+
+    fn locate(&self, data: &DataRef) -> String {
+        format!(
+            "{} @ {}",
+            self.dir
+                .join(format!("{:016x}.data", data.object))
+                .display(),
+            data.offset
+        )
+    }
+}

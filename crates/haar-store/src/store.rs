@@ -1,0 +1,725 @@
+//! The `Store`: the API every front-end (CLI, server, bindings) calls.
+//!
+//! Owns the semantics shared by all backends: schema split on archive, pending segments until
+//! flush, the reader-side catalogue (masking by re-archive, tombstones, snapshots), request
+//! matching, retrieve order, wipe and purge. Backends only store bytes and commit logs.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::io;
+use std::sync::{Arc, Mutex};
+
+use haar_core::Key;
+use haar_core::request::{Request, Values};
+use haar_core::schema::{Schema, SplitKey};
+use haar_core::value::Context;
+
+use crate::backend::{Backend, Committed, DbReader, DbWriter};
+use crate::error::{Error, Result};
+use crate::format::{self, DataRef, Entry, FLAG_SNAPSHOT, SegmentBuilder};
+
+/// One stored field as listed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Field {
+    /// Database-level key.
+    pub db: Key,
+    /// Index-level key.
+    pub index: Key,
+    /// Datum-level key.
+    pub datum: Key,
+    /// Where the bytes are.
+    pub data: DataRef,
+}
+
+impl Field {
+    /// The full key (db, index, datum joined).
+    pub fn key(&self) -> Key {
+        self.db.joined(&self.index).joined(&self.datum)
+    }
+}
+
+/// What a retrieve found.
+#[derive(Debug, Default, Clone)]
+pub struct RetrieveReport {
+    /// Fields delivered.
+    pub found: usize,
+    /// Bytes delivered.
+    pub bytes: u64,
+    /// Request combinations with no field, in request order.
+    pub missing: Vec<Key>,
+    /// Request keywords ignored because no schema rule uses them.
+    pub ignored: Vec<String>,
+}
+
+/// What a wipe did (or would do).
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct WipeReport {
+    /// Databases removed entirely.
+    pub databases: Vec<String>,
+    /// Fields removed from databases that stay.
+    pub fields: usize,
+    /// Bytes of the fields removed.
+    pub bytes: u64,
+}
+
+/// What a purge did (or would do).
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct PurgeReport {
+    /// Databases examined.
+    pub databases: usize,
+    /// Masked or wiped fields dropped.
+    pub dropped_fields: u64,
+    /// Bytes those held.
+    pub dropped_bytes: u64,
+    /// Bytes returned to the system.
+    pub freed_bytes: u64,
+}
+
+/// Per-database statistics.
+#[derive(Debug, Default, Clone, serde::Serialize)]
+pub struct DbStats {
+    /// The database key.
+    pub db: String,
+    /// Live fields.
+    pub fields: u64,
+    /// Live bytes.
+    pub bytes: u64,
+    /// Masked or wiped fields still occupying storage.
+    pub dead_fields: u64,
+    /// Bytes of those.
+    pub dead_bytes: u64,
+    /// Segments that could not be read (corruption), with the reason.
+    pub problems: Vec<String>,
+}
+
+struct PendingDb {
+    writer: Box<dyn DbWriter>,
+    builder: SegmentBuilder,
+    sequence: u64,
+}
+
+/// Reader-side view of one database: the commit log applied in order.
+struct Catalogue {
+    reader: Box<dyn DbReader>,
+    fields: HashMap<(Key, Key), DataRef>,
+    dead_fields: u64,
+    dead_bytes: u64,
+    /// Dead bytes per data object (for purge).
+    dead_by_object: HashMap<u64, u64>,
+    problems: Vec<String>,
+}
+
+impl Catalogue {
+    fn new(reader: Box<dyn DbReader>) -> Self {
+        Catalogue {
+            reader,
+            fields: HashMap::new(),
+            dead_fields: 0,
+            dead_bytes: 0,
+            dead_by_object: HashMap::new(),
+            problems: Vec::new(),
+        }
+    }
+
+    fn reset(&mut self) {
+        self.fields.clear();
+        self.dead_fields = 0;
+        self.dead_bytes = 0;
+        self.dead_by_object.clear();
+        self.problems.clear();
+    }
+
+    fn kill(&mut self, old: DataRef) {
+        self.dead_fields += 1;
+        self.dead_bytes += old.length;
+        *self.dead_by_object.entry(old.object).or_default() += old.length;
+    }
+
+    /// Applies every segment committed since the last refresh.
+    fn refresh(&mut self, db: &Key) -> Result<()> {
+        for c in self.reader.poll()? {
+            match c {
+                Committed::Wiped => self.reset(),
+                Committed::Unreadable { origin, detail } => {
+                    self.problems.push(format!("{origin}: {detail}"))
+                }
+                Committed::Segment { bytes, origin } => match format::decode_segment(&bytes) {
+                    Err(e) => self.problems.push(format!("{origin}: index segment: {e}")),
+                    Ok(seg) if &seg.db != db => self.problems.push(format!(
+                        "{origin}: index segment names database {}, expected {db}",
+                        seg.db
+                    )),
+                    Ok(seg) => {
+                        if seg.is_snapshot() {
+                            self.reset();
+                        }
+                        for e in seg.entries {
+                            match e {
+                                Entry::Field { index, datum, data } => {
+                                    if let Some(old) = self.fields.insert((index, datum), data) {
+                                        self.kill(old);
+                                    }
+                                }
+                                Entry::Tombstone { index, datum } => {
+                                    if let Some(old) = self.fields.remove(&(index, datum)) {
+                                        self.kill(old);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                },
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads and verifies one field; a vanished file (concurrent purge) is retried once after
+    /// a refresh.
+    fn read(&mut self, db: &Key, index: &Key, datum: &Key, out: &mut Vec<u8>) -> Result<bool> {
+        for attempt in 0..2 {
+            let Some(data) = self.fields.get(&(index.clone(), datum.clone())).copied() else {
+                return Ok(false);
+            };
+            let start = out.len();
+            match self.reader.read(&data, out) {
+                Ok(()) => {
+                    let crc = crc32c::crc32c(&out[start..]);
+                    if crc != data.crc {
+                        out.truncate(start);
+                        return Err(Error::Corrupt {
+                            what: "field",
+                            path: self.reader.locate(&data).into(),
+                            detail: format!(
+                                "key {} has crc {crc:#010x}, index says {:#010x}; other fields are unaffected",
+                                db.joined(index).joined(datum),
+                                data.crc
+                            ),
+                        });
+                    }
+                    return Ok(true);
+                }
+                Err(Error::Io { source, .. })
+                    if attempt == 0 && source.kind() == io::ErrorKind::NotFound =>
+                {
+                    self.refresh(db)?;
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(false)
+    }
+}
+
+/// Options for opening a [`Store`].
+#[derive(Clone)]
+pub struct StoreOptions {
+    /// The schema splitting keys into levels.
+    pub schema: Arc<Schema>,
+    /// Clock and parameter table for value normalisation.
+    pub context: Context,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            schema: Arc::new(Schema::builtin().clone()),
+            context: Context::now(),
+        }
+    }
+}
+
+/// A semantic field store over one backend.
+///
+/// ```
+/// use haar_store::{Store, MemoryBackend};
+/// use haar_core::{Key, request::Request};
+///
+/// let mut store = Store::new(MemoryBackend::new());
+/// let key = Key::parse("class=od,expver=1,stream=oper,date=20261121,time=12,domain=g,\
+///                       type=fc,levtype=sfc,step=0,param=167").unwrap();
+/// store.archive(&key, b"GRIB...7777").unwrap();
+/// store.flush().unwrap();
+/// let req = Request::parse("class=od,expver=1,stream=oper,date=20261121,time=12,\
+///                           type=fc,levtype=sfc,step=0,param=167").unwrap();
+/// let mut got = Vec::new();
+/// let report = store.retrieve(&req, |_, bytes| { got.extend_from_slice(bytes); Ok(()) }).unwrap();
+/// assert_eq!(report.found, 1);
+/// assert_eq!(got, b"GRIB...7777");
+/// ```
+pub struct Store {
+    backend: Arc<dyn Backend>,
+    schema: Arc<Schema>,
+    ctx: Context,
+    pending: HashMap<Key, PendingDb>,
+    catalogues: Mutex<HashMap<Key, Catalogue>>,
+}
+
+fn bad_request(req: &Request, reason: impl Into<String>) -> Error {
+    Error::BadRequest {
+        request: req.to_string(),
+        reason: reason.into(),
+    }
+}
+
+/// Does `key` satisfy every parameter of `req` whose keyword `key` has? With `complete`, a
+/// parameter whose keyword `key` lacks fails unless it allows the empty value or `all`.
+fn matches(req: &Request, key: &Key, complete: bool) -> bool {
+    req.params.iter().all(|p| match key.get(&p.keyword) {
+        Some(v) => match &p.values {
+            Values::All => true,
+            Values::List(list) => list.iter().any(|x| x == v),
+        },
+        None => {
+            !complete
+                || matches!(&p.values, Values::All)
+                || matches!(&p.values, Values::List(l) if l.iter().any(String::is_empty))
+        }
+    })
+}
+
+impl Store {
+    /// A store over `backend` with the built-in schema.
+    pub fn new(backend: impl Backend + 'static) -> Store {
+        Store::with_options(Arc::new(backend), StoreOptions::default())
+    }
+
+    /// A store over a shared backend with explicit options.
+    pub fn with_options(backend: Arc<dyn Backend>, opts: StoreOptions) -> Store {
+        Store {
+            backend,
+            schema: opts.schema,
+            ctx: opts.context,
+            pending: HashMap::new(),
+            catalogues: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// The backend.
+    pub fn backend(&self) -> &Arc<dyn Backend> {
+        &self.backend
+    }
+
+    /// The schema.
+    pub fn schema(&self) -> &Schema {
+        &self.schema
+    }
+
+    /// The normalisation context (clock, parameter table).
+    pub fn context(&self) -> &Context {
+        &self.ctx
+    }
+
+    /// Normalises and splits a key with the schema.
+    pub fn split(&self, key: &Key) -> Result<SplitKey> {
+        self.schema
+            .split(key, &self.ctx)
+            .map_err(|e| Error::BadKey {
+                key: key.to_string(),
+                reason: e.to_string(),
+            })
+    }
+
+    /// Stores `data` under `key`. Invisible to every reader until [`Store::flush`].
+    pub fn archive(&mut self, key: &Key, data: &[u8]) -> Result<()> {
+        let split = self.split(key)?;
+        self.archive_split(split, data)
+    }
+
+    /// [`Store::archive`] for a key already split by [`Store::split`].
+    pub fn archive_split(&mut self, split: SplitKey, data: &[u8]) -> Result<()> {
+        let SplitKey { db, index, datum } = split;
+        if !self.pending.contains_key(&db) {
+            let writer = self.backend.open_writer(&db)?;
+            let builder =
+                SegmentBuilder::new(0, writer.id(), 0, &db).map_err(|reason| Error::BadKey {
+                    key: db.to_string(),
+                    reason,
+                })?;
+            self.pending.insert(
+                db.clone(),
+                PendingDb {
+                    writer,
+                    builder,
+                    sequence: 0,
+                },
+            );
+        }
+        let p = self.pending.get_mut(&db).unwrap();
+        let data = p.writer.append(data)?;
+        p.builder
+            .push(&Entry::Field {
+                index: index.clone(),
+                datum: datum.clone(),
+                data,
+            })
+            .map_err(|reason| Error::BadKey {
+                key: db.joined(&index).joined(&datum).to_string(),
+                reason,
+            })
+    }
+
+    /// Makes every field archived so far durable and visible, atomically per database.
+    ///
+    /// On error the databases already committed stay committed; the failing database's
+    /// unflushed fields are dropped (the error says which) and must be archived again.
+    pub fn flush(&mut self) -> Result<()> {
+        let dbs: Vec<Key> = self
+            .pending
+            .iter()
+            .filter(|(_, p)| !p.builder.is_empty())
+            .map(|(k, _)| k.clone())
+            .collect();
+        for db in dbs {
+            let p = self.pending.get_mut(&db).unwrap();
+            let next = SegmentBuilder::new(0, p.writer.id(), p.sequence + 1, &db)
+                .expect("database key already encoded once");
+            let builder = std::mem::replace(&mut p.builder, next);
+            let n = builder.len();
+            let segment = builder.finish();
+            if let Err(e) = p.writer.commit(&segment) {
+                self.pending.remove(&db);
+                return Err(annotate_flush(e, &db, n));
+            }
+            p.sequence += 1;
+        }
+        Ok(())
+    }
+
+    /// Fields archived but not yet flushed.
+    pub fn unflushed(&self) -> usize {
+        self.pending.values().map(|p| p.builder.len()).sum()
+    }
+
+    /// Releases writers (and their locks). Unflushed fields are discarded.
+    pub fn close_writers(&mut self) {
+        self.pending.clear();
+    }
+
+    /// Resolves a request against the schema: ranges expanded, values normalised, keywords
+    /// no schema rule uses removed (returned separately).
+    pub fn resolve(&self, req: &Request) -> Result<(Request, Vec<String>)> {
+        let resolved = req
+            .resolve(&self.schema, &self.ctx)
+            .map_err(|e| bad_request(req, e.to_string()))?;
+        let known: HashSet<&str> = self.schema.keywords().into_iter().collect();
+        let mut ignored = Vec::new();
+        let mut out = resolved.clone();
+        out.params.retain(|p| {
+            let keep = known.contains(p.keyword.as_str());
+            if !keep {
+                ignored.push(p.keyword.clone());
+            }
+            keep
+        });
+        Ok((out, ignored))
+    }
+
+    fn with_catalogue<T>(
+        &self,
+        db: &Key,
+        f: impl FnOnce(&mut Catalogue) -> Result<T>,
+    ) -> Result<Option<T>> {
+        let mut cats = self.catalogues.lock().unwrap();
+        if !cats.contains_key(db) {
+            match self.backend.open_reader(db)? {
+                Some(r) => {
+                    cats.insert(db.clone(), Catalogue::new(r));
+                }
+                None => return Ok(None),
+            }
+        }
+        let cat = cats.get_mut(db).unwrap();
+        cat.refresh(db)?;
+        f(cat).map(Some)
+    }
+
+    /// Databases whose key is compatible with `req` (resolved).
+    fn candidate_dbs(&self, req: &Request) -> Result<Vec<Key>> {
+        let mut dbs: Vec<Key> = self
+            .backend
+            .databases()?
+            .into_iter()
+            .filter(|db| matches(req, db, false))
+            .collect();
+        dbs.sort();
+        dbs.dedup();
+        Ok(dbs)
+    }
+
+    /// Every field matching a resolved request, sorted by key.
+    fn list_resolved(&self, req: &Request) -> Result<Vec<Field>> {
+        let mut out = Vec::new();
+        for db in self.candidate_dbs(req)? {
+            self.with_catalogue(&db, |cat| {
+                let mut fields: Vec<Field> = cat
+                    .fields
+                    .iter()
+                    .filter(|((i, d), _)| matches(req, &db.joined(i).joined(d), true))
+                    .map(|((i, d), r)| Field {
+                        db: db.clone(),
+                        index: i.clone(),
+                        datum: d.clone(),
+                        data: *r,
+                    })
+                    .collect();
+                fields.sort_by(|a, b| (&a.index, &a.datum).cmp(&(&b.index, &b.datum)));
+                out.extend(fields);
+                Ok(())
+            })?;
+        }
+        Ok(out)
+    }
+
+    /// Every flushed field matching `req`, sorted by database, index and datum key.
+    pub fn list(&self, req: &Request) -> Result<Vec<Field>> {
+        let (req, _) = self.resolve(req)?;
+        self.list_resolved(&req)
+    }
+
+    /// The values present for each keyword among fields matching `req`.
+    pub fn axes(&self, req: &Request) -> Result<BTreeMap<String, BTreeSet<String>>> {
+        let mut axes: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+        for f in self.list(req)? {
+            for (k, v) in f.key().iter() {
+                axes.entry(k.to_string()).or_default().insert(v.to_string());
+            }
+        }
+        Ok(axes)
+    }
+
+    /// Delivers every field of `req` to `sink` in request-expansion order (first keyword
+    /// slowest). Combinations with no field are listed in the report; the caller decides
+    /// whether that is an error.
+    pub fn retrieve(
+        &self,
+        req: &Request,
+        mut sink: impl FnMut(&Key, &[u8]) -> Result<()>,
+    ) -> Result<RetrieveReport> {
+        let (resolved, ignored) = self.resolve(req)?;
+        let mut report = RetrieveReport {
+            ignored,
+            ..RetrieveReport::default()
+        };
+        let mut buf = Vec::new();
+        let has_all = resolved
+            .params
+            .iter()
+            .any(|p| matches!(p.values, Values::All));
+        if has_all {
+            for f in self.list_resolved(&resolved)? {
+                buf.clear();
+                let key = f.key();
+                let found = self
+                    .with_catalogue(&f.db, |cat| cat.read(&f.db, &f.index, &f.datum, &mut buf))?
+                    .unwrap_or(false);
+                if found {
+                    report.found += 1;
+                    report.bytes += buf.len() as u64;
+                    sink(&key, &buf)?;
+                }
+            }
+            return Ok(report);
+        }
+        let mut listed: Option<Vec<Field>> = None;
+        for key in resolved.expand() {
+            // Fast path: the combination is a complete key of a schema rule.
+            if let Ok(split) = self.schema.split(&key, &self.ctx) {
+                buf.clear();
+                let found = self
+                    .with_catalogue(&split.db, |cat| {
+                        cat.read(&split.db, &split.index, &split.datum, &mut buf)
+                    })?
+                    .unwrap_or(false);
+                if found {
+                    report.found += 1;
+                    report.bytes += buf.len() as u64;
+                    sink(&split.full(), &buf)?;
+                    continue;
+                }
+            }
+            // Partial key: every stored field that agrees with it, in key order.
+            if listed.is_none() {
+                listed = Some(self.list_resolved(&resolved)?);
+            }
+            let mut any = false;
+            for f in listed.as_ref().unwrap() {
+                let full = f.key();
+                if key.iter().all(|(k, v)| full.get(k) == Some(v)) {
+                    buf.clear();
+                    let found = self
+                        .with_catalogue(&f.db, |cat| cat.read(&f.db, &f.index, &f.datum, &mut buf))?
+                        .unwrap_or(false);
+                    if found {
+                        any = true;
+                        report.found += 1;
+                        report.bytes += buf.len() as u64;
+                        sink(&full, &buf)?;
+                    }
+                }
+            }
+            if !any {
+                report.missing.push(key);
+            }
+        }
+        Ok(report)
+    }
+
+    /// Removes fields matching `req`. A database the request selects as a whole (every
+    /// request keyword is a database-level keyword) is removed with its files; otherwise the
+    /// matching fields are hidden by tombstones (storage is freed by [`Store::purge`]).
+    /// With `doit == false` nothing changes and the report says what would.
+    pub fn wipe(&mut self, req: &Request, doit: bool) -> Result<WipeReport> {
+        let (resolved, _) = self.resolve(req)?;
+        if resolved.params.is_empty() {
+            return Err(bad_request(
+                req,
+                "wipe needs at least one keyword; to remove everything, name the databases (see `haar list`)",
+            ));
+        }
+        let mut report = WipeReport::default();
+        for db in self.candidate_dbs(&resolved)? {
+            let whole = resolved.params.iter().all(|p| db.get(&p.keyword).is_some());
+            let fields: Vec<Field> = self
+                .list_resolved(&resolved)?
+                .into_iter()
+                .filter(|f| f.db == db)
+                .collect();
+            if whole {
+                report.databases.push(db.to_string());
+                report.fields += fields.len();
+                report.bytes += fields.iter().map(|f| f.data.length).sum::<u64>();
+                if doit {
+                    self.pending.remove(&db);
+                    self.backend.wipe_database(&db)?;
+                    self.catalogues.lock().unwrap().remove(&db);
+                }
+            } else if !fields.is_empty() {
+                report.fields += fields.len();
+                report.bytes += fields.iter().map(|f| f.data.length).sum::<u64>();
+                if doit {
+                    let mut writer = self.backend.open_writer(&db)?;
+                    let mut b = SegmentBuilder::new(0, writer.id(), 0, &db).map_err(|reason| {
+                        Error::BadKey {
+                            key: db.to_string(),
+                            reason,
+                        }
+                    })?;
+                    for f in &fields {
+                        b.push(&Entry::Tombstone {
+                            index: f.index.clone(),
+                            datum: f.datum.clone(),
+                        })
+                        .expect("keys were decoded from storage");
+                    }
+                    writer.commit(&b.finish())?;
+                }
+            }
+        }
+        Ok(report)
+    }
+
+    /// Drops masked and wiped fields of the databases matching `req` from storage.
+    pub fn purge(&mut self, req: &Request, doit: bool) -> Result<PurgeReport> {
+        let (resolved, _) = self.resolve(req)?;
+        let mut report = PurgeReport::default();
+        for db in self.candidate_dbs(&resolved)? {
+            report.databases += 1;
+            let Some((dead_fields, dead_bytes)) =
+                self.with_catalogue(&db, |c| Ok((c.dead_fields, c.dead_bytes)))?
+            else {
+                continue;
+            };
+            report.dropped_fields += dead_fields;
+            report.dropped_bytes += dead_bytes;
+            if !doit || dead_fields == 0 {
+                continue;
+            }
+            self.pending.remove(&db);
+            let mut ex = self.backend.exclusive(&db)?;
+            // Re-read from scratch under the lock: the view must be complete.
+            let reader = self.backend.open_reader(&db)?.ok_or_else(|| Error::Busy {
+                db: db.to_string(),
+                detail: "wiped during purge".into(),
+            })?;
+            let mut cat = Catalogue::new(reader);
+            cat.refresh(&db)?;
+            let mut writer = ex.snapshot_writer()?;
+            let mut b =
+                SegmentBuilder::new(FLAG_SNAPSHOT, writer.id(), 0, &db).map_err(|reason| {
+                    Error::BadKey {
+                        key: db.to_string(),
+                        reason,
+                    }
+                })?;
+            let copy = self.backend.capabilities().reclaims_space;
+            let mut live = HashSet::new();
+            live.insert(writer.id());
+            let mut entries: Vec<(&(Key, Key), &DataRef)> = cat.fields.iter().collect();
+            entries.sort_by_key(|(_, r)| (r.object, r.offset));
+            let mut buf = Vec::new();
+            let mut moved = Vec::new();
+            for ((index, datum), data) in entries {
+                let mut r = *data;
+                if copy && cat.dead_by_object.get(&data.object).copied().unwrap_or(0) > 0 {
+                    buf.clear();
+                    cat.reader.read(data, &mut buf)?;
+                    r = writer.append(&buf)?;
+                } else {
+                    live.insert(data.object);
+                }
+                moved.push(Entry::Field {
+                    index: index.clone(),
+                    datum: datum.clone(),
+                    data: r,
+                });
+            }
+            for e in &moved {
+                b.push(e).expect("keys were decoded from storage");
+            }
+            writer.commit(&b.finish())?;
+            drop(writer);
+            report.freed_bytes += ex.reclaim(&live)?;
+            self.catalogues.lock().unwrap().remove(&db);
+        }
+        Ok(report)
+    }
+
+    /// Statistics for every database matching `req`.
+    pub fn stats(&self, req: &Request) -> Result<Vec<DbStats>> {
+        let (resolved, _) = self.resolve(req)?;
+        let mut out = Vec::new();
+        for db in self.candidate_dbs(&resolved)? {
+            if let Some(s) = self.with_catalogue(&db, |c| {
+                Ok(DbStats {
+                    db: db.to_string(),
+                    fields: c.fields.len() as u64,
+                    bytes: c.fields.values().map(|r| r.length).sum(),
+                    dead_fields: c.dead_fields,
+                    dead_bytes: c.dead_bytes,
+                    problems: c.problems.clone(),
+                })
+            })? {
+                out.push(s);
+            }
+        }
+        Ok(out)
+    }
+}
+
+fn annotate_flush(e: Error, db: &Key, n: usize) -> Error {
+    let note = format!(
+        "flush of database {db} failed; its {n} field(s) archived since the last flush are not stored and must be archived again; everything flushed before is intact"
+    );
+    match e {
+        Error::Io { op, path, source } => Error::Io {
+            op,
+            path,
+            source: io::Error::new(source.kind(), format!("{source} ({note})")),
+        },
+        Error::PoolFull { path, detail } => Error::PoolFull {
+            path,
+            detail: format!("{detail} ({note})"),
+        },
+        other => other,
+    }
+}
