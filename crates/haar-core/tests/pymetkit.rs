@@ -23,7 +23,10 @@ use haar_core::request::{Values, parse_requests};
 use haar_core::{Context, Schema};
 use serde_json::Value;
 
-fn haar_expand(text: &str, ctx: &Context) -> Result<Vec<Vec<(String, Vec<String>)>>, String> {
+/// Per request, (keyword, values) in request order.
+type Expanded = Vec<Vec<(String, Vec<String>)>>;
+
+fn haar_expand(text: &str, ctx: &Context) -> Result<Expanded, String> {
     let requests = parse_requests(text).map_err(|e| e.to_string())?;
     requests
         .iter()

@@ -12,7 +12,7 @@ fn check_fdb5_schema(schema: &Schema) {
     assert_eq!(schema.type_of("levelist"), ValueType::Double);
     // `icmodel:First3` and `grid-` (with a comment after the minus) are both in it.
     let has = |f: &dyn Fn(&haar_core::schema::Rule) -> bool| {
-        schema.rules.iter().any(|db| db.rules.iter().any(|i| f(i)))
+        schema.rules.iter().any(|db| db.rules.iter().any(f))
     };
     assert!(has(&|i| i
         .types
