@@ -300,6 +300,10 @@ impl ValueType {
                 Ok(m.to_string())
             }
             ValueType::MonthOfDate | ValueType::Month | ValueType::Year | ValueType::YearMonth => {
+                // Canonical values are accepted as they are, so normalising twice is harmless.
+                if already_canonical(self, v) {
+                    return Ok(v.to_string());
+                }
                 let days = parse_date(v, ctx).ok_or_else(|| err(DATE_EXPECTED))?;
                 let (y, m, _) = civil_from_days(days);
                 Ok(match self {
@@ -309,6 +313,19 @@ impl ValueType {
                 })
             }
         }
+    }
+}
+
+/// True when `v` already has the canonical shape of a date-derived type (`MM`, `YYYY`,
+/// `YYYYMM`).
+fn already_canonical(ty: &ValueType, v: &str) -> bool {
+    let digits = v.bytes().all(|b| b.is_ascii_digit());
+    let month_ok = |m: &str| m.parse::<u32>().is_ok_and(|m| (1..=12).contains(&m));
+    match ty {
+        ValueType::MonthOfDate => digits && v.len() == 2 && month_ok(v),
+        ValueType::Year => digits && v.len() == 4,
+        ValueType::Month | ValueType::YearMonth => digits && v.len() == 6 && month_ok(&v[4..]),
+        _ => false,
     }
 }
 
@@ -707,6 +724,10 @@ mod tests {
         assert_eq!(n(ValueType::Month, "20100415").unwrap(), "201004");
         assert_eq!(n(ValueType::YearMonth, "2010-04-15").unwrap(), "201004");
         assert_eq!(n(ValueType::Year, "20100415").unwrap(), "2010");
+        assert_eq!(n(ValueType::Year, "2010").unwrap(), "2010");
+        assert_eq!(n(ValueType::MonthOfDate, "04").unwrap(), "04");
+        assert_eq!(n(ValueType::Month, "201004").unwrap(), "201004");
+        assert!(n(ValueType::Month, "201013").is_err());
     }
 
     #[test]
