@@ -258,7 +258,14 @@ impl ValueType {
                 }
             }
             ValueType::Lowercase => Ok(v.to_lowercase()),
-            ValueType::First(n) => Ok(v.chars().take(*n).collect()),
+            ValueType::First(n) => {
+                // Trimmed again so that a cut ending in a space stays a fixed point.
+                Ok(v.chars()
+                    .take(*n)
+                    .collect::<String>()
+                    .trim_end()
+                    .to_string())
+            }
             ValueType::Grid => Ok(v.replace('/', "+")),
             ValueType::Date => {
                 let days = parse_date(v, ctx).ok_or_else(|| err(DATE_EXPECTED))?;
