@@ -1,14 +1,27 @@
-pub fn add(left: u64, right: u64) -> u64 {
-    left + right
-}
+//! GRIB in, for haar: split GRIB files into messages (pure Rust) and read each
+//! message's MARS keys through ecCodes, exactly as FDB5 does when it archives.
+//!
+//! - [`frame`]: message framing with no C library — [`messages`] over a buffer,
+//!   [`MessageReader`] over any [`std::io::Read`]. Never panics on any input.
+//! - [`keys`]: [`mars_keys`] through a hand-written ecCodes FFI, with FDB5's
+//!   normalisation rules documented one by one; [`eccodes_version`].
+//! - [`synth`]: a reproducible synthetic ensemble generator (GRIB2 made by
+//!   ecCodes) for tests and benchmarks.
+//!
+//! This crate must not know about schemas, stores or the CLI.
+//!
+//! ```
+//! // A file with padding before one (framing-only) message:
+//! let mut file = vec![0u8; 16];
+//! file.extend(haar_grib::frame::tests_support::minimal_grib1(64));
+//! let msgs: Vec<_> = haar_grib::messages(&file).collect::<Result<_, _>>().unwrap();
+//! assert_eq!((msgs[0].index, msgs[0].offset, msgs[0].edition), (0, 16, 1));
+//! ```
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+pub mod frame;
+pub mod keys;
 
-    #[test]
-    fn it_works() {
-        let result = add(2, 2);
-        assert_eq!(result, 4);
-    }
-}
+mod ffi;
+
+pub use frame::{FrameError, Message, MessageReader, Messages, OwnedMessage, messages};
+pub use keys::{KeyError, eccodes_version, mars_keys};
