@@ -67,6 +67,10 @@ pub struct Rule {
     pub line: usize,
 }
 
+/// Text of the built-in schema (`crates/haar-core/schema/default.schema`): FDB5's rules with
+/// `domain?` everywhere and a catch-all rule last.
+pub const BUILTIN_SCHEMA: &str = include_str!("../schema/default.schema");
+
 /// A parsed schema: global types and database-level rules.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Schema {
@@ -467,7 +471,7 @@ impl Schema {
     pub fn builtin() -> &'static Schema {
         static BUILTIN: OnceLock<Schema> = OnceLock::new();
         BUILTIN.get_or_init(|| {
-            Schema::parse(include_str!("../schema/default.schema"))
+            Schema::parse(BUILTIN_SCHEMA)
                 .expect("the embedded default schema parses (checked by tests)")
         })
     }

@@ -487,6 +487,17 @@ impl Store {
         Ok(axes)
     }
 
+    /// Reads the field with exactly this (complete) key into `out` (appended); `Ok(false)` if
+    /// no such field is flushed. The fast path for one-field-at-a-time readers.
+    pub fn retrieve_key(&self, key: &Key, out: &mut Vec<u8>) -> Result<bool> {
+        let split = self.split(key)?;
+        Ok(self
+            .with_catalogue(&split.db, |cat| {
+                cat.read(&split.db, &split.index, &split.datum, out)
+            })?
+            .unwrap_or(false))
+    }
+
     /// Delivers every field of `req` to `sink` in request-expansion order (first keyword
     /// slowest). Combinations with no field are listed in the report; the caller decides
     /// whether that is an error.

@@ -1,0 +1,173 @@
+//! Command-line grammar. The forms here are a contract other tools call: change with care.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+const AFTER_HELP: &str = "\
+REQUESTS
+    A REQUEST is `keyword=value/value,keyword=value` (MARS language: `step=0/to/24/by/6`,
+    `param=t/130/2t`, `date=-1`, `levelist=all`; keywords case-insensitive, unique prefixes
+    accepted) or `@FILE` naming a file of one or more MARS requests (`#` comments).
+
+CONFIGURATION
+    With no configuration haar uses the posix backend under $XDG_DATA_HOME/haar (else
+    ~/.local/share/haar). One YAML file, given by --config or $HAAR_CONFIG, selects the backend,
+    roots, fsync policy, pool size and schema:
+        backend: pmem            # posix | pmem | memory
+        roots: [/dev/shm/haar]
+        pool_size: 1073741824    # pmem: initial pool bytes (grows on demand)
+        fsync: always            # posix: always | never
+        schema: /etc/fdb/schema  # FDB5 rule language; built-in schema when absent
+    --root and --backend override the file.
+
+EXIT STATUS
+    0 success; 1 bad usage, request or input; 2 requested data missing; 3 I/O error or
+    corruption in the store.
+
+See docs/design.md for formats and the durability contract.";
+
+/// haar: a crash-safe semantic field store for weather and climate data.
+///
+/// Fields (usually GRIB messages) are archived and retrieved by their scientific metadata
+/// (MARS keys), split into database / index / datum levels by an FDB5-compatible schema.
+/// Archived fields become visible to every process at `flush`, atomically per database.
+#[derive(Debug, Parser)]
+#[command(name = "haar", version, after_long_help = AFTER_HELP, max_term_width = 100)]
+pub struct Cli {
+    /// Configuration file (YAML). Default: $HAAR_CONFIG, else built-in defaults.
+    #[arg(long, global = true, value_name = "FILE", env = "HAAR_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Store root directory (overrides the configuration's roots).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub root: Option<PathBuf>,
+    /// Backend: posix (files) or pmem (a persistent-memory pool file in the root).
+    #[arg(long, global = true, value_name = "posix|pmem")]
+    pub backend: Option<String>,
+    /// What to do.
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Archive GRIB files (every message, keys read with ecCodes) or raw files with --key,
+    /// then flush once at the end.
+    ///
+    /// A file with any fault (not GRIB, truncated or corrupt message, keys the schema does not
+    /// accept) archives nothing and is reported with its message number and byte offset; the
+    /// other files are archived. Nothing flushed before is ever touched.
+    Archive(ArchiveArgs),
+    /// List flushed fields matching a request (all fields when none is given).
+    List(ListArgs),
+    /// Write the fields of a request, in request order, to a file or stdout.
+    ///
+    /// Missing fields are listed on stderr and make the exit status 2 unless --allow-missing.
+    Retrieve(RetrieveArgs),
+    /// Show the values present for each keyword among the fields matching a request.
+    Axes(AxesArgs),
+    /// Remove fields (a dry run unless --doit). A request naming whole databases removes them
+    /// with their files; a narrower one hides the matching fields until `purge`.
+    Wipe(ModifyArgs),
+    /// Drop fields masked by a re-archive or hidden by a wipe, freeing storage (a dry run
+    /// unless --doit). Refused while a writer holds the database.
+    Purge(ModifyArgs),
+    /// Show the backend, the databases and their fields, live and dead bytes, and problems.
+    Info(InfoArgs),
+    /// Print the schema in use, or check a schema file.
+    Schema(SchemaArgs),
+    /// Measure archive/retrieve throughput and latency against raw limits measured in the
+    /// same run; print and save the figures (JSON, Markdown).
+    Bench(crate::commands::bench::BenchArgs),
+}
+
+/// `haar archive`.
+#[derive(Debug, Args)]
+pub struct ArchiveArgs {
+    /// Keys to set on every field (`k=v,k=v`): overrides GRIB keys; required for non-GRIB files.
+    #[arg(long, value_name = "k=v,...")]
+    pub key: Option<String>,
+    /// Archive only messages matching this request.
+    #[arg(long, value_name = "REQUEST")]
+    pub include: Option<String>,
+    /// Skip messages matching this request.
+    #[arg(long, value_name = "REQUEST")]
+    pub exclude: Option<String>,
+    /// Print a JSON summary.
+    #[arg(long)]
+    pub json: bool,
+    /// Input files.
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+}
+
+/// `haar list`.
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    /// Request (all fields when omitted).
+    pub request: Option<String>,
+    /// Also print where each field's bytes are and their length.
+    #[arg(long)]
+    pub location: bool,
+    /// One JSON object per field, as a JSON array.
+    #[arg(long)]
+    pub json: bool,
+    /// FDB5's `fdb-list` layout: `{db keys}{index keys}{datum keys}`.
+    #[arg(long, conflicts_with = "json")]
+    pub fdb: bool,
+}
+
+/// `haar retrieve`.
+#[derive(Debug, Args)]
+pub struct RetrieveArgs {
+    /// Request.
+    pub request: String,
+    /// Output file (written whole, then renamed into place). Default: stdout.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// Succeed even if some requested fields are missing (they are still listed on stderr).
+    #[arg(long)]
+    pub allow_missing: bool,
+}
+
+/// `haar axes`.
+#[derive(Debug, Args)]
+pub struct AxesArgs {
+    /// Request (all fields when omitted).
+    pub request: Option<String>,
+    /// JSON object keyword → values.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `haar wipe` / `haar purge`.
+#[derive(Debug, Args)]
+pub struct ModifyArgs {
+    /// Request selecting what to act on.
+    pub request: String,
+    /// Really do it (otherwise only report what would be done).
+    #[arg(long)]
+    pub doit: bool,
+    /// JSON report.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `haar info`.
+#[derive(Debug, Args)]
+pub struct InfoArgs {
+    /// Restrict to databases matching this request.
+    pub request: Option<String>,
+    /// JSON output.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `haar schema`.
+#[derive(Debug, Args)]
+pub struct SchemaArgs {
+    /// Check this schema file and report errors with line and column.
+    #[arg(long, value_name = "FILE")]
+    pub check: Option<PathBuf>,
+}

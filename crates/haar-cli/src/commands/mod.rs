@@ -1,0 +1,289 @@
+//! One function per subcommand; each parses nothing itself and formats the store's answers.
+
+pub mod bench;
+
+use std::io::{IsTerminal, Write};
+
+use haar_core::Key;
+use serde_json::json;
+
+use crate::Failure;
+use crate::args::{AxesArgs, Cli, Command, InfoArgs, ListArgs, ModifyArgs, RetrieveArgs, SchemaArgs};
+use crate::open;
+
+/// Runs the parsed command line.
+pub fn run(cli: Cli) -> Result<(), Failure> {
+    match &cli.command {
+        Command::Archive(a) => crate::archive::run(&cli, a),
+        Command::List(a) => list(&cli, a),
+        Command::Retrieve(a) => retrieve(&cli, a),
+        Command::Axes(a) => axes(&cli, a),
+        Command::Wipe(a) => wipe(&cli, a),
+        Command::Purge(a) => purge(&cli, a),
+        Command::Info(a) => info(&cli, a),
+        Command::Schema(a) => schema(&cli, a),
+        Command::Bench(a) => bench::run(&cli, a),
+    }
+}
+
+fn key_json(k: &Key) -> serde_json::Value {
+    serde_json::Value::Object(
+        k.iter()
+            .map(|(k, v)| (k.to_string(), serde_json::Value::String(v.to_string())))
+            .collect(),
+    )
+}
+
+fn out_err(e: std::io::Error) -> Failure {
+    Failure::io(format!("cannot write output: {e}"))
+}
+
+fn list(cli: &Cli, a: &ListArgs) -> Result<(), Failure> {
+    let store = open::store(cli)?;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    let mut json_items = Vec::new();
+    let mut problems = Vec::new();
+    for req in open::requests(a.request.as_deref())? {
+        for s in store.stats(&req)? {
+            problems.extend(s.problems.into_iter().map(|p| format!("database {}: {p}", s.db)));
+        }
+        for f in store.list(&req)? {
+            if a.json {
+                let mut item = json!({
+                    "db": key_json(&f.db), "index": key_json(&f.index), "datum": key_json(&f.datum),
+                    "length": f.data.length,
+                });
+                if a.location {
+                    item["location"] = json!({"object": format!("{:016x}", f.data.object), "offset": f.data.offset});
+                }
+                json_items.push(item);
+                continue;
+            }
+            let mut line = if a.fdb {
+                format!("{}{}{}", f.db.braced(), f.index.braced(), f.datum.braced())
+            } else {
+                f.key().to_string()
+            };
+            if a.location {
+                line.push_str(&format!(
+                    " object={:016x} offset={} length={}",
+                    f.data.object, f.data.offset, f.data.length
+                ));
+            }
+            writeln!(out, "{line}").map_err(out_err)?;
+        }
+    }
+    if a.json {
+        serde_json::to_writer_pretty(&mut out, &json_items).map_err(|e| out_err(e.into()))?;
+        writeln!(out).map_err(out_err)?;
+    }
+    out.flush().map_err(out_err)?;
+    for p in &problems {
+        eprintln!("haar: warning: {p}");
+    }
+    Ok(())
+}
+
+fn retrieve(cli: &Cli, a: &RetrieveArgs) -> Result<(), Failure> {
+    let store = open::store(cli)?;
+    let reqs = open::requests(Some(&a.request))?;
+    let tmp = a.output.as_ref().map(|p| {
+        let mut t = p.clone().into_os_string();
+        t.push(format!(".haar-tmp-{}", std::process::id()));
+        std::path::PathBuf::from(t)
+    });
+    if tmp.is_none() && std::io::stdout().is_terminal() {
+        return Err(Failure::usage(
+            "refusing to write GRIB bytes to a terminal: use -o FILE or redirect stdout",
+        ));
+    }
+    let mut sink: Box<dyn Write> = match &tmp {
+        Some(t) => Box::new(std::io::BufWriter::with_capacity(
+            1 << 20,
+            std::fs::File::create(t)
+                .map_err(|e| Failure::io(format!("cannot create {}: {e}", t.display())))?,
+        )),
+        None => Box::new(std::io::BufWriter::with_capacity(1 << 20, std::io::stdout().lock())),
+    };
+    let mut missing = Vec::new();
+    let mut found = 0;
+    let mut bytes = 0;
+    let result = (|| -> Result<(), Failure> {
+        for req in &reqs {
+            let rep = store.retrieve(req, |_, data| {
+                sink.write_all(data).map_err(|e| haar_store::Error::io("write", "output", e))
+            })?;
+            found += rep.found;
+            bytes += rep.bytes;
+            missing.extend(rep.missing);
+            if !rep.ignored.is_empty() {
+                eprintln!(
+                    "haar: note: keywords not used by the schema were ignored: {}",
+                    rep.ignored.join(", ")
+                );
+            }
+        }
+        sink.flush().map_err(out_err)
+    })();
+    drop(sink);
+    if let Err(e) = result {
+        if let Some(t) = &tmp {
+            let _ = std::fs::remove_file(t);
+        }
+        return Err(e);
+    }
+    eprintln!("haar: retrieved {found} field(s), {bytes} bytes");
+    let refuse = !missing.is_empty() && !a.allow_missing;
+    if let (Some(t), Some(out)) = (&tmp, &a.output) {
+        if refuse {
+            // A partial result is not left where a script would take it for a complete one.
+            let _ = std::fs::remove_file(t);
+        } else {
+            std::fs::rename(t, out).map_err(|e| {
+                Failure::io(format!("cannot rename {} to {}: {e}", t.display(), out.display()))
+            })?;
+        }
+    }
+    if !missing.is_empty() {
+        for m in missing.iter().take(20) {
+            eprintln!("haar: missing: {m}");
+        }
+        if missing.len() > 20 {
+            eprintln!("haar: … and {} more missing", missing.len() - 20);
+        }
+        if refuse {
+            return Err(Failure::missing(format!(
+                "{} requested field(s) missing{} (use --allow-missing to accept a partial result)",
+                missing.len(),
+                if a.output.is_some() { "; no output file written" } else { "" }
+            )));
+        }
+    }
+    Ok(())
+}
+
+fn axes(cli: &Cli, a: &AxesArgs) -> Result<(), Failure> {
+    let store = open::store(cli)?;
+    let mut all = std::collections::BTreeMap::<String, std::collections::BTreeSet<String>>::new();
+    for req in open::requests(a.request.as_deref())? {
+        for (k, v) in store.axes(&req)? {
+            all.entry(k).or_default().extend(v);
+        }
+    }
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&all).expect("strings serialise"));
+    } else {
+        for (k, v) in &all {
+            println!("{k}: {}", v.iter().cloned().collect::<Vec<_>>().join(", "));
+        }
+    }
+    Ok(())
+}
+
+fn wipe(cli: &Cli, a: &ModifyArgs) -> Result<(), Failure> {
+    let mut store = open::store(cli)?;
+    for req in open::requests(Some(&a.request))? {
+        let rep = store.wipe(&req, a.doit)?;
+        if a.json {
+            println!("{}", json!({"doit": a.doit, "report": rep}));
+            continue;
+        }
+        let verb = if a.doit { "wiped" } else { "would wipe" };
+        for db in &rep.databases {
+            println!("{verb} database {db}");
+        }
+        println!("{verb} {} field(s), {} bytes", rep.fields, rep.bytes);
+        if !a.doit {
+            println!("(dry run: add --doit to wipe)");
+        }
+    }
+    Ok(())
+}
+
+fn purge(cli: &Cli, a: &ModifyArgs) -> Result<(), Failure> {
+    let mut store = open::store(cli)?;
+    for req in open::requests(Some(&a.request))? {
+        let rep = store.purge(&req, a.doit)?;
+        if a.json {
+            println!("{}", json!({"doit": a.doit, "report": rep}));
+            continue;
+        }
+        let verb = if a.doit { "dropped" } else { "would drop" };
+        println!(
+            "{verb} {} masked or wiped field(s) ({} bytes) in {} database(s); freed {} bytes",
+            rep.dropped_fields, rep.dropped_bytes, rep.databases, rep.freed_bytes
+        );
+        if !a.doit {
+            println!("(dry run: add --doit to purge)");
+        }
+    }
+    Ok(())
+}
+
+fn info(cli: &Cli, a: &InfoArgs) -> Result<(), Failure> {
+    let cfg = open::config(cli)?;
+    let store = open::store(cli)?;
+    let mut dbs = Vec::new();
+    for req in open::requests(a.request.as_deref())? {
+        dbs.extend(store.stats(&req)?);
+    }
+    let backend = store.backend().info();
+    let total_fields: u64 = dbs.iter().map(|d| d.fields).sum();
+    let total_bytes: u64 = dbs.iter().map(|d| d.bytes).sum();
+    let dead_bytes: u64 = dbs.iter().map(|d| d.dead_bytes).sum();
+    let v = json!({
+        "version": env!("CARGO_PKG_VERSION"),
+        "config": cfg,
+        "backend": backend,
+        "databases": dbs,
+        "fields": total_fields,
+        "bytes": total_bytes,
+        "dead_bytes": dead_bytes,
+        "eccodes": haar_grib::eccodes_version(),
+    });
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+        return Ok(());
+    }
+    println!("haar {}  (ecCodes {})", env!("CARGO_PKG_VERSION"), haar_grib::eccodes_version());
+    println!("backend: {}", store.backend().describe());
+    for (k, val) in backend.as_object().into_iter().flatten() {
+        if k != "backend" {
+            println!("  {k}: {val}");
+        }
+    }
+    println!(
+        "schema: {}",
+        cfg.schema.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "built-in".into())
+    );
+    println!("databases: {}  fields: {total_fields}  bytes: {total_bytes}  dead bytes: {dead_bytes}", dbs.len());
+    for d in &dbs {
+        println!(
+            "  {}: {} field(s), {} bytes; {} dead ({} bytes)",
+            d.db, d.fields, d.bytes, d.dead_fields, d.dead_bytes
+        );
+        for p in &d.problems {
+            println!("    problem: {p}");
+        }
+    }
+    Ok(())
+}
+
+fn schema(cli: &Cli, a: &SchemaArgs) -> Result<(), Failure> {
+    if let Some(path) = &a.check {
+        let s = open::load_schema(path)?;
+        println!("{}: ok ({} keywords)", path.display(), s.keywords().len());
+        return Ok(());
+    }
+    let cfg = open::config(cli)?;
+    match &cfg.schema {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| Failure::usage(format!("cannot read schema {}: {e}", path.display())))?;
+            print!("{text}");
+        }
+        None => print!("{}", haar_core::schema::BUILTIN_SCHEMA),
+    }
+    Ok(())
+}

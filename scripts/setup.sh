@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs what a fresh Debian 12 machine lacks to build, test and benchmark haar.
+# Idempotent: quick when everything is present. Needs root (or sudo) for apt-get.
+set -euo pipefail
+
+need_apt=()
+dpkg -s libeccodes-dev >/dev/null 2>&1 || need_apt+=(libeccodes-dev)
+dpkg -s libeccodes-tools >/dev/null 2>&1 || need_apt+=(libeccodes-tools)
+dpkg -s fdb5 >/dev/null 2>&1 || need_apt+=(fdb5)
+dpkg -s libfdb5-dev >/dev/null 2>&1 || need_apt+=(libfdb5-dev)
+dpkg -s pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
+command -v gcc >/dev/null 2>&1 || need_apt+=(gcc)
+command -v make >/dev/null 2>&1 || need_apt+=(make)
+command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip)
+if [ ${#need_apt[@]} -gt 0 ]; then
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  echo "setup: installing ${need_apt[*]}" >&2
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${need_apt[@]}" >/dev/null
+fi
+
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "setup: cargo not found: install Rust stable (>= 1.89) with rustup, then re-run" >&2
+  exit 1
+fi
+rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy rustfmt >/dev/null 2>&1 || true
+
+# Python side of the tests: pymetkit (reference MARS request parser).
+if ! python3 -c 'import pymetkit' >/dev/null 2>&1; then
+  echo "setup: installing pymetkit (pip)" >&2
+  python3 -m pip install --quiet pymetkit 2>/dev/null \
+    || python3 -m pip install --quiet --break-system-packages pymetkit
+fi
