@@ -20,8 +20,10 @@
 
 pub mod frame;
 pub mod keys;
+pub mod synth;
 
 mod ffi;
 
 pub use frame::{FrameError, Message, MessageReader, Messages, OwnedMessage, messages};
 pub use keys::{KeyError, eccodes_version, mars_keys};
+pub use synth::{EnsembleSpec, Grid, Summary, SynthError, generate};
