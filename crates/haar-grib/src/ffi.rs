@@ -99,6 +99,8 @@ unsafe extern "C" {
 }
 
 /// ecCodes' API version as a number, e.g. 22800 for 2.28.0.
+// c_long is 32-bit on some targets, so the conversion is not useless everywhere.
+#[allow(clippy::useless_conversion)]
 pub(crate) fn api_version() -> i64 {
     // SAFETY: no arguments, returns a constant.
     i64::from(unsafe { codes_get_api_version() })
@@ -217,6 +219,7 @@ impl<'a> Handle<'a> {
     }
 
     /// `key` as a long integer.
+    #[allow(clippy::useless_conversion)] // c_long is 32-bit on some targets
     pub(crate) fn get_long(&self, key: &str) -> Result<i64, CodesError> {
         let k = cstring(key)?;
         let mut v: c_long = 0;

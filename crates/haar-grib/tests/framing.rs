@@ -9,7 +9,12 @@ use std::io::Read;
 
 /// Frame with both framers and check they agree; returns the slice framer's view
 /// as (index, offset, len, edition) or the error's (index, offset).
-fn frame_both(buf: &[u8]) -> Vec<Result<(usize, u64, usize, u8), (Option<usize>, Option<u64>)>> {
+/// (index, offset, length, edition) of a framed message.
+type Framed = (usize, u64, usize, u8);
+/// (index, offset) of a framing error.
+type FrameFault = (Option<usize>, Option<u64>);
+
+fn frame_both(buf: &[u8]) -> Vec<Result<Framed, FrameFault>> {
     let a: Vec<_> = messages(buf)
         .map(|r| {
             r.map(|m| (m.index, m.offset, m.bytes.len(), m.edition))
