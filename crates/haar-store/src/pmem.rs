@@ -119,7 +119,13 @@ impl PmemBackend {
         flock(&file, libc::LOCK_EX).map_err(|e| Error::io("lock", &path, e))?;
         let res = Self::init_or_check(&map, &path, &opts);
         let _ = flock(&file, libc::LOCK_UN);
-        let (heap_start, nslots) = res?;
+        let (heap_start, nslots, provisioned) = res?;
+        // The creating process faulted in every page; others pre-fault block by block.
+        let populated: HashSet<usize> = if provisioned {
+            (0..map.file_len().div_ceil(POPULATE_BLOCK)).collect()
+        } else {
+            HashSet::new()
+        };
         Ok(PmemBackend {
             pool: Arc::new(Pool {
                 map,
@@ -128,20 +134,28 @@ impl PmemBackend {
                 max_size: opts.max_size,
                 heap_start,
                 nslots,
-                populated: Mutex::new(HashSet::new()),
+                populated: Mutex::new(populated),
                 dbs: Mutex::new((0, HashMap::new())),
             }),
             lock_dir,
         })
     }
 
-    fn init_or_check(map: &PoolMapping, path: &Path, opts: &PmemOptions) -> Result<(u64, u64)> {
+    fn init_or_check(
+        map: &PoolMapping,
+        path: &Path,
+        opts: &PmemOptions,
+    ) -> Result<(u64, u64, bool)> {
         let len = map.refresh_len().map_err(|e| Error::io("stat", path, e))?;
         if len == 0 {
             let heap_start = (HEADER as u64 + 8 * opts.slots).next_multiple_of(4096);
             let size = opts.initial_size.max(heap_start + (16 << 20));
             map.grow(size as usize)
                 .map_err(|e| pool_grow_error(path, size, e))?;
+            // Provision: fault in (and so zero) every page now, once, instead of paying
+            // first-touch costs inside archive (several times slower than a copy into
+            // resident pages).
+            let _ = map.populate(0, size as usize);
             let mut h = [0u8; 64];
             h[0..8].copy_from_slice(MAGIC);
             h[8..12].copy_from_slice(&VERSION.to_le_bytes());
@@ -162,7 +176,7 @@ impl PmemBackend {
             unsafe { std::ptr::copy_nonoverlapping(h.as_ptr(), p, 8) };
             map.persist(0, 8)
                 .map_err(|e| Error::io("persist", path, e))?;
-            return Ok((heap_start, opts.slots));
+            return Ok((heap_start, opts.slots, true));
         }
         let h = map.slice(0, 64).ok_or_else(|| {
             corrupt(
@@ -196,7 +210,7 @@ impl PmemBackend {
         if heap_start < HEADER as u64 + 8 * nslots || heap_start as usize > len {
             return Err(corrupt(path, "heap start outside the pool"));
         }
-        Ok((heap_start, nslots))
+        Ok((heap_start, nslots, false))
     }
 
     fn lock_file(&self, db: &Key) -> Result<File> {
@@ -304,6 +318,7 @@ impl Pool {
             self.map
                 .grow(target as usize)
                 .map_err(|e| pool_grow_error(&self.path, target, e))?;
+            let _ = self.map.populate(cur as usize, (target - cur) as usize);
             self.map
                 .atomic_u64(OFF_LEN)
                 .fetch_max(target, Ordering::AcqRel);

@@ -1,14 +1,471 @@
-//! `haar bench`: placeholder replaced below.
+//! `haar bench`: the core store's performance figures, each beside a limit or peer measured in
+//! the same run (raw copy bandwidth into a mapping; the real FDB5 through its C API when the
+//! peer harness `bench/fdb5_peer` is built). Prints a table, saves JSON and, on request, a
+//! Markdown report. Never a pass/fail test: targets are printed as ratios.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::Instant;
+
 use clap::Args;
+use haar_core::Key;
+use haar_store::pmem::PmemOptions;
+use haar_store::{Backend, FsyncPolicy, PmemBackend, PosixBackend, Store, StoreOptions};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{Value, json};
 
 use crate::Failure;
 use crate::args::Cli;
 
 /// Options of `haar bench`.
 #[derive(Debug, Args)]
-pub struct BenchArgs {}
+pub struct BenchArgs {
+    /// Directory for the temporary stores (default: a new directory under /dev/shm, removed
+    /// afterwards). Use a DAX mount to measure real persistent memory.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Fields per run at 800 KiB; the 64 KiB runs use 8 times as many.
+    #[arg(long, default_value_t = 1000)]
+    pub fields: usize,
+    /// Flush after this many fields (and at the end).
+    #[arg(long, default_value_t = 100)]
+    pub flush_every: usize,
+    /// FDB5 C-API peer harness (built by bench/build-peer.sh). Default: target/fdb5_peer if it
+    /// exists; `none` to skip the peer.
+    #[arg(long, value_name = "PATH")]
+    pub fdb5_peer: Option<PathBuf>,
+    /// Where to save every figure as JSON.
+    #[arg(long, value_name = "FILE", default_value = "bench-results.json")]
+    pub json: PathBuf,
+    /// Also write a Markdown report (e.g. docs/benchmarks.md).
+    #[arg(long, value_name = "FILE")]
+    pub markdown: Option<PathBuf>,
+    /// A smaller run (a quarter of the fields, smaller raw-limit buffers).
+    #[arg(long)]
+    pub quick: bool,
+    /// Internal: run as the visibility reader of ROOT (pmem) for N fields.
+    #[arg(long, hide = true, num_args = 2, value_names = ["ROOT", "N"])]
+    pub visibility_reader: Option<Vec<String>>,
+}
+
+const MIB: f64 = 1024.0 * 1024.0;
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+/// The bench workload's key for field `i` (the FDB5 peer uses the same formula).
+fn bench_key(i: usize) -> Key {
+    Key::new()
+        .with("class", "od")
+        .with("expver", "0001")
+        .with("stream", "oper")
+        .with("date", "20261121")
+        .with("time", "1200")
+        .with("domain", "g")
+        .with("type", "fc")
+        .with("levtype", "pl")
+        .with("levelist", (i % 100 + 1).to_string())
+        .with("step", (i / 100).to_string())
+        .with("param", "130")
+}
+
+/// Field `i`'s bytes: a shared body with the field number stamped after the `GRIB` magic.
+fn stamp(body: &mut [u8], i: usize) {
+    body[4..12].copy_from_slice(&(i as u64).to_le_bytes());
+}
+
+fn body(size: usize) -> Vec<u8> {
+    let mut v = vec![0u8; size];
+    let mut x: u64 = 0x9e37_79b9_7f4a_7c15;
+    for b in v.iter_mut() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        *b = x as u8;
+    }
+    v[..4].copy_from_slice(b"GRIB");
+    let n = v.len();
+    v[n - 4..].copy_from_slice(b"7777");
+    v
+}
+
+fn pct(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return f64::NAN;
+    }
+    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[i]
+}
+
+fn bar(len: u64, what: &str) -> ProgressBar {
+    let b = ProgressBar::new(len);
+    b.set_style(
+        ProgressStyle::with_template("{spinner} {msg:28} {bar:30} {pos}/{len} {per_sec}")
+            .expect("valid template"),
+    );
+    b.set_message(what.to_string());
+    b
+}
+
+fn fail(what: &str) -> impl Fn(haar_store::Error) -> Failure + '_ {
+    move |e| Failure::io(format!("bench {what}: {e}"))
+}
+
+fn pmem_store(root: &Path, bytes: u64) -> Result<Store, Failure> {
+    let b = PmemBackend::open(
+        root,
+        PmemOptions {
+            // Provisioned: the whole run fits without growth.
+            initial_size: bytes + bytes / 8 + (64 << 20),
+            ..PmemOptions::default()
+        },
+    )
+    .map_err(fail("open pool"))?;
+    Ok(Store::with_options(Arc::new(b), StoreOptions::default()))
+}
+
+fn posix_store(root: &Path) -> Result<Store, Failure> {
+    let b: Arc<dyn Backend> =
+        Arc::new(PosixBackend::new(vec![root.to_path_buf()], FsyncPolicy::Always).map_err(fail("open posix"))?);
+    Ok(Store::with_options(b, StoreOptions::default()))
+}
+
+/// Archive + flush every `flush_every`; returns seconds.
+fn write_run(store: &mut Store, keys: &[Key], size: usize, flush_every: usize, label: &str) -> Result<f64, Failure> {
+    let mut data = body(size);
+    let pb = bar(keys.len() as u64, label);
+    let t = Instant::now();
+    for (i, k) in keys.iter().enumerate() {
+        stamp(&mut data, i);
+        store.archive(k, &data).map_err(fail("archive"))?;
+        if (i + 1) % flush_every == 0 {
+            store.flush().map_err(fail("flush"))?;
+            pb.set_position(i as u64 + 1);
+        }
+    }
+    store.flush().map_err(fail("flush"))?;
+    let secs = t.elapsed().as_secs_f64();
+    pb.finish_and_clear();
+    Ok(secs)
+}
+
+/// Retrieve one field at a time with a fresh store handle; verifies every field after timing
+/// it. Returns (seconds, per-field latencies in µs, sorted).
+fn read_run(store: &Store, keys: &[Key], size: usize, label: &str) -> Result<(f64, Vec<f64>), Failure> {
+    let mut expect = body(size);
+    let mut buf = Vec::with_capacity(size);
+    let mut lat = Vec::with_capacity(keys.len());
+    let pb = bar(keys.len() as u64, label);
+    let mut total = 0.0;
+    for (i, k) in keys.iter().enumerate() {
+        buf.clear();
+        let t = Instant::now();
+        let found = store.retrieve_key(k, &mut buf).map_err(fail("retrieve"))?;
+        let dt = t.elapsed().as_secs_f64();
+        total += dt;
+        lat.push(dt * 1e6);
+        stamp(&mut expect, i);
+        if !found || buf != expect {
+            return Err(Failure::io(format!(
+                "bench: field {k} read back wrong ({})",
+                if found { "bytes differ" } else { "missing" }
+            )));
+        }
+        if i % 64 == 0 {
+            pb.set_position(i as u64);
+        }
+    }
+    pb.finish_and_clear();
+    lat.sort_by(f64::total_cmp);
+    Ok((total, lat))
+}
+
+fn run_peer(peer: &Path, mode: &str, root: &Path, n: usize, size: usize, flush_every: usize) -> Option<Value> {
+    let out = Command::new(peer)
+        .args([mode, &root.display().to_string(), &n.to_string(), &size.to_string(), &flush_every.to_string()])
+        .stderr(Stdio::piped())
+        .output();
+    match out {
+        Ok(o) if o.status.success() => {
+            let text = String::from_utf8_lossy(&o.stdout);
+            serde_json::from_str(text.lines().last().unwrap_or("")).ok()
+        }
+        Ok(o) => {
+            eprintln!(
+                "haar bench: FDB5 peer {mode} failed: {}",
+                String::from_utf8_lossy(&o.stderr).lines().last().unwrap_or("")
+            );
+            None
+        }
+        Err(e) => {
+            eprintln!("haar bench: cannot run FDB5 peer {}: {e}", peer.display());
+            None
+        }
+    }
+}
+
+fn monotonic_ns() -> i128 {
+    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: clock_gettime writes into the timespec we own.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
+}
+
+/// Child side of the visibility measurement: spin on each key until it is visible, report the
+/// monotonic time it was first seen.
+fn visibility_reader(root: &Path, n: usize) -> Result<(), Failure> {
+    let b = PmemBackend::open(root, PmemOptions::default()).map_err(fail("open pool"))?;
+    let store = Store::with_options(Arc::new(b), StoreOptions::default());
+    let mut out = std::io::stdout().lock();
+    let mut buf = Vec::new();
+    writeln!(out, "ready").map_err(|e| Failure::io(e.to_string()))?;
+    out.flush().map_err(|e| Failure::io(e.to_string()))?;
+    for i in 0..n {
+        let k = bench_key(1_000_000 + i);
+        loop {
+            buf.clear();
+            if store.retrieve_key(&k, &mut buf).map_err(fail("retrieve"))? {
+                break;
+            }
+            std::hint::spin_loop();
+        }
+        writeln!(out, "{i} {}", monotonic_ns()).map_err(|e| Failure::io(e.to_string()))?;
+        out.flush().map_err(|e| Failure::io(e.to_string()))?;
+    }
+    Ok(())
+}
+
+/// Flush → visible in another process, in µs (sorted): writer here, reader a child process.
+fn visibility(root: &Path, n: usize) -> Result<Vec<f64>, Failure> {
+    let exe = std::env::current_exe().map_err(|e| Failure::io(format!("bench: current_exe: {e}")))?;
+    let mut store = pmem_store(root, (n * 65536) as u64)?;
+    // The database must exist before the reader starts, so it does not race creation.
+    store.archive(&bench_key(999_999), &body(4096)).map_err(fail("archive"))?;
+    store.flush().map_err(fail("flush"))?;
+    let mut child = Command::new(exe)
+        .args(["bench", "--visibility-reader", &root.display().to_string(), &n.to_string()])
+        .stdout(Stdio::piped())
+        .spawn()
+        .map_err(|e| Failure::io(format!("bench: spawn reader: {e}")))?;
+    let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
+    let mut next = || -> Result<String, Failure> {
+        lines
+            .next()
+            .ok_or_else(|| Failure::io("bench: visibility reader exited early".to_string()))?
+            .map_err(|e| Failure::io(e.to_string()))
+    };
+    next()?; // ready
+    let data = body(65536);
+    let mut lat = Vec::with_capacity(n);
+    let pb = bar(n as u64, "flush → visible (other process)");
+    for i in 0..n {
+        store.archive(&bench_key(1_000_000 + i), &data).map_err(fail("archive"))?;
+        store.flush().map_err(fail("flush"))?;
+        let returned = monotonic_ns();
+        let line = next()?;
+        let seen: i128 = line.split(' ').nth(1).and_then(|t| t.parse().ok()).unwrap_or(returned);
+        lat.push(((seen - returned).max(0) as f64) / 1000.0);
+        pb.inc(1);
+    }
+    pb.finish_and_clear();
+    let _ = child.wait();
+    lat.sort_by(f64::total_cmp);
+    Ok(lat)
+}
 
 /// Runs the benchmark.
-pub fn run(_cli: &Cli, _a: &BenchArgs) -> Result<(), Failure> {
-    Err(Failure::usage("bench: not yet built"))
+pub fn run(_cli: &Cli, a: &BenchArgs) -> Result<(), Failure> {
+    if let Some(v) = &a.visibility_reader {
+        let n = v[1].parse().map_err(|_| Failure::usage("bad N"))?;
+        return visibility_reader(Path::new(&v[0]), n);
+    }
+    if a.fields == 0 || a.flush_every == 0 {
+        return Err(Failure::usage("--fields and --flush-every must be at least 1"));
+    }
+    let base = match &a.dir {
+        Some(d) => d.clone(),
+        None if Path::new("/dev/shm").is_dir() => PathBuf::from("/dev/shm"),
+        None => std::env::temp_dir(),
+    };
+    let dir = base.join(format!("haar-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| Failure::io(format!("cannot create {}: {e}", dir.display())))?;
+    let result = run_in(a, &dir);
+    let _ = std::fs::remove_dir_all(&dir);
+    result
+}
+
+fn run_in(a: &BenchArgs, dir: &Path) -> Result<(), Failure> {
+    let scale = if a.quick { 4 } else { 1 };
+    let n_large = (a.fields / scale).max(1);
+    let peer = match &a.fdb5_peer {
+        Some(p) if p.as_os_str() == "none" => None,
+        Some(p) => Some(p.clone()),
+        None => Some(PathBuf::from("target/fdb5_peer")).filter(|p| p.exists()),
+    };
+    eprintln!("haar bench: stores in {} (removed afterwards)", dir.display());
+
+    // 1. Raw limits on the same device, in the same run.
+    let raw_bytes = if a.quick { 256 << 20 } else { 1 << 30 };
+    let pb = bar(1, "raw copy limits");
+    let raw = haar_store::persist::measure_raw_limits(dir, raw_bytes)
+        .map_err(|e| Failure::io(format!("bench: raw limits: {e}")))?;
+    pb.finish_and_clear();
+
+    let mut results = Vec::new();
+    for (size, n) in [(800 * 1024usize, n_large), (64 * 1024, n_large * 8)] {
+        let keys: Vec<Key> = (0..n).map(bench_key).collect();
+        let bytes = (size * n) as f64;
+        for backend in ["pmem", "posix"] {
+            let root = dir.join(format!("{backend}-{size}"));
+            let mut store = match backend {
+                "pmem" => pmem_store(&root, (size * n) as u64)?,
+                _ => posix_store(&root)?,
+            };
+            let label = format!("{backend} archive {} KiB", size / 1024);
+            let w = write_run(&mut store, &keys, size, a.flush_every, &label)?;
+            drop(store);
+            let reader = match backend {
+                "pmem" => pmem_store(&root, 0)?,
+                _ => posix_store(&root)?,
+            };
+            let label = format!("{backend} retrieve {} KiB", size / 1024);
+            let (r, lat) = read_run(&reader, &keys, size, &label)?;
+            drop(reader);
+            let _ = std::fs::remove_dir_all(&root);
+            results.push(json!({
+                "system": format!("haar-{backend}"), "size": size, "fields": n,
+                "write": {"seconds": w, "gib_per_s": bytes / GIB / w, "fields_per_s": n as f64 / w},
+                "read": {"seconds": r, "gib_per_s": bytes / GIB / r, "fields_per_s": n as f64 / r,
+                         "p50_us": pct(&lat, 0.5), "p99_us": pct(&lat, 0.99)},
+            }));
+        }
+        if let Some(peer) = &peer {
+            let root = dir.join(format!("fdb5-{size}"));
+            let pb = bar(1, &format!("FDB5 C API {} KiB", size / 1024));
+            let w = run_peer(peer, "write", &root, n, size, a.flush_every);
+            let r = w.as_ref().and_then(|_| run_peer(peer, "read", &root, n, size, a.flush_every));
+            pb.finish_and_clear();
+            let _ = std::fs::remove_dir_all(&root);
+            if let (Some(w), Some(r)) = (w, r) {
+                results.push(json!({"system": "fdb5-c-api", "size": size, "fields": n, "write": w, "read": r}));
+            }
+        }
+    }
+    let vis_n = if a.quick { 200 } else { 1000 };
+    let vis = visibility(&dir.join("visibility"), vis_n)?;
+
+    let machine = machine_description();
+    let report = json!({
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "machine": machine,
+        "dir": dir.display().to_string(),
+        "raw_limits": {
+            "memcpy_gbs": raw.memcpy_gbs, "nt_copy_gbs": raw.nt_copy_gbs,
+            "clwb_copy_gbs": raw.clwb_copy_gbs, "first_touch_gbs": raw.first_touch_gbs,
+            "bytes": raw.bytes, "chunk": raw.chunk,
+        },
+        "results": results,
+        "visibility_us": {"n": vis.len(), "p50": pct(&vis, 0.5), "p99": pct(&vis, 0.99), "max": pct(&vis, 1.0)},
+        "flush_every": a.flush_every,
+    });
+    let text = render(&report);
+    print!("{text}");
+    std::fs::write(&a.json, serde_json::to_string_pretty(&report).expect("json") + "\n")
+        .map_err(|e| Failure::io(format!("cannot write {}: {e}", a.json.display())))?;
+    eprintln!("haar bench: figures saved to {}", a.json.display());
+    if let Some(md) = &a.markdown {
+        std::fs::write(md, markdown(&report, &text))
+            .map_err(|e| Failure::io(format!("cannot write {}: {e}", md.display())))?;
+        eprintln!("haar bench: report written to {}", md.display());
+    }
+    Ok(())
+}
+
+fn machine_description() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+        .unwrap_or_default();
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    let mem = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| s.lines().next().map(|l| l.split_whitespace().nth(1).unwrap_or("0").to_string()))
+        .and_then(|kb| kb.parse::<f64>().ok())
+        .map(|kb| kb / 1024.0 / 1024.0)
+        .unwrap_or(0.0);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!("{cpu}, {cores} cores, {mem:.0} GiB RAM, Linux {}", kernel.trim())
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or(f64::NAN)
+}
+
+/// The human-readable table (also embedded in the Markdown report).
+fn render(r: &Value) -> String {
+    let raw = &r["raw_limits"];
+    let nt = f(&raw["nt_copy_gbs"]) * 1e9 / GIB; // GiB/s
+    let mut s = String::new();
+    s.push_str(&format!("machine: {}\n", r["machine"].as_str().unwrap_or("")));
+    s.push_str(&format!(
+        "raw limits (same run, same device): memcpy {:.2} GB/s, non-temporal copy {:.2} GB/s, memcpy+CLWB {:.2} GB/s, first touch {:.2} GB/s\n\n",
+        f(&raw["memcpy_gbs"]), f(&raw["nt_copy_gbs"]), f(&raw["clwb_copy_gbs"]), f(&raw["first_touch_gbs"])
+    ));
+    s.push_str("| system | field | fields | archive+flush GiB/s | fields/s | ÷ NT copy | ÷ FDB5 | retrieve GiB/s | fields/s | p50 µs | p99 µs | ÷ FDB5 |\n");
+    s.push_str("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    let results = r["results"].as_array().cloned().unwrap_or_default();
+    for x in &results {
+        let size = x["size"].as_u64().unwrap_or(0);
+        let peer = results.iter().find(|p| p["system"] == "fdb5-c-api" && p["size"].as_u64() == Some(size));
+        let ratio = |path: &str, what: &str| -> String {
+            match peer {
+                Some(p) if x["system"] != "fdb5-c-api" => {
+                    format!("{:.1}×", f(&x[path][what]) / f(&p[path][what]))
+                }
+                _ => "–".into(),
+            }
+        };
+        let wg = f(&x["write"]["gib_per_s"]);
+        s.push_str(&format!(
+            "| {} | {} KiB | {} | {:.2} | {:.0} | {} | {} | {:.2} | {:.0} | {:.0} | {:.0} | {} |\n",
+            x["system"].as_str().unwrap_or(""),
+            size / 1024,
+            x["fields"],
+            wg,
+            f(&x["write"]["fields_per_s"]),
+            if x["system"] == "fdb5-c-api" { "–".to_string() } else { format!("{:.0}%", 100.0 * wg / nt) },
+            ratio("write", "fields_per_s"),
+            f(&x["read"]["gib_per_s"]),
+            f(&x["read"]["fields_per_s"]),
+            f(&x["read"]["p50_us"]),
+            f(&x["read"]["p99_us"]),
+            ratio("read", "fields_per_s"),
+        ));
+    }
+    if !results.iter().any(|p| p["system"] == "fdb5-c-api") {
+        s.push_str("\n(FDB5 peer not run: build it with bench/build-peer.sh)\n");
+    }
+    let v = &r["visibility_us"];
+    s.push_str(&format!(
+        "\nflush returned → visible to a reader in another process (pmem, {} fields): p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs\n",
+        v["n"], f(&v["p50"]), f(&v["p99"]), f(&v["max"])
+    ));
+    s
+}
+
+fn markdown(r: &Value, table: &str) -> String {
+    format!(
+        "# haar benchmarks\n\nProduced by `{}` (flush every {} fields) on {}.\n\
+         Every figure is measured in the same run as the limits and the peer beside it; runs on\n\
+         this shared host vary by up to 2×, so compare ratios, not absolute numbers.\n\n\
+         - *÷ NT copy*: archive+flush bandwidth into the pool as a share of the raw non-temporal copy\n\
+           bandwidth into a pre-faulted mapping of the same directory.\n\
+         - *÷ FDB5*: fields per second relative to the real FDB5 (Debian 5.10.8) through its C API\n\
+           (`bench/fdb5_peer.c`), same keys, sizes, flush interval and directory.\n\
+         - retrieve: one field per call, a fresh store handle, every field verified after timing.\n\n{}\n",
+        r["command"].as_str().unwrap_or("haar bench"),
+        r["flush_every"],
+        r["machine"].as_str().unwrap_or(""),
+        table
+    )
 }

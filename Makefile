@@ -1,0 +1,39 @@
+# haar: one entry point for newcomers and CI. `make run` and `make test` are the README's two
+# commands; everything else is a building block.
+CARGO ?= cargo
+HAAR  := target/release/haar
+
+.PHONY: setup build peer run test lint unit crash fuzz bench clean
+
+setup:
+	@scripts/setup.sh
+
+build: setup
+	$(CARGO) build --release --workspace --bins
+
+peer: setup
+	@bench/build-peer.sh || echo "make: FDB5 peer not built; haar bench runs without it"
+
+# haar's main job on an embedded default: a temporary store under /dev/shm, no config, no
+# server; prints the figures beside the raw limits and the real FDB5, then cleans up.
+run: build peer
+	$(HAAR) bench --quick --json target/bench-quick.json
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+unit:
+	$(CARGO) test --workspace --release
+
+fuzz:
+	@if [ -x scripts/fuzz-smoke.sh ]; then scripts/fuzz-smoke.sh 20; fi
+
+test: setup lint unit fuzz
+
+# The full benchmark, writing docs/benchmarks.md.
+bench: build peer
+	$(HAAR) bench --json docs/benchmarks.json --markdown docs/benchmarks.md
+
+clean:
+	$(CARGO) clean
