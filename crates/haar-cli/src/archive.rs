@@ -64,11 +64,15 @@ fn prepare(
     }
     // Key extraction (≈1.7 ms per message in ecCodes) on every core.
     let (schema, ctx) = (store.schema(), store.context());
-    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1).min(msgs.len());
+    let threads = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+        .min(msgs.len());
     let next = AtomicUsize::new(0);
     let mut results: Vec<Option<Result<Option<SplitKey>, String>>> = Vec::new();
     results.resize_with(msgs.len(), || None);
-    let chunks: Vec<Vec<(usize, Result<Option<SplitKey>, String>)>> = std::thread::scope(|s| {
+    type Outcome = (usize, Result<Option<SplitKey>, String>);
+    let chunks: Vec<Vec<Outcome>> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..threads)
             .map(|_| {
                 s.spawn(|| {
@@ -98,7 +102,10 @@ fn prepare(
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().expect("key worker panicked")).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("key worker panicked"))
+            .collect()
     });
     for (i, r) in chunks.into_iter().flatten() {
         results[i] = Some(r);
@@ -130,8 +137,10 @@ pub fn run(cli: &Cli, a: &ArchiveArgs) -> Result<(), Failure> {
         .sum();
     let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::stderr());
     bar.set_style(
-        ProgressStyle::with_template("{bar:30} {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} {msg}")
-            .expect("valid template"),
+        ProgressStyle::with_template(
+            "{bar:30} {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} {msg}",
+        )
+        .expect("valid template"),
     );
     let start = Instant::now();
     let mut summary = Vec::new();
@@ -154,7 +163,10 @@ pub fn run(cli: &Cli, a: &ArchiveArgs) -> Result<(), Failure> {
                     fbytes += range.len() as u64;
                     n_fields += 1;
                     let secs = start.elapsed().as_secs_f64().max(1e-9);
-                    bar.set_message(format!("{n_fields} fields, {:.0} fields/s", n_fields as f64 / secs));
+                    bar.set_message(format!(
+                        "{n_fields} fields, {:.0} fields/s",
+                        n_fields as f64 / secs
+                    ));
                 }
                 n_bytes += fbytes;
                 summary.push(json!({

@@ -59,7 +59,9 @@ pub fn requests(arg: Option<&str>) -> Result<Vec<Request>, Failure> {
         let reqs = parse_requests(&text)
             .map_err(|e| Failure::usage(format!("request file {path}: {e}")))?;
         if reqs.is_empty() {
-            return Err(Failure::usage(format!("request file {path} holds no request")));
+            return Err(Failure::usage(format!(
+                "request file {path} holds no request"
+            )));
         }
         return Ok(reqs);
     }

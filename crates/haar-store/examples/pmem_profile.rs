@@ -1,9 +1,9 @@
 //! Where archive time goes in the pmem backend (developer tool).
-use std::sync::Arc;
-use std::time::Instant;
+use haar_store::conformance::field_key;
 use haar_store::pmem::PmemOptions;
 use haar_store::{PmemBackend, Store, StoreOptions};
-use haar_store::conformance::field_key;
+use std::sync::Arc;
+use std::time::Instant;
 
 fn main() {
     let dir = std::path::Path::new("/dev/shm/haar-pmem-profile");
@@ -11,11 +11,20 @@ fn main() {
     let n = 500usize;
     let size = 800 * 1024;
     let t = Instant::now();
-    let b = PmemBackend::open(dir, PmemOptions { initial_size: (n * size + (128 << 20)) as u64, ..Default::default() }).unwrap();
+    let b = PmemBackend::open(
+        dir,
+        PmemOptions {
+            initial_size: (n * size + (128 << 20)) as u64,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     println!("open+provision {:?}", t.elapsed());
     let mut store = Store::with_options(Arc::new(b), StoreOptions::default());
     let data = vec![5u8; size];
-    let keys: Vec<_> = (0..n).map(|i| field_key("20260101", (i / 100) as u32, (i % 100) as u32 + 1, "130")).collect();
+    let keys: Vec<_> = (0..n)
+        .map(|i| field_key("20260101", (i / 100) as u32, (i % 100) as u32 + 1, "130"))
+        .collect();
     let (mut ts, mut ta, mut tf) = (0.0, 0.0, 0.0);
     let t0 = Instant::now();
     for (i, k) in keys.iter().enumerate() {
@@ -32,6 +41,9 @@ fn main() {
         }
     }
     let total = t0.elapsed().as_secs_f64();
-    println!("total {total:.3}s = {:.2} GiB/s; split {ts:.3} archive {ta:.3} flush {tf:.3}", (n * size) as f64 / total / (1u64 << 30) as f64);
+    println!(
+        "total {total:.3}s = {:.2} GiB/s; split {ts:.3} archive {ta:.3} flush {tf:.3}",
+        (n * size) as f64 / total / (1u64 << 30) as f64
+    );
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -441,12 +441,12 @@ impl Backend for PmemBackend {
         let mut found = Vec::new();
         let next = self.pool.walk(scanned, |_, off| found.push(off));
         for off in found {
-            if let Ok(Some(bytes)) = self.pool.record(off, None) {
-                if let Ok(seg) = format::decode_segment(&bytes) {
-                    // A snapshot with no entries is a wipe: the database is gone.
-                    let alive = !(seg.is_snapshot() && seg.entries.is_empty());
-                    dbs.insert(seg.db, alive);
-                }
+            if let Ok(Some(bytes)) = self.pool.record(off, None)
+                && let Ok(seg) = format::decode_segment(&bytes)
+            {
+                // A snapshot with no entries is a wipe: the database is gone.
+                let alive = !(seg.is_snapshot() && seg.entries.is_empty());
+                dbs.insert(seg.db, alive);
             }
         }
         cache.0 = next;

@@ -112,7 +112,7 @@ impl PosixBackend {
                 (format::fnv1a64(&b), r)
             })
             .collect();
-        ranked.sort_by(|a, b| b.0.cmp(&a.0));
+        ranked.sort_by_key(|r| std::cmp::Reverse(r.0));
         ranked.into_iter().map(|(_, r)| r).collect()
     }
 
@@ -260,10 +260,10 @@ impl Backend for PosixBackend {
                 }
                 // A directory without a readable db.key is not a haar database (or is being
                 // wiped); it is skipped rather than failing every listing.
-                if let Ok(bytes) = fs::read(ent.path().join("db.key")) {
-                    if let Ok(key) = format::decode_db_key_file(&bytes) {
-                        out.push(key);
-                    }
+                if let Ok(bytes) = fs::read(ent.path().join("db.key"))
+                    && let Ok(key) = format::decode_db_key_file(&bytes)
+                {
+                    out.push(key);
                 }
             }
         }
@@ -642,11 +642,12 @@ impl DbReader for PosixReader {
     fn read(&self, data: &DataRef, out: &mut Vec<u8>) -> Result<()> {
         let path = || self.dir.join(format!("{:016x}.data", data.object));
         let mut files = self.data.lock().unwrap();
-        if !files.contains_key(&data.object) {
-            let f = File::open(path()).map_err(|e| Error::io("open", path(), e))?;
-            files.insert(data.object, f);
-        }
-        let f = &files[&data.object];
+        let f = match files.entry(data.object) {
+            std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
+            std::collections::hash_map::Entry::Vacant(e) => {
+                e.insert(File::open(path()).map_err(|e| Error::io("open", path(), e))?)
+            }
+        };
         let start = out.len();
         out.resize(start + data.length as usize, 0);
         f.read_exact_at(&mut out[start..], data.offset)

@@ -22,7 +22,10 @@ const SIZE: usize = 20_000;
 const BATCHES: u32 = 12;
 
 fn trials() -> usize {
-    std::env::var("HAAR_CRASH_TRIALS").ok().and_then(|v| v.parse().ok()).unwrap_or(200)
+    std::env::var("HAAR_CRASH_TRIALS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(200)
 }
 
 /// xorshift, seeded from the clock: each run kills at different moments; the seed is printed.
@@ -38,17 +41,30 @@ impl Rng {
 
 fn open(kind: &str, root: &std::path::Path) -> Store {
     let b: Arc<dyn Backend> = match kind {
-        "posix" => Arc::new(PosixBackend::new(vec![root.to_path_buf()], FsyncPolicy::Never).unwrap()),
+        "posix" => {
+            Arc::new(PosixBackend::new(vec![root.to_path_buf()], FsyncPolicy::Never).unwrap())
+        }
         _ => Arc::new(
-            PmemBackend::open(root, PmemOptions { initial_size: 64 << 20, slots: 1 << 16, ..Default::default() })
-                .unwrap(),
+            PmemBackend::open(
+                root,
+                PmemOptions {
+                    initial_size: 64 << 20,
+                    slots: 1 << 16,
+                    ..Default::default()
+                },
+            )
+            .unwrap(),
         ),
     };
     Store::with_options(b, StoreOptions::default())
 }
 
 fn run(kind: &str) {
-    let seed = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64 | 1;
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        | 1;
     eprintln!("crash test {kind}: seed {seed}, {} trials", trials());
     let mut rng = Rng(seed);
     let base = if kind == "pmem" && std::path::Path::new("/dev/shm").is_dir() {
@@ -66,7 +82,14 @@ fn run(kind: &str) {
         let mut children = Vec::new();
         for w in 0..WRITERS {
             let child = Command::new(env!("CARGO_BIN_EXE_haar-torture"))
-                .args([kind, root.to_str().unwrap(), &w.to_string(), &BATCHES.to_string(), &PER.to_string(), &SIZE.to_string()])
+                .args([
+                    kind,
+                    root.to_str().unwrap(),
+                    &w.to_string(),
+                    &BATCHES.to_string(),
+                    &PER.to_string(),
+                    &SIZE.to_string(),
+                ])
                 .stdout(Stdio::piped())
                 .spawn()
                 .expect("spawn haar-torture");
@@ -106,8 +129,14 @@ fn run(kind: &str) {
         }
     }
     verify(kind, &root, &acked);
-    eprintln!("crash test {kind}: {killed_mid} writer processes killed before finishing; acks seen per kill: {acks_at_kill:?}");
-    let landed_mid_run: usize = acks_at_kill.iter().filter(|(a, _)| **a > 0 && **a < BATCHES as usize).map(|(_, n)| n).sum();
+    eprintln!(
+        "crash test {kind}: {killed_mid} writer processes killed before finishing; acks seen per kill: {acks_at_kill:?}"
+    );
+    let landed_mid_run: usize = acks_at_kill
+        .iter()
+        .filter(|(a, _)| **a > 0 && **a < BATCHES as usize)
+        .map(|(_, n)| n)
+        .sum();
     assert!(
         landed_mid_run > trials() / 4,
         "too few kills landed between flushes ({landed_mid_run}); the test is not testing"
@@ -131,22 +160,36 @@ fn verify(kind: &str, root: &std::path::Path, acked: &BTreeMap<u32, i64>) {
                         })
                         .expect("retrieve after crash");
                     if let Some(g) = got {
-                        assert!(g == payload(&k, 0, SIZE), "{kind}: field {k} not byte-identical after crash");
+                        assert!(
+                            g == payload(&k, 0, SIZE),
+                            "{kind}: field {k} not byte-identical after crash"
+                        );
                         n += 1;
                     }
                 }
-                assert!(n == 0 || n == PER, "{kind}: batch {b} of writer {w} in {date} partly visible ({n} of {PER})");
+                assert!(
+                    n == 0 || n == PER,
+                    "{kind}: batch {b} of writer {w} in {date} partly visible ({n} of {PER})"
+                );
                 visible.push(n == PER);
             }
             let acked_b = acked.get(&w).copied().unwrap_or(-1);
             for b in 0..=acked_b.min(BATCHES as i64 - 1) {
-                assert!(visible[b as usize], "{kind}: batch {b} of writer {w} in {date} was acknowledged but is missing");
+                assert!(
+                    visible[b as usize],
+                    "{kind}: batch {b} of writer {w} in {date} was acknowledged but is missing"
+                );
             }
         }
     }
     let stats = store.stats(&Request::default()).unwrap();
     for s in stats {
-        assert!(s.problems.is_empty(), "{kind}: problems after crash in {}: {:?}", s.db, s.problems);
+        assert!(
+            s.problems.is_empty(),
+            "{kind}: problems after crash in {}: {:?}",
+            s.db,
+            s.problems
+        );
     }
 }
 

@@ -50,7 +50,6 @@ pub struct BenchArgs {
     pub visibility_reader: Option<Vec<String>>,
 }
 
-const MIB: f64 = 1024.0 * 1024.0;
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
 /// The bench workload's key for field `i` (the FDB5 peer uses the same formula).
@@ -125,13 +124,21 @@ fn pmem_store(root: &Path, bytes: u64) -> Result<Store, Failure> {
 }
 
 fn posix_store(root: &Path) -> Result<Store, Failure> {
-    let b: Arc<dyn Backend> =
-        Arc::new(PosixBackend::new(vec![root.to_path_buf()], FsyncPolicy::Always).map_err(fail("open posix"))?);
+    let b: Arc<dyn Backend> = Arc::new(
+        PosixBackend::new(vec![root.to_path_buf()], FsyncPolicy::Always)
+            .map_err(fail("open posix"))?,
+    );
     Ok(Store::with_options(b, StoreOptions::default()))
 }
 
 /// Archive + flush every `flush_every`; returns seconds.
-fn write_run(store: &mut Store, keys: &[Key], size: usize, flush_every: usize, label: &str) -> Result<f64, Failure> {
+fn write_run(
+    store: &mut Store,
+    keys: &[Key],
+    size: usize,
+    flush_every: usize,
+    label: &str,
+) -> Result<f64, Failure> {
     let mut data = body(size);
     let pb = bar(keys.len() as u64, label);
     let t = Instant::now();
@@ -151,7 +158,12 @@ fn write_run(store: &mut Store, keys: &[Key], size: usize, flush_every: usize, l
 
 /// Retrieve one field at a time with a fresh store handle; verifies every field after timing
 /// it. Returns (seconds, per-field latencies in µs, sorted).
-fn read_run(store: &Store, keys: &[Key], size: usize, label: &str) -> Result<(f64, Vec<f64>), Failure> {
+fn read_run(
+    store: &Store,
+    keys: &[Key],
+    size: usize,
+    label: &str,
+) -> Result<(f64, Vec<f64>), Failure> {
     let mut expect = body(size);
     let mut buf = Vec::with_capacity(size);
     let mut lat = Vec::with_capacity(keys.len());
@@ -180,9 +192,22 @@ fn read_run(store: &Store, keys: &[Key], size: usize, label: &str) -> Result<(f6
     Ok((total, lat))
 }
 
-fn run_peer(peer: &Path, mode: &str, root: &Path, n: usize, size: usize, flush_every: usize) -> Option<Value> {
+fn run_peer(
+    peer: &Path,
+    mode: &str,
+    root: &Path,
+    n: usize,
+    size: usize,
+    flush_every: usize,
+) -> Option<Value> {
     let out = Command::new(peer)
-        .args([mode, &root.display().to_string(), &n.to_string(), &size.to_string(), &flush_every.to_string()])
+        .args([
+            mode,
+            &root.display().to_string(),
+            &n.to_string(),
+            &size.to_string(),
+            &flush_every.to_string(),
+        ])
         .stderr(Stdio::piped())
         .output();
     match out {
@@ -193,7 +218,10 @@ fn run_peer(peer: &Path, mode: &str, root: &Path, n: usize, size: usize, flush_e
         Ok(o) => {
             eprintln!(
                 "haar bench: FDB5 peer {mode} failed: {}",
-                String::from_utf8_lossy(&o.stderr).lines().last().unwrap_or("")
+                String::from_utf8_lossy(&o.stderr)
+                    .lines()
+                    .last()
+                    .unwrap_or("")
             );
             None
         }
@@ -205,7 +233,10 @@ fn run_peer(peer: &Path, mode: &str, root: &Path, n: usize, size: usize, flush_e
 }
 
 fn monotonic_ns() -> i128 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
     // SAFETY: clock_gettime writes into the timespec we own.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
@@ -237,13 +268,21 @@ fn visibility_reader(root: &Path, n: usize) -> Result<(), Failure> {
 
 /// Flush → visible in another process, in µs (sorted): writer here, reader a child process.
 fn visibility(root: &Path, n: usize) -> Result<Vec<f64>, Failure> {
-    let exe = std::env::current_exe().map_err(|e| Failure::io(format!("bench: current_exe: {e}")))?;
+    let exe =
+        std::env::current_exe().map_err(|e| Failure::io(format!("bench: current_exe: {e}")))?;
     let mut store = pmem_store(root, (n * 65536) as u64)?;
     // The database must exist before the reader starts, so it does not race creation.
-    store.archive(&bench_key(999_999), &body(4096)).map_err(fail("archive"))?;
+    store
+        .archive(&bench_key(999_999), &body(4096))
+        .map_err(fail("archive"))?;
     store.flush().map_err(fail("flush"))?;
     let mut child = Command::new(exe)
-        .args(["bench", "--visibility-reader", &root.display().to_string(), &n.to_string()])
+        .args([
+            "bench",
+            "--visibility-reader",
+            &root.display().to_string(),
+            &n.to_string(),
+        ])
         .stdout(Stdio::piped())
         .spawn()
         .map_err(|e| Failure::io(format!("bench: spawn reader: {e}")))?;
@@ -259,11 +298,17 @@ fn visibility(root: &Path, n: usize) -> Result<Vec<f64>, Failure> {
     let mut lat = Vec::with_capacity(n);
     let pb = bar(n as u64, "flush → visible (other process)");
     for i in 0..n {
-        store.archive(&bench_key(1_000_000 + i), &data).map_err(fail("archive"))?;
+        store
+            .archive(&bench_key(1_000_000 + i), &data)
+            .map_err(fail("archive"))?;
         store.flush().map_err(fail("flush"))?;
         let returned = monotonic_ns();
         let line = next()?;
-        let seen: i128 = line.split(' ').nth(1).and_then(|t| t.parse().ok()).unwrap_or(returned);
+        let seen: i128 = line
+            .split(' ')
+            .nth(1)
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(returned);
         lat.push(((seen - returned).max(0) as f64) / 1000.0);
         pb.inc(1);
     }
@@ -280,7 +325,9 @@ pub fn run(_cli: &Cli, a: &BenchArgs) -> Result<(), Failure> {
         return visibility_reader(Path::new(&v[0]), n);
     }
     if a.fields == 0 || a.flush_every == 0 {
-        return Err(Failure::usage("--fields and --flush-every must be at least 1"));
+        return Err(Failure::usage(
+            "--fields and --flush-every must be at least 1",
+        ));
     }
     let base = match &a.dir {
         Some(d) => d.clone(),
@@ -288,7 +335,8 @@ pub fn run(_cli: &Cli, a: &BenchArgs) -> Result<(), Failure> {
         None => std::env::temp_dir(),
     };
     let dir = base.join(format!("haar-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| Failure::io(format!("cannot create {}: {e}", dir.display())))?;
+    std::fs::create_dir_all(&dir)
+        .map_err(|e| Failure::io(format!("cannot create {}: {e}", dir.display())))?;
     let result = run_in(a, &dir);
     let _ = std::fs::remove_dir_all(&dir);
     result
@@ -302,7 +350,10 @@ fn run_in(a: &BenchArgs, dir: &Path) -> Result<(), Failure> {
         Some(p) => Some(p.clone()),
         None => Some(PathBuf::from("target/fdb5_peer")).filter(|p| p.exists()),
     };
-    eprintln!("haar bench: stores in {} (removed afterwards)", dir.display());
+    eprintln!(
+        "haar bench: stores in {} (removed afterwards)",
+        dir.display()
+    );
 
     // 1. Raw limits on the same device, in the same run.
     let raw_bytes = if a.quick { 256 << 20 } else { 1 << 30 };
@@ -343,7 +394,9 @@ fn run_in(a: &BenchArgs, dir: &Path) -> Result<(), Failure> {
             let root = dir.join(format!("fdb5-{size}"));
             let pb = bar(1, &format!("FDB5 C API {} KiB", size / 1024));
             let w = run_peer(peer, "write", &root, n, size, a.flush_every);
-            let r = w.as_ref().and_then(|_| run_peer(peer, "read", &root, n, size, a.flush_every));
+            let r = w
+                .as_ref()
+                .and_then(|_| run_peer(peer, "read", &root, n, size, a.flush_every));
             pb.finish_and_clear();
             let _ = std::fs::remove_dir_all(&root);
             if let (Some(w), Some(r)) = (w, r) {
@@ -370,8 +423,11 @@ fn run_in(a: &BenchArgs, dir: &Path) -> Result<(), Failure> {
     });
     let text = render(&report);
     print!("{text}");
-    std::fs::write(&a.json, serde_json::to_string_pretty(&report).expect("json") + "\n")
-        .map_err(|e| Failure::io(format!("cannot write {}: {e}", a.json.display())))?;
+    std::fs::write(
+        &a.json,
+        serde_json::to_string_pretty(&report).expect("json") + "\n",
+    )
+    .map_err(|e| Failure::io(format!("cannot write {}: {e}", a.json.display())))?;
     eprintln!("haar bench: figures saved to {}", a.json.display());
     if let Some(md) = &a.markdown {
         std::fs::write(md, markdown(&report, &text))
@@ -384,17 +440,30 @@ fn run_in(a: &BenchArgs, dir: &Path) -> Result<(), Failure> {
 fn machine_description() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("model name")).map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_string())
+        })
         .unwrap_or_default();
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0);
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
     let mem = std::fs::read_to_string("/proc/meminfo")
         .ok()
-        .and_then(|s| s.lines().next().map(|l| l.split_whitespace().nth(1).unwrap_or("0").to_string()))
+        .and_then(|s| {
+            s.lines()
+                .next()
+                .map(|l| l.split_whitespace().nth(1).unwrap_or("0").to_string())
+        })
         .and_then(|kb| kb.parse::<f64>().ok())
         .map(|kb| kb / 1024.0 / 1024.0)
         .unwrap_or(0.0);
     let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
-    format!("{cpu}, {cores} cores, {mem:.0} GiB RAM, Linux {}", kernel.trim())
+    format!(
+        "{cpu}, {cores} cores, {mem:.0} GiB RAM, Linux {}",
+        kernel.trim()
+    )
 }
 
 fn f(v: &Value) -> f64 {
@@ -406,7 +475,10 @@ fn render(r: &Value) -> String {
     let raw = &r["raw_limits"];
     let nt = f(&raw["nt_copy_gbs"]) * 1e9 / GIB; // GiB/s
     let mut s = String::new();
-    s.push_str(&format!("machine: {}\n", r["machine"].as_str().unwrap_or("")));
+    s.push_str(&format!(
+        "machine: {}\n",
+        r["machine"].as_str().unwrap_or("")
+    ));
     s.push_str(&format!(
         "raw limits (same run, same device): memcpy {:.2} GB/s, non-temporal copy {:.2} GB/s, memcpy+CLWB {:.2} GB/s, first touch {:.2} GB/s\n\n",
         f(&raw["memcpy_gbs"]), f(&raw["nt_copy_gbs"]), f(&raw["clwb_copy_gbs"]), f(&raw["first_touch_gbs"])
@@ -416,7 +488,9 @@ fn render(r: &Value) -> String {
     let results = r["results"].as_array().cloned().unwrap_or_default();
     for x in &results {
         let size = x["size"].as_u64().unwrap_or(0);
-        let peer = results.iter().find(|p| p["system"] == "fdb5-c-api" && p["size"].as_u64() == Some(size));
+        let peer = results
+            .iter()
+            .find(|p| p["system"] == "fdb5-c-api" && p["size"].as_u64() == Some(size));
         let ratio = |path: &str, what: &str| -> String {
             match peer {
                 Some(p) if x["system"] != "fdb5-c-api" => {
@@ -433,7 +507,11 @@ fn render(r: &Value) -> String {
             x["fields"],
             wg,
             f(&x["write"]["fields_per_s"]),
-            if x["system"] == "fdb5-c-api" { "–".to_string() } else { format!("{:.0}%", 100.0 * wg / nt) },
+            if x["system"] == "fdb5-c-api" {
+                "–".to_string()
+            } else {
+                format!("{:.0}%", 100.0 * wg / nt)
+            },
             ratio("write", "fields_per_s"),
             f(&x["read"]["gib_per_s"]),
             f(&x["read"]["fields_per_s"]),

@@ -8,7 +8,9 @@ use haar_core::Key;
 use serde_json::json;
 
 use crate::Failure;
-use crate::args::{AxesArgs, Cli, Command, InfoArgs, ListArgs, ModifyArgs, RetrieveArgs, SchemaArgs};
+use crate::args::{
+    AxesArgs, Cli, Command, InfoArgs, ListArgs, ModifyArgs, RetrieveArgs, SchemaArgs,
+};
 use crate::open;
 
 /// Runs the parsed command line.
@@ -46,7 +48,11 @@ fn list(cli: &Cli, a: &ListArgs) -> Result<(), Failure> {
     let mut problems = Vec::new();
     for req in open::requests(a.request.as_deref())? {
         for s in store.stats(&req)? {
-            problems.extend(s.problems.into_iter().map(|p| format!("database {}: {p}", s.db)));
+            problems.extend(
+                s.problems
+                    .into_iter()
+                    .map(|p| format!("database {}: {p}", s.db)),
+            );
         }
         for f in store.list(&req)? {
             if a.json {
@@ -104,7 +110,10 @@ fn retrieve(cli: &Cli, a: &RetrieveArgs) -> Result<(), Failure> {
             std::fs::File::create(t)
                 .map_err(|e| Failure::io(format!("cannot create {}: {e}", t.display())))?,
         )),
-        None => Box::new(std::io::BufWriter::with_capacity(1 << 20, std::io::stdout().lock())),
+        None => Box::new(std::io::BufWriter::with_capacity(
+            1 << 20,
+            std::io::stdout().lock(),
+        )),
     };
     let mut missing = Vec::new();
     let mut found = 0;
@@ -112,7 +121,8 @@ fn retrieve(cli: &Cli, a: &RetrieveArgs) -> Result<(), Failure> {
     let result = (|| -> Result<(), Failure> {
         for req in &reqs {
             let rep = store.retrieve(req, |_, data| {
-                sink.write_all(data).map_err(|e| haar_store::Error::io("write", "output", e))
+                sink.write_all(data)
+                    .map_err(|e| haar_store::Error::io("write", "output", e))
             })?;
             found += rep.found;
             bytes += rep.bytes;
@@ -141,7 +151,11 @@ fn retrieve(cli: &Cli, a: &RetrieveArgs) -> Result<(), Failure> {
             let _ = std::fs::remove_file(t);
         } else {
             std::fs::rename(t, out).map_err(|e| {
-                Failure::io(format!("cannot rename {} to {}: {e}", t.display(), out.display()))
+                Failure::io(format!(
+                    "cannot rename {} to {}: {e}",
+                    t.display(),
+                    out.display()
+                ))
             })?;
         }
     }
@@ -156,7 +170,11 @@ fn retrieve(cli: &Cli, a: &RetrieveArgs) -> Result<(), Failure> {
             return Err(Failure::missing(format!(
                 "{} requested field(s) missing{} (use --allow-missing to accept a partial result)",
                 missing.len(),
-                if a.output.is_some() { "; no output file written" } else { "" }
+                if a.output.is_some() {
+                    "; no output file written"
+                } else {
+                    ""
+                }
             )));
         }
     }
@@ -172,7 +190,10 @@ fn axes(cli: &Cli, a: &AxesArgs) -> Result<(), Failure> {
         }
     }
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&all).expect("strings serialise"));
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&all).expect("strings serialise")
+        );
     } else {
         for (k, v) in &all {
             println!("{k}: {}", v.iter().cloned().collect::<Vec<_>>().join(", "));
@@ -246,7 +267,11 @@ fn info(cli: &Cli, a: &InfoArgs) -> Result<(), Failure> {
         println!("{}", serde_json::to_string_pretty(&v).expect("json"));
         return Ok(());
     }
-    println!("haar {}  (ecCodes {})", env!("CARGO_PKG_VERSION"), haar_grib::eccodes_version());
+    println!(
+        "haar {}  (ecCodes {})",
+        env!("CARGO_PKG_VERSION"),
+        haar_grib::eccodes_version()
+    );
     println!("backend: {}", store.backend().describe());
     for (k, val) in backend.as_object().into_iter().flatten() {
         if k != "backend" {
@@ -255,9 +280,15 @@ fn info(cli: &Cli, a: &InfoArgs) -> Result<(), Failure> {
     }
     println!(
         "schema: {}",
-        cfg.schema.as_ref().map(|p| p.display().to_string()).unwrap_or_else(|| "built-in".into())
+        cfg.schema
+            .as_ref()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|| "built-in".into())
     );
-    println!("databases: {}  fields: {total_fields}  bytes: {total_bytes}  dead bytes: {dead_bytes}", dbs.len());
+    println!(
+        "databases: {}  fields: {total_fields}  bytes: {total_bytes}  dead bytes: {dead_bytes}",
+        dbs.len()
+    );
     for d in &dbs {
         println!(
             "  {}: {} field(s), {} bytes; {} dead ({} bytes)",
@@ -279,8 +310,9 @@ fn schema(cli: &Cli, a: &SchemaArgs) -> Result<(), Failure> {
     let cfg = open::config(cli)?;
     match &cfg.schema {
         Some(path) => {
-            let text = std::fs::read_to_string(path)
-                .map_err(|e| Failure::usage(format!("cannot read schema {}: {e}", path.display())))?;
+            let text = std::fs::read_to_string(path).map_err(|e| {
+                Failure::usage(format!("cannot read schema {}: {e}", path.display()))
+            })?;
             print!("{text}");
         }
         None => print!("{}", haar_core::schema::BUILTIN_SCHEMA),
