@@ -10,6 +10,7 @@ pub mod backend;
 pub mod config;
 pub mod conformance;
 pub mod error;
+pub mod fault;
 pub mod format;
 pub mod memory;
 pub mod persist;

@@ -48,6 +48,9 @@ pub struct RetrieveReport {
     pub missing: Vec<Key>,
     /// Request keywords ignored because no schema rule uses them.
     pub ignored: Vec<String>,
+    /// Damage found in the databases of missing fields (corrupt index segments …): a missing
+    /// field may have been in them.
+    pub problems: Vec<String>,
 }
 
 /// What a wipe did (or would do).
@@ -345,7 +348,15 @@ impl Store {
             );
         }
         let p = self.pending.get_mut(&db).unwrap();
-        let data = p.writer.append(data)?;
+        let data = p.writer.append(data).map_err(|e| {
+            with_note(
+                e,
+                &format!(
+                    "archiving {}; this field is not stored, fields flushed before are intact",
+                    db.joined(&index).joined(&datum)
+                ),
+            )
+        })?;
         p.builder
             .push(&Entry::Field {
                 index: index.clone(),
@@ -572,6 +583,19 @@ impl Store {
                 report.missing.push(key);
             }
         }
+        let mut seen = HashSet::new();
+        for key in &report.missing {
+            let Ok(split) = self.schema.split(key, &self.ctx) else {
+                continue;
+            };
+            if seen.insert(split.db.clone())
+                && let Some(p) = self.with_catalogue(&split.db, |c| Ok(c.problems.clone()))?
+            {
+                report
+                    .problems
+                    .extend(p.into_iter().map(|p| format!("database {}: {p}", split.db)));
+            }
+        }
         Ok(report)
     }
 
@@ -721,6 +745,11 @@ fn annotate_flush(e: Error, db: &Key, n: usize) -> Error {
     let note = format!(
         "flush of database {db} failed; its {n} field(s) archived since the last flush are not stored and must be archived again; everything flushed before is intact"
     );
+    with_note(e, &note)
+}
+
+/// Adds what the store was doing (key, consequence) to an error's message.
+fn with_note(e: Error, note: &str) -> Error {
     match e {
         Error::Io { op, path, source } => Error::Io {
             op,

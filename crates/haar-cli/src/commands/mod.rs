@@ -127,6 +127,9 @@ fn retrieve(cli: &Cli, a: &RetrieveArgs) -> Result<(), Failure> {
             found += rep.found;
             bytes += rep.bytes;
             missing.extend(rep.missing);
+            for p in &rep.problems {
+                eprintln!("haar: warning: {p}");
+            }
             if !rep.ignored.is_empty() {
                 eprintln!(
                     "haar: note: keywords not used by the schema were ignored: {}",
