@@ -8,8 +8,14 @@ use std::time::Instant;
 fn main() {
     let dir = std::path::Path::new("/dev/shm/haar-pmem-profile");
     let _ = std::fs::remove_dir_all(dir);
-    let n = 500usize;
-    let size = 800 * 1024;
+    let size: usize = std::env::var("SIZE")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(800 * 1024);
+    let n: usize = std::env::var("N")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(500);
     let t = Instant::now();
     let b = PmemBackend::open(
         dir,

@@ -138,6 +138,28 @@ impl<'a> Cursor<'a> {
     }
 }
 
+/// Checks a key against the encoding limits without encoding it.
+pub fn check_key(key: &Key) -> Result<(), String> {
+    if key.len() > MAX_PAIRS {
+        return Err(format!("{} keywords (at most {MAX_PAIRS})", key.len()));
+    }
+    for (k, v) in key.iter() {
+        if k.len() > MAX_KEYWORD_LEN {
+            return Err(format!(
+                "keyword of {} bytes (at most {MAX_KEYWORD_LEN})",
+                k.len()
+            ));
+        }
+        if v.len() > MAX_VALUE_LEN {
+            return Err(format!(
+                "value of {k} is {} bytes (at most {MAX_VALUE_LEN})",
+                v.len()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Encodes a key (design §3). Fails if a limit is exceeded.
 pub fn encode_key(key: &Key, out: &mut Vec<u8>) -> Result<(), String> {
     if key.len() > MAX_PAIRS {
@@ -243,21 +265,31 @@ impl SegmentBuilder {
 
     /// Appends an entry.
     pub fn push(&mut self, entry: &Entry) -> Result<(), String> {
-        let mark = self.buf.len();
-        let r = match entry {
-            Entry::Field { index, datum, data } => {
-                self.buf.push(1);
-                encode_key(index, &mut self.buf)
-                    .and_then(|_| encode_key(datum, &mut self.buf))
-                    .map(|_| encode_ref(data, &mut self.buf))
-            }
+        match entry {
+            Entry::Field { index, datum, data } => self.push_parts(1, index, datum, data),
             Entry::Tombstone { index, datum } => {
-                self.buf.push(2);
-                encode_key(index, &mut self.buf)
-                    .and_then(|_| encode_key(datum, &mut self.buf))
-                    .map(|_| encode_ref(&DataRef::default(), &mut self.buf))
+                self.push_parts(2, index, datum, &DataRef::default())
             }
-        };
+        }
+    }
+
+    /// Appends a field entry from borrowed parts (the archive hot path: no key clones).
+    pub fn push_field(&mut self, index: &Key, datum: &Key, data: &DataRef) -> Result<(), String> {
+        self.push_parts(1, index, datum, data)
+    }
+
+    fn push_parts(
+        &mut self,
+        kind: u8,
+        index: &Key,
+        datum: &Key,
+        data: &DataRef,
+    ) -> Result<(), String> {
+        let mark = self.buf.len();
+        self.buf.push(kind);
+        let r = encode_key(index, &mut self.buf)
+            .and_then(|_| encode_key(datum, &mut self.buf))
+            .map(|_| encode_ref(data, &mut self.buf));
         if r.is_err() {
             self.buf.truncate(mark);
         } else {

@@ -347,6 +347,13 @@ impl Store {
                 },
             );
         }
+        // Refuse an unencodable key before its bytes are stored, so no orphan bytes remain.
+        format::check_key(&index)
+            .and_then(|_| format::check_key(&datum))
+            .map_err(|reason| Error::BadKey {
+                key: db.joined(&index).joined(&datum).to_string(),
+                reason,
+            })?;
         let p = self.pending.get_mut(&db).unwrap();
         let data = p.writer.append(data).map_err(|e| {
             with_note(
@@ -358,11 +365,7 @@ impl Store {
             )
         })?;
         p.builder
-            .push(&Entry::Field {
-                index: index.clone(),
-                datum: datum.clone(),
-                data,
-            })
+            .push_field(&index, &datum, &data)
             .map_err(|reason| Error::BadKey {
                 key: db.joined(&index).joined(&datum).to_string(),
                 reason,
