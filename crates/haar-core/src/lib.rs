@@ -31,6 +31,7 @@
 
 pub mod key;
 pub mod param;
+pub mod rendezvous;
 pub mod request;
 pub mod schema;
 mod text;
