@@ -9,10 +9,11 @@
 pub mod backend;
 pub mod config;
 pub mod conformance;
+pub mod dist;
 pub mod error;
 pub mod fault;
-pub mod frontend;
 pub mod format;
+pub mod frontend;
 pub mod memory;
 pub mod persist;
 pub mod pmem;

@@ -1,0 +1,314 @@
+//! dist and select front-ends over in-process lanes: placement by rendezvous hash, replicas,
+//! failover and read fallback (design §7). Real servers are tested in haar-net.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use haar_core::request::Request;
+use haar_core::schema::Schema;
+use haar_core::value::Context;
+use haar_core::{Key, rendezvous};
+use haar_store::conformance::{field_key, payload};
+use haar_store::dist::{DistStore, Placement, SelectStore};
+use haar_store::{
+    DbStats, Error, Field, FieldStore, MemoryBackend, PurgeReport, RetrieveReport, Sink, Store,
+    StoreOptions, WipeReport,
+};
+
+/// A lane that can be switched off, like a server that died.
+struct Switchable {
+    inner: Store,
+    down: Arc<AtomicBool>,
+    name: String,
+}
+
+impl Switchable {
+    fn check(&self) -> haar_store::Result<()> {
+        if self.down.load(Ordering::SeqCst) {
+            Err(Error::io(
+                "connect",
+                &self.name,
+                std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+            ))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl FieldStore for Switchable {
+    fn describe(&self) -> String {
+        self.name.clone()
+    }
+    fn archive(&mut self, key: &Key, data: &[u8]) -> haar_store::Result<()> {
+        self.check()?;
+        self.inner.archive(key, data)
+    }
+    fn flush(&mut self) -> haar_store::Result<()> {
+        self.check()?;
+        self.inner.flush()
+    }
+    fn retrieve(&self, req: &Request, sink: &mut Sink<'_>) -> haar_store::Result<RetrieveReport> {
+        self.check()?;
+        FieldStore::retrieve(&self.inner, req, sink)
+    }
+    fn list(&self, req: &Request) -> haar_store::Result<Vec<Field>> {
+        self.check()?;
+        self.inner.list(req)
+    }
+    fn wipe(&mut self, req: &Request, doit: bool) -> haar_store::Result<WipeReport> {
+        self.check()?;
+        self.inner.wipe(req, doit)
+    }
+    fn purge(&mut self, req: &Request, doit: bool) -> haar_store::Result<PurgeReport> {
+        self.check()?;
+        self.inner.purge(req, doit)
+    }
+    fn stats(&self, req: &Request) -> haar_store::Result<Vec<DbStats>> {
+        self.check()?;
+        self.inner.stats(req)
+    }
+}
+
+struct Cluster {
+    names: Vec<String>,
+    backends: Vec<MemoryBackend>,
+    switches: Vec<Arc<AtomicBool>>,
+}
+
+impl Cluster {
+    fn new(n: usize) -> Cluster {
+        Cluster {
+            names: (0..n).map(|i| format!("node{i}:7000")).collect(),
+            backends: (0..n).map(|_| MemoryBackend::new()).collect(),
+            switches: (0..n).map(|_| Arc::new(AtomicBool::new(false))).collect(),
+        }
+    }
+    fn dist(&self, replicas: usize, placement: Placement) -> DistStore {
+        let lanes = (0..self.names.len())
+            .map(|i| {
+                let lane: Box<dyn FieldStore> = Box::new(Switchable {
+                    inner: Store::new(self.backends[i].clone()),
+                    down: self.switches[i].clone(),
+                    name: self.names[i].clone(),
+                });
+                (self.names[i].clone(), lane)
+            })
+            .collect();
+        DistStore::new(
+            lanes,
+            replicas,
+            placement,
+            Arc::new(Schema::builtin().clone()),
+            Context::now(),
+        )
+        .unwrap()
+    }
+    fn holders(&self, key: &Key) -> Vec<usize> {
+        (0..self.names.len())
+            .filter(|&i| {
+                let s = Store::new(self.backends[i].clone());
+                let mut b = Vec::new();
+                s.retrieve_key(key, &mut b).unwrap()
+            })
+            .collect()
+    }
+    fn set_down(&self, i: usize, down: bool) {
+        self.switches[i].store(down, Ordering::SeqCst);
+    }
+}
+
+fn keys() -> Vec<Key> {
+    let mut v = Vec::new();
+    for d in 1..=8 {
+        for s in 0..5 {
+            v.push(field_key(&format!("202604{d:02}"), s, 500, "130"));
+        }
+    }
+    v
+}
+
+fn db_of(key: &Key) -> Key {
+    Schema::builtin().split(key, &Context::now()).unwrap().db
+}
+
+#[test]
+fn each_database_lives_on_its_top_lane() {
+    let c = Cluster::new(4);
+    let mut d = c.dist(1, Placement::Database);
+    for k in keys() {
+        d.archive(&k, &payload(&k, 0, 300)).unwrap();
+    }
+    d.flush().unwrap();
+    let mut used = std::collections::HashSet::new();
+    for k in keys() {
+        let top = rendezvous::rank(&c.names, &db_of(&k))[0];
+        assert_eq!(c.holders(&k), [top], "{k}");
+        used.insert(top);
+    }
+    assert!(
+        used.len() >= 3,
+        "8 databases should spread over the lanes: {used:?}"
+    );
+    // Reads through dist, in request order, byte-identical.
+    let req = Request::parse("class=od,expver=1,stream=oper,date=20260403/20260401,time=12,type=fc,levtype=pl,levelist=500,step=4/0,param=130").unwrap();
+    let mut got = Vec::new();
+    let rep = d
+        .retrieve(&req, &mut |k, b| {
+            assert!(b == payload(k, 0, 300));
+            got.push((
+                k.get("date").unwrap().to_string(),
+                k.get("step").unwrap().to_string(),
+            ));
+            Ok(())
+        })
+        .unwrap();
+    assert!(rep.missing.is_empty());
+    assert_eq!(
+        got,
+        [
+            ("20260403", "4"),
+            ("20260403", "0"),
+            ("20260401", "4"),
+            ("20260401", "0")
+        ]
+        .map(|(a, b)| (a.to_string(), b.to_string()))
+    );
+    assert_eq!(
+        d.list(&Request::parse("class=od").unwrap()).unwrap().len(),
+        40
+    );
+}
+
+#[test]
+fn field_placement_spreads_one_database() {
+    let c = Cluster::new(4);
+    let mut d = c.dist(1, Placement::Field);
+    let ks: Vec<Key> = (0..40)
+        .map(|s| field_key("20260501", s, 500, "130"))
+        .collect();
+    for k in &ks {
+        d.archive(k, &payload(k, 0, 100)).unwrap();
+    }
+    d.flush().unwrap();
+    let lanes: std::collections::HashSet<usize> = ks.iter().map(|k| c.holders(k)[0]).collect();
+    assert!(lanes.len() >= 3, "{lanes:?}");
+}
+
+#[test]
+fn replicas_survive_a_dead_lane_and_failover_is_by_hash_order() {
+    let c = Cluster::new(4);
+    let mut d = c.dist(2, Placement::Database);
+    for k in keys() {
+        d.archive(&k, &payload(&k, 0, 200)).unwrap();
+    }
+    d.flush().unwrap();
+    for k in keys() {
+        let r = rendezvous::rank(&c.names, &db_of(&k));
+        let mut want = vec![r[0], r[1]];
+        want.sort();
+        assert_eq!(c.holders(&k), want, "{k}");
+    }
+    // Kill the top lane of the first key's database: reads fall back to the replica.
+    let k0 = keys()[0].clone();
+    let top = rendezvous::rank(&c.names, &db_of(&k0))[0];
+    c.set_down(top, true);
+    let reader = c.dist(2, Placement::Database);
+    for k in keys() {
+        let mut n = 0;
+        reader
+            .retrieve(&Request::parse(&k.to_string()).unwrap(), &mut |kk, b| {
+                assert!(b == payload(kk, 0, 200));
+                n += 1;
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(n, 1, "{k} unreadable with one lane down");
+    }
+    assert_eq!(
+        reader
+            .list(&Request::parse("class=od").unwrap())
+            .unwrap()
+            .len(),
+        40
+    );
+    // A new writer skips the dead lane: the next lanes in hash order take the copies.
+    let mut w = c.dist(2, Placement::Database);
+    let k = field_key("20260401", 77, 500, "130");
+    w.archive(&k, &payload(&k, 1, 50)).unwrap();
+    w.flush().unwrap();
+    let r = rendezvous::rank(&c.names, &db_of(&k));
+    let mut want: Vec<usize> = r.iter().copied().filter(|&i| i != top).take(2).collect();
+    want.sort();
+    c.set_down(top, false);
+    assert_eq!(c.holders(&k), want);
+}
+
+#[test]
+fn a_lane_dying_with_unflushed_data_is_an_error_naming_it() {
+    let c = Cluster::new(3);
+    let mut d = c.dist(1, Placement::Database);
+    let k = field_key("20260601", 0, 500, "130");
+    d.archive(&k, &payload(&k, 0, 50)).unwrap();
+    let top = rendezvous::rank(&c.names, &db_of(&k))[0];
+    c.set_down(top, true);
+    let k2 = field_key("20260601", 1, 500, "130");
+    let e = d
+        .archive(&k2, &payload(&k2, 0, 50))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains(&c.names[top]) && e.contains("unflushed"), "{e}");
+    // With replicas 1, reads of its data name the dead server.
+    let r = c.dist(1, Placement::Database);
+    let e = r
+        .retrieve(&Request::parse(&k.to_string()).unwrap(), &mut |_, _| Ok(()))
+        .map(|rep| rep.missing.len())
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains(&c.names[top]), "{e}");
+}
+
+#[test]
+fn select_routes_by_pattern() {
+    let enfo = MemoryBackend::new();
+    let rest = MemoryBackend::new();
+    let schema = Arc::new(Schema::builtin().clone());
+    let mut s = SelectStore::new(
+        vec![
+            (
+                Request::parse("stream=enfo").unwrap(),
+                Box::new(Store::new(enfo.clone())) as Box<dyn FieldStore>,
+            ),
+            (
+                Request::default(),
+                Box::new(Store::new(rest.clone())) as Box<dyn FieldStore>,
+            ),
+        ],
+        schema,
+        Context::now(),
+    )
+    .unwrap();
+    let oper = field_key("20260701", 0, 500, "130");
+    let ens = Key::parse("class=od,expver=0001,stream=enfo,date=20260701,time=1200,domain=g,type=pf,levtype=pl,levelist=500,step=0,number=3,param=130").unwrap();
+    s.archive(&oper, b"GRIB-oper-7777").unwrap();
+    s.archive(&ens, b"GRIB-enfo-7777").unwrap();
+    s.flush().unwrap();
+    let mut b = Vec::new();
+    assert!(Store::new(enfo.clone()).retrieve_key(&ens, &mut b).unwrap());
+    assert!(!Store::new(enfo).retrieve_key(&oper, &mut b).unwrap());
+    assert!(Store::new(rest).retrieve_key(&oper, &mut b).unwrap());
+    assert_eq!(
+        s.list(&Request::parse("date=20260701").unwrap())
+            .unwrap()
+            .len(),
+        2
+    );
+    let mut n = 0;
+    s.retrieve(&Request::parse(&ens.to_string()).unwrap(), &mut |_, d| {
+        assert_eq!(d, b"GRIB-enfo-7777");
+        n += 1;
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(n, 1);
+}
