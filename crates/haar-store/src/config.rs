@@ -109,3 +109,200 @@ impl Config {
         })
     }
 }
+
+/// A front-end described by the configuration file (design §7). A file without `type` is a
+/// local store ([`Config`]).
+///
+/// ```yaml
+/// type: select
+/// routes:
+///   - match: stream=enfo
+///     store: {type: dist, replicas: 2, lanes: [{type: remote, server: "n1:7000"}, {type: remote, server: "n2:7000"}]}
+///   - match: ""
+///     store: {type: local, backend: posix, roots: [/data/haar]}
+/// ```
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+pub enum FrontendConfig {
+    /// A local store.
+    Local {
+        /// Its configuration.
+        #[serde(flatten)]
+        store: Config,
+    },
+    /// One `haar serve` server.
+    Remote {
+        /// `host:port`.
+        server: String,
+    },
+    /// Rendezvous hashing over lanes.
+    Dist {
+        /// The lanes (usually `remote`).
+        lanes: Vec<FrontendConfig>,
+        /// Copies of every field.
+        #[serde(default = "one")]
+        replicas: usize,
+        /// What the hash places.
+        #[serde(default)]
+        placement: crate::dist::Placement,
+    },
+    /// Routing by key patterns; first match wins on archive.
+    Select {
+        /// Pattern → front-end.
+        routes: Vec<Route>,
+    },
+}
+
+fn one() -> usize {
+    1
+}
+
+/// One `select` route.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Route {
+    /// A request pattern (`stream=enfo/efov`); empty matches everything.
+    #[serde(rename = "match")]
+    pub pattern: String,
+    /// Where matching fields go.
+    pub store: FrontendConfig,
+}
+
+/// Opens a remote front-end for `host:port` (provided by the network layer).
+pub type RemoteFactory<'a> = &'a dyn Fn(&str) -> Result<Box<dyn crate::FieldStore>>;
+
+impl FrontendConfig {
+    /// Parses a configuration file's text: a front-end if it has `type`, else a local store.
+    pub fn from_yaml(text: &str, origin: &str) -> Result<FrontendConfig> {
+        let value: serde_yaml_ng::Value =
+            serde_yaml_ng::from_str(text).map_err(|e| Error::Config(format!("{origin}: {e}")))?;
+        let typed = value
+            .as_mapping()
+            .is_some_and(|m| m.contains_key(serde_yaml_ng::Value::from("type")));
+        if typed {
+            serde_yaml_ng::from_value(value).map_err(|e| Error::Config(format!("{origin}: {e}")))
+        } else {
+            Ok(FrontendConfig::Local {
+                store: Config::from_yaml(text, origin)?,
+            })
+        }
+    }
+
+    /// A short name (lane names in `dist` are these).
+    pub fn name(&self) -> String {
+        match self {
+            FrontendConfig::Local { store } => {
+                let roots: Vec<String> = store
+                    .roots
+                    .iter()
+                    .map(|r| r.display().to_string())
+                    .collect();
+                roots.join(",")
+            }
+            FrontendConfig::Remote { server } => server.clone(),
+            FrontendConfig::Dist { lanes, .. } => {
+                format!(
+                    "dist[{}]",
+                    lanes.iter().map(|l| l.name()).collect::<Vec<_>>().join(",")
+                )
+            }
+            FrontendConfig::Select { .. } => "select".into(),
+        }
+    }
+
+    /// Builds the front-end; `remote` opens `remote` lanes.
+    pub fn open(
+        &self,
+        opts: &crate::StoreOptions,
+        remote: RemoteFactory<'_>,
+    ) -> Result<Box<dyn crate::FieldStore>> {
+        Ok(match self {
+            FrontendConfig::Local { store } => {
+                let mut opts = opts.clone();
+                if let Some(path) = &store.schema {
+                    let text = std::fs::read_to_string(path).map_err(|e| {
+                        Error::Config(format!("cannot read schema {}: {e}", path.display()))
+                    })?;
+                    opts.schema =
+                        Arc::new(haar_core::Schema::parse(&text).map_err(|e| {
+                            Error::Config(format!("schema {}: {e}", path.display()))
+                        })?);
+                }
+                Box::new(crate::Store::with_options(store.open_backend()?, opts))
+            }
+            FrontendConfig::Remote { server } => remote(server)?,
+            FrontendConfig::Dist {
+                lanes,
+                replicas,
+                placement,
+            } => {
+                let mut opened = Vec::new();
+                for l in lanes {
+                    opened.push((l.name(), l.open(opts, remote)?));
+                }
+                Box::new(crate::dist::DistStore::new(
+                    opened,
+                    *replicas,
+                    *placement,
+                    opts.schema.clone(),
+                    opts.context.clone(),
+                )?)
+            }
+            FrontendConfig::Select { routes } => {
+                let mut opened = Vec::new();
+                for r in routes {
+                    let pattern = haar_core::Request::parse(&r.pattern).map_err(|e| {
+                        Error::Config(format!("select pattern {:?}: {e}", r.pattern))
+                    })?;
+                    opened.push((pattern, r.store.open(opts, remote)?));
+                }
+                Box::new(crate::dist::SelectStore::new(
+                    opened,
+                    opts.schema.clone(),
+                    opts.context.clone(),
+                )?)
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn untyped_file_is_a_local_store() {
+        let c = FrontendConfig::from_yaml("backend: pmem\nroots: [/dev/shm/x]\n", "t").unwrap();
+        assert!(matches!(c, FrontendConfig::Local { store } if store.backend == BackendKind::Pmem));
+    }
+
+    #[test]
+    fn nested_front_ends_parse_and_unknown_fields_are_refused() {
+        let text = "type: select\nroutes:\n  - match: stream=enfo\n    store: {type: dist, replicas: 2, lanes: [{type: remote, server: 'a:1'}, {type: remote, server: 'b:1'}]}\n  - match: ''\n    store: {type: local, backend: memory}\n";
+        let c = FrontendConfig::from_yaml(text, "t").unwrap();
+        let FrontendConfig::Select { routes } = &c else {
+            panic!("{c:?}")
+        };
+        assert_eq!(routes.len(), 2);
+        assert!(
+            matches!(&routes[0].store, FrontendConfig::Dist { replicas: 2, lanes, .. } if lanes.len() == 2)
+        );
+        let e = FrontendConfig::from_yaml("type: dist\nlanes: []\nreplica: 2\n", "cfg.yaml")
+            .unwrap_err();
+        assert!(
+            e.to_string().contains("cfg.yaml") && e.to_string().contains("replica"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn opens_select_over_local_memory_stores() {
+        let text = "type: select\nroutes:\n  - match: stream=enfo\n    store: {type: local, backend: memory}\n  - match: ''\n    store: {type: local, backend: memory}\n";
+        let c = FrontendConfig::from_yaml(text, "t").unwrap();
+        let no_remote = |s: &str| -> Result<Box<dyn crate::FieldStore>> {
+            Err(Error::Config(format!("no remote {s}")))
+        };
+        let f = c.open(&crate::StoreOptions::default(), &no_remote).unwrap();
+        assert!(f.describe().starts_with("select("));
+    }
+}

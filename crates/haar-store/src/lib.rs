@@ -21,7 +21,7 @@ pub mod posix;
 pub mod store;
 
 pub use backend::{Backend, Capabilities, Committed, DbReader, DbWriter, Exclusive};
-pub use config::{BackendKind, Config};
+pub use config::{BackendKind, Config, FrontendConfig, Route};
 pub use error::{Error, Result};
 pub use frontend::{Event, FieldStore, Sink};
 pub use memory::MemoryBackend;
