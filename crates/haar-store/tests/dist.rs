@@ -12,7 +12,7 @@ use haar_store::conformance::{field_key, payload};
 use haar_store::dist::{DistStore, Placement, SelectStore};
 use haar_store::{
     DbStats, Error, Field, FieldStore, MemoryBackend, PurgeReport, RetrieveReport, Sink, Store,
-    StoreOptions, WipeReport,
+    WipeReport,
 };
 
 /// A lane that can be switched off, like a server that died.
