@@ -69,6 +69,17 @@ pub enum Error {
     /// A configuration that cannot be used.
     #[error("configuration: {0}")]
     Config(String),
+    /// A request a remote server refused or could not satisfy (bad key or request, refused
+    /// access); connection and server-side I/O failures are [`Error::Io`] naming the server.
+    #[error("server {server}: {message}")]
+    Remote {
+        /// `host:port`.
+        server: String,
+        /// The server's message, with what to do.
+        message: String,
+        /// The exit code the server assigned (1 usage, 2 missing, 3 I/O).
+        exit_code: i32,
+    },
 }
 
 impl Error {
@@ -85,6 +96,7 @@ impl Error {
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::BadKey { .. } | Error::BadRequest { .. } | Error::Config(_) => 1,
+            Error::Remote { exit_code, .. } => *exit_code,
             Error::Io { .. }
             | Error::Corrupt { .. }
             | Error::Busy { .. }

@@ -1,0 +1,157 @@
+//! Shared-secret authentication (design §8): nonces, HMAC-SHA256 proofs, token sources.
+//!
+//! Pure except for [`nonce`] (reads the OS random source) and [`load_token`] (reads a file or
+//! the environment). Tokens are never sent over the wire, only proofs bound to both nonces.
+
+use std::io::Read;
+use std::path::Path;
+
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+use crate::protocol::Access;
+
+type HmacSha256 = Hmac<Sha256>;
+
+/// The environment variable holding the token for servers and clients.
+pub const TOKEN_ENV: &str = "HAAR_TOKEN";
+
+/// 32 random bytes from the OS, hex-encoded.
+pub fn nonce() -> String {
+    let mut b = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut b))
+        .expect("the OS random source /dev/urandom is readable");
+    hex(&b)
+}
+
+/// Lower-case hex.
+pub fn hex(b: &[u8]) -> String {
+    let mut s = String::with_capacity(b.len() * 2);
+    for x in b {
+        s.push_str(&format!("{x:02x}"));
+    }
+    s
+}
+
+fn mac(token: &str, label: &[u8], first: &str, second: &str) -> String {
+    let mut m = HmacSha256::new_from_slice(token.as_bytes()).expect("HMAC takes any key length");
+    m.update(label);
+    m.update(first.as_bytes());
+    m.update(second.as_bytes());
+    hex(&m.finalize().into_bytes())
+}
+
+/// The client's proof: `hex(HMAC-SHA256(token, "haar-auth-v1" ‖ server_nonce ‖ client_nonce))`.
+pub fn client_proof(token: &str, server_nonce: &str, client_nonce: &str) -> String {
+    mac(token, b"haar-auth-v1", server_nonce, client_nonce)
+}
+
+/// The server's proof: `hex(HMAC-SHA256(token, "haar-server-v1" ‖ client_nonce ‖ server_nonce))`.
+pub fn server_proof(token: &str, client_nonce: &str, server_nonce: &str) -> String {
+    mac(token, b"haar-server-v1", client_nonce, server_nonce)
+}
+
+/// Compares in time independent of where the strings differ.
+pub fn constant_time_eq(a: &str, b: &str) -> bool {
+    a.len() == b.len()
+        && a.bytes()
+            .zip(b.bytes())
+            .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+            == 0
+}
+
+/// The tokens a server accepts.
+#[derive(Clone, Default)]
+pub struct Tokens {
+    /// Grants reads and writes.
+    pub read_write: Option<String>,
+    /// Grants reads only.
+    pub read_only: Option<String>,
+}
+
+impl std::fmt::Debug for Tokens {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print a secret.
+        f.debug_struct("Tokens")
+            .field("read_write", &self.read_write.as_ref().map(|_| "…"))
+            .field("read_only", &self.read_only.as_ref().map(|_| "…"))
+            .finish()
+    }
+}
+
+impl Tokens {
+    /// Which access (and which token) a client proof shows, if any.
+    pub fn check(
+        &self,
+        proof: &str,
+        server_nonce: &str,
+        client_nonce: &str,
+    ) -> Option<(Access, &str)> {
+        let candidates = [
+            (Access::ReadWrite, self.read_write.as_deref()),
+            (Access::ReadOnly, self.read_only.as_deref()),
+        ];
+        candidates.into_iter().find_map(|(access, token)| {
+            let token = token?;
+            constant_time_eq(&client_proof(token, server_nonce, client_nonce), proof)
+                .then_some((access, token))
+        })
+    }
+}
+
+/// Reads a token: the file's content (trimmed) if a file is given, else `$HAAR_TOKEN`.
+/// An empty token is refused: it would authenticate anyone.
+pub fn load_token(file: Option<&Path>) -> Result<Option<String>, String> {
+    let token = match file {
+        Some(p) => Some(
+            std::fs::read_to_string(p)
+                .map_err(|e| format!("cannot read token file {}: {e}", p.display()))?
+                .trim()
+                .to_string(),
+        ),
+        None => std::env::var(TOKEN_ENV).ok().map(|t| t.trim().to_string()),
+    };
+    match token {
+        Some(t) if t.is_empty() => Err(match file {
+            Some(p) => format!("token file {} is empty", p.display()),
+            None => format!("${TOKEN_ENV} is empty"),
+        }),
+        t => Ok(t),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn proofs_bind_token_and_both_nonces() {
+        let p = client_proof("secret", "s", "c");
+        assert_eq!(p.len(), 64);
+        assert_ne!(p, client_proof("other", "s", "c"));
+        assert_ne!(p, client_proof("secret", "c", "s"));
+        assert_ne!(p, server_proof("secret", "s", "c"));
+        let t = Tokens {
+            read_write: Some("rw".into()),
+            read_only: Some("ro".into()),
+        };
+        assert_eq!(
+            t.check(&client_proof("rw", "s", "c"), "s", "c").unwrap().0,
+            Access::ReadWrite
+        );
+        assert_eq!(
+            t.check(&client_proof("ro", "s", "c"), "s", "c").unwrap().0,
+            Access::ReadOnly
+        );
+        assert!(t.check(&client_proof("xx", "s", "c"), "s", "c").is_none());
+        assert!(Tokens::default().check(&p, "s", "c").is_none());
+        assert!(!format!("{t:?}").contains("rw\""));
+    }
+
+    #[test]
+    fn nonces_differ() {
+        assert_ne!(nonce(), nonce());
+        assert_eq!(nonce().len(), 64);
+    }
+}

@@ -1,0 +1,294 @@
+//! Server and client in one process (fast, deterministic): the protocol paths, auth, errors,
+//! hostile keys, watch replay/stream, wait. Real-process tests are in haar-cli/tests/net_*.rs.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use haar_core::Key;
+use haar_core::request::Request;
+use haar_net::auth::Tokens;
+use haar_net::protocol::{self, Kind, Limits};
+use haar_net::{ClientConfig, RemoteStore, Server, ServerConfig, Target, WaitOutcome};
+use haar_store::{FieldStore, FsyncPolicy, PosixBackend, StoreOptions};
+
+fn key(step: u32, param: u32) -> Key {
+    Key::parse(&format!(
+        "class=od,expver=1,stream=oper,date=20261121,time=12,domain=g,type=fc,levtype=sfc,step={step},param={param}"
+    ))
+    .unwrap()
+}
+
+fn data(step: u32, param: u32, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u32 ^ step.wrapping_mul(31) ^ param) as u8)
+        .collect()
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    root: std::path::PathBuf,
+    addr: SocketAddr,
+}
+
+fn start() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let backend = PosixBackend::new(vec![root.clone()], FsyncPolicy::Never).unwrap();
+    let target = Target::Local {
+        backend: Arc::new(backend),
+        options: StoreOptions::default(),
+    };
+    let config = ServerConfig {
+        tokens: Tokens {
+            read_write: Some("rw-secret".into()),
+            read_only: Some("ro-secret".into()),
+        },
+        tls: None,
+    };
+    let addr = Server::bind("127.0.0.1:0", target, config)
+        .unwrap()
+        .spawn()
+        .unwrap();
+    Fixture {
+        _dir: dir,
+        root,
+        addr,
+    }
+}
+
+fn cfg(token: Option<&str>) -> ClientConfig {
+    ClientConfig {
+        token: token.map(str::to_string),
+        ..ClientConfig::default()
+    }
+}
+
+#[test]
+fn archive_flush_retrieve_list_byte_identical() {
+    let f = start();
+    let addr = f.addr.to_string();
+    let mut c = RemoteStore::connect(&addr, &cfg(Some("rw-secret"))).unwrap();
+    for step in 0..4 {
+        for param in [130, 167] {
+            c.archive(
+                &key(step, param),
+                &data(step, param, 100_000 + step as usize),
+            )
+            .unwrap();
+        }
+    }
+    // Private until flushed.
+    let other = RemoteStore::connect(&addr, &cfg(Some("ro-secret"))).unwrap();
+    assert!(other.list(&Request::default()).unwrap().is_empty());
+    c.flush().unwrap();
+    assert_eq!(other.list(&Request::default()).unwrap().len(), 8);
+    let req = Request::parse(
+        "class=od,expver=1,stream=oper,date=20261121,time=12,type=fc,levtype=sfc,step=0/1/2/3,param=130/167/999",
+    )
+    .unwrap();
+    let mut got = Vec::new();
+    let report = other
+        .retrieve(&req, &mut |k, d| {
+            got.push((k.clone(), d.to_vec()));
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(report.found, 8, "{report:?}");
+    assert_eq!(report.missing.len(), 4);
+    for (k, d) in &got {
+        let step: u32 = k.get("step").unwrap().parse().unwrap();
+        let param: u32 = k.get("param").unwrap().parse().unwrap();
+        assert_eq!(d, &data(step, param, 100_000 + step as usize));
+    }
+    let axes = other.axes(&Request::default()).unwrap();
+    assert_eq!(axes["step"].len(), 4);
+    let stats = other.stats(&Request::default()).unwrap();
+    assert_eq!(stats.iter().map(|s| s.fields).sum::<u64>(), 8);
+    // Read-only: writes refused with the operation named.
+    let mut ro = other;
+    let e = ro.archive(&key(9, 130), b"x").unwrap_err().to_string();
+    assert!(e.contains("read-only"), "{e}");
+    let e = ro
+        .wipe(&Request::parse("class=od").unwrap(), true)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("WIPE refused") && e.contains("read-only"), "{e}");
+    let w = c
+        .wipe(&Request::parse("class=od,step=0").unwrap(), true)
+        .unwrap();
+    assert_eq!(w.fields, 2);
+    assert_eq!(c.list(&Request::default()).unwrap().len(), 6);
+}
+
+#[test]
+fn auth_refusals_are_clear() {
+    let f = start();
+    let addr = f.addr.to_string();
+    let e = RemoteStore::connect(&addr, &cfg(None))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("token rejected") && e.contains("HAAR_TOKEN"),
+        "{e}"
+    );
+    let e = RemoteStore::connect(&addr, &cfg(Some("wrong")))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("token rejected") && e.contains(&addr), "{e}");
+    let e = RemoteStore::connect("127.0.0.1:1", &cfg(Some("x")))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("is `haar serve` running there?"), "{e}");
+}
+
+#[test]
+fn version_mismatch_is_refused_naming_both_versions() {
+    let f = start();
+    let mut s = TcpStream::connect(f.addr).unwrap();
+    let hello = protocol::to_meta(&protocol::Hello {
+        version: 99,
+        client: "time traveller".into(),
+        nonce: "00".into(),
+    });
+    s.write_all(&protocol::encode(Kind::Hello, 0, 0, &hello, &[]).unwrap())
+        .unwrap();
+    let mut buf = Vec::new();
+    s.read_to_end(&mut buf).unwrap();
+    let (frame, _) = protocol::decode(&buf, Limits::HANDSHAKE).unwrap();
+    assert_eq!(frame.kind(), Some(Kind::Refused));
+    let r: protocol::Refused = frame.meta().unwrap();
+    assert!(
+        r.reason.contains("version 99") && r.reason.contains("version 1"),
+        "{}",
+        r.reason
+    );
+}
+
+#[test]
+fn deferred_archive_errors_are_reported_by_flush() {
+    let f = start();
+    let mut c = RemoteStore::connect(&f.addr.to_string(), &cfg(Some("rw-secret"))).unwrap();
+    c.archive(&key(0, 130), b"good").unwrap();
+    c.archive(&Key::parse("nonsense=1").unwrap(), b"bad")
+        .unwrap();
+    let e = c.flush().unwrap_err();
+    let m = e.to_string();
+    assert!(
+        m.contains("1 archive(s) failed") && m.contains("nonsense"),
+        "{m}"
+    );
+    assert_eq!(e.exit_code(), 1);
+    assert_eq!(c.list(&Request::default()).unwrap().len(), 1);
+    // The session continues normally.
+    c.archive(&key(1, 130), b"more").unwrap();
+    c.flush().unwrap();
+}
+
+#[test]
+fn hostile_keys_never_leave_the_root() {
+    let f = start();
+    let mut c = RemoteStore::connect(&f.addr.to_string(), &cfg(Some("rw-secret"))).unwrap();
+    let hostile = [
+        "../../../../tmp/haar-escape",
+        "/etc/passwd",
+        "..",
+        ".",
+        "a/../../b",
+        "\0nul",
+        "%2e%2e",
+    ];
+    for (i, h) in hostile.iter().enumerate() {
+        let mut k = Key::new();
+        for (kw, v) in key(0, 130).iter() {
+            match kw {
+                "class" | "expver" | "stream" => k.push(kw, *h),
+                "step" => k.push(kw, i.to_string()),
+                _ => k.push(kw, v),
+            }
+        }
+        c.archive(&k, b"hostile").unwrap();
+    }
+    let _ = c.flush();
+    let parent = f.root.parent().unwrap();
+    for entry in std::fs::read_dir(parent).unwrap() {
+        let name = entry.unwrap().file_name();
+        assert_eq!(name, "root", "something was created beside the root");
+    }
+    assert!(!std::path::Path::new("/tmp/haar-escape").exists());
+    for entry in std::fs::read_dir(&f.root).unwrap() {
+        let name = entry.unwrap().file_name().into_string().unwrap();
+        assert!(!name.contains('/') && name != ".." && name != ".", "{name}");
+    }
+    let e = c.list(&Request::parse("class=../../etc").unwrap()).unwrap();
+    assert!(e.is_empty());
+}
+
+#[test]
+fn watch_replays_then_streams_exactly_once_and_wait_completes() {
+    let f = start();
+    let addr = f.addr.to_string();
+    let rw = cfg(Some("rw-secret"));
+    let mut c = RemoteStore::connect(&addr, &rw).unwrap();
+    c.archive(&key(0, 130), b"a").unwrap();
+    c.archive(&key(0, 167), b"b").unwrap();
+    c.flush().unwrap();
+    let req = Request::parse("class=od,step=0/1,param=130/167").unwrap();
+    let mut w = RemoteStore::connect(&addr, &rw)
+        .unwrap()
+        .watch(&req)
+        .unwrap();
+    let (e1, m1) = w.next_event().unwrap().unwrap();
+    let (_, m2) = w.next_event().unwrap().unwrap();
+    assert!(m1.replay && m2.replay);
+    assert_eq!(e1.origin, addr);
+    let wait_req = Request::parse(
+        "class=od,expver=1,stream=oper,date=20261121,time=12,type=fc,levtype=sfc,step=1,param=130/167",
+    )
+    .unwrap();
+    let short = c.wait(&wait_req, Duration::from_millis(200)).unwrap();
+    match short {
+        WaitOutcome::TimedOut { missing } => assert_eq!(missing.len(), 2),
+        o => panic!("{o:?}"),
+    }
+    let waiter = {
+        let addr = addr.clone();
+        let rw = rw.clone();
+        let wait_req = wait_req.clone();
+        std::thread::spawn(move || {
+            let t = Instant::now();
+            let r = haar_net::wait(
+                &[addr],
+                &rw,
+                &wait_req,
+                &StoreOptions::default(),
+                Duration::from_secs(20),
+            )
+            .unwrap();
+            (r, t.elapsed())
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    c.archive(&key(1, 130), b"c").unwrap();
+    c.archive(&key(5, 130), b"not watched").unwrap();
+    c.flush().unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(
+        !waiter.is_finished(),
+        "wait returned before the step was complete"
+    );
+    c.archive(&key(1, 167), b"d").unwrap();
+    c.flush().unwrap();
+    let (r, took) = waiter.join().unwrap();
+    assert_eq!(r, WaitOutcome::Complete { fields: 2 });
+    assert!(took >= Duration::from_millis(300));
+    let (e3, m3) = w.next_event().unwrap().unwrap();
+    let (e4, m4) = w.next_event().unwrap().unwrap();
+    assert!(!m3.replay && !m4.replay && m4.seq > m3.seq);
+    assert_eq!(e3.key.get("step"), Some("1"));
+    assert_eq!(e4.key.get("param"), Some("167"));
+}
