@@ -41,23 +41,25 @@ fn prepare(
     exclude: &Option<Request>,
 ) -> Result<Prepared, String> {
     let name = path.display();
-    let is_grib = bytes.windows(4).take(1 << 16).any(|w| w == b"GRIB");
-    if !is_grib {
-        if overrides.is_empty() {
-            return Err(format!(
-                "{name}: not a GRIB file (no GRIB message found); to archive raw bytes give their key with --key k=v,..."
-            ));
-        }
-        let split = store.split(overrides).map_err(|e| format!("{name}: {e}"))?;
-        return Ok(Prepared {
-            fields: vec![(split, 0..bytes.len())],
-            skipped: 0,
-        });
-    }
     let mut msgs = Vec::new();
     for m in haar_grib::messages(bytes) {
-        let m = m.map_err(|e| format!("{name}: {e}"))?;
-        msgs.push((m.index, m.offset as usize, m.bytes.len()));
+        match m {
+            Ok(m) => msgs.push((m.index, m.offset as usize, m.bytes.len())),
+            // No GRIB message at all: raw bytes, archived whole under --key.
+            Err(haar_grib::FrameError::NotGrib { .. }) if msgs.is_empty() => {
+                if overrides.is_empty() {
+                    return Err(format!(
+                        "{name}: not a GRIB file (no GRIB message found); to archive raw bytes give their key with --key k=v,..."
+                    ));
+                }
+                let split = store.split(overrides).map_err(|e| format!("{name}: {e}"))?;
+                return Ok(Prepared {
+                    fields: vec![(split, 0..bytes.len())],
+                    skipped: 0,
+                });
+            }
+            Err(e) => return Err(format!("{name}: {e}")),
+        }
     }
     if msgs.is_empty() {
         return Err(format!("{name}: no complete GRIB message"));
@@ -123,7 +125,12 @@ fn prepare(
 
 /// Runs `haar archive`.
 pub fn run(cli: &Cli, a: &ArchiveArgs) -> Result<(), Failure> {
-    let mut store = open::store(cli)?;
+    // With --servers the local store only splits keys (in memory); fields go to the servers.
+    let mut remote = open::remote(cli)?;
+    let mut store = match remote {
+        Some(_) => open::normaliser(cli)?,
+        None => open::store(cli)?,
+    };
     let overrides = match &a.key {
         Some(k) => Key::parse(k).map_err(|e| Failure::usage(format!("--key {k:?}: {e}")))?,
         None => Key::new(),
@@ -159,7 +166,10 @@ pub fn run(cli: &Cli, a: &ArchiveArgs) -> Result<(), Failure> {
             Ok(p) => {
                 let mut fbytes = 0u64;
                 for (split, range) in &p.fields {
-                    store.archive_split(split.clone(), &bytes[range.clone()])?;
+                    match &mut remote {
+                        Some(r) => r.archive(&split.full(), &bytes[range.clone()])?,
+                        None => store.archive_split(split.clone(), &bytes[range.clone()])?,
+                    }
                     fbytes += range.len() as u64;
                     n_fields += 1;
                     let secs = start.elapsed().as_secs_f64().max(1e-9);
@@ -177,7 +187,10 @@ pub fn run(cli: &Cli, a: &ArchiveArgs) -> Result<(), Failure> {
         }
         bar.inc(bytes.len() as u64);
     }
-    store.flush()?;
+    match &mut remote {
+        Some(r) => r.flush()?,
+        None => store.flush()?,
+    }
     bar.finish_and_clear();
     let secs = start.elapsed().as_secs_f64();
     if a.json {

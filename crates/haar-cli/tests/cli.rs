@@ -1,0 +1,311 @@
+//! The CLI contract of issue 2, exercised through the real binary: command forms, exit codes
+//! (0 ok, 1 usage/request, 2 missing, 3 I/O or corruption), dry runs, JSON output.
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+fn haar(root: &Path, backend: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_haar"))
+        .arg("--root")
+        .arg(root)
+        .args(["--backend", backend])
+        .args(args)
+        .env_remove("HAAR_CONFIG")
+        .output()
+        .expect("run haar")
+}
+
+fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "failed: {}\n{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn code(o: &Output) -> i32 {
+    o.status.code().expect("exit code")
+}
+
+fn stderr(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+const DB: &str = "class=od,expver=1,stream=oper,date=20260901,time=12,domain=g";
+
+fn archive_raw(root: &Path, backend: &str, dir: &Path, step: u32, param: &str, body: &[u8]) {
+    let f = dir.join(format!("raw-{step}-{param}.bin"));
+    std::fs::write(&f, body).unwrap();
+    let key = format!("{DB},type=fc,levtype=sfc,step={step},param={param}");
+    ok(&haar(
+        root,
+        backend,
+        &["archive", "--key", &key, f.to_str().unwrap()],
+    ));
+}
+
+fn contract(backend: &str) {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("store");
+    let files = tmp.path();
+    for step in [0u32, 6, 12] {
+        for param in ["167", "2t", "msl"] {
+            if param == "2t" {
+                continue; // 2t is 167: archived once under its number
+            }
+            archive_raw(
+                &root,
+                backend,
+                files,
+                step,
+                param,
+                format!("GRIB{step}{param}7777").as_bytes(),
+            );
+        }
+    }
+    // list: all six, JSON and FDB5 layout.
+    let out = ok(&haar(&root, backend, &["list", "date=20260901", "--json"]));
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v.as_array().unwrap().len(), 6);
+    let fdb = ok(&haar(
+        &root,
+        backend,
+        &["list", "date=20260901,param=2t", "--fdb"],
+    ));
+    assert_eq!(fdb.lines().count(), 3, "{fdb}");
+    assert!(fdb.lines().all(|l| l.starts_with("{class=od,expver=0001,stream=oper,date=20260901,time=1200,domain=g}{type=fc,levtype=sfc}{step=")), "{fdb}");
+    // retrieve in request order, name form and number form of param agree.
+    let out = tmp.path().join("out.bin");
+    ok(&haar(
+        &root,
+        backend,
+        &[
+            "retrieve",
+            &format!("{DB},type=fc,levtype=sfc,step=12/0,param=msl/2t"),
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    ));
+    assert_eq!(
+        std::fs::read(&out).unwrap(),
+        b"GRIB12msl7777GRIB121677777GRIB0msl7777GRIB01677777"
+    );
+    // Missing fields: exit 2, no output file left behind; --allow-missing writes what exists.
+    let out2 = tmp.path().join("out2.bin");
+    let o = haar(
+        &root,
+        backend,
+        &[
+            "retrieve",
+            &format!("{DB},type=fc,levtype=sfc,step=0/18,param=167"),
+            "-o",
+            out2.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("step=18"),
+        "missing key not named: {}",
+        stderr(&o)
+    );
+    assert!(!out2.exists(), "partial output left for a failed retrieve");
+    ok(&haar(
+        &root,
+        backend,
+        &[
+            "retrieve",
+            &format!("{DB},type=fc,levtype=sfc,step=0/18,param=167"),
+            "-o",
+            out2.to_str().unwrap(),
+            "--allow-missing",
+        ],
+    ));
+    assert_eq!(std::fs::read(&out2).unwrap(), b"GRIB01677777");
+    // Bad requests: exit 1 with the nearest keyword.
+    let o = haar(&root, backend, &["list", "parma=167"]);
+    assert_eq!(code(&o), 1);
+    assert!(stderr(&o).contains("param"), "{}", stderr(&o));
+    let o = haar(&root, backend, &["list", "step=0/to"]);
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    // A request file with several requests and comments.
+    let req = tmp.path().join("req.mars");
+    std::fs::write(&req, format!("# two requests\nretrieve, {DB}, type=fc, levtype=sfc, step=0, param=msl\nretrieve, {DB}, type=fc, levtype=sfc, step=6, param=167 # trailing\n")).unwrap();
+    let out3 = tmp.path().join("out3.bin");
+    ok(&haar(
+        &root,
+        backend,
+        &[
+            "retrieve",
+            &format!("@{}", req.display()),
+            "-o",
+            out3.to_str().unwrap(),
+        ],
+    ));
+    assert_eq!(std::fs::read(&out3).unwrap(), b"GRIB0msl7777GRIB61677777");
+    // axes
+    let axes: serde_json::Value = serde_json::from_str(&ok(&haar(
+        &root,
+        backend,
+        &["axes", "date=20260901", "--json"],
+    )))
+    .unwrap();
+    assert_eq!(axes["step"], serde_json::json!(["0", "12", "6"]));
+    assert_eq!(axes["param"], serde_json::json!(["151", "167"]));
+    // Re-archive masks; purge is a dry run unless --doit.
+    archive_raw(&root, backend, files, 0, "167", b"GRIBnew7777");
+    let dry = ok(&haar(&root, backend, &["purge", "date=20260901", "--json"]));
+    assert!(dry.contains("\"dropped_fields\":1"), "{dry}");
+    let info: serde_json::Value =
+        serde_json::from_str(&ok(&haar(&root, backend, &["info", "--json"]))).unwrap();
+    assert_eq!(info["fields"], 6);
+    assert_eq!(info["databases"][0]["dead_fields"], 1);
+    ok(&haar(&root, backend, &["purge", "date=20260901", "--doit"]));
+    let info: serde_json::Value =
+        serde_json::from_str(&ok(&haar(&root, backend, &["info", "--json"]))).unwrap();
+    assert_eq!(info["databases"][0]["dead_fields"], 0);
+    ok(&haar(
+        &root,
+        backend,
+        &[
+            "retrieve",
+            &format!("{DB},type=fc,levtype=sfc,step=0,param=167"),
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    ));
+    assert_eq!(std::fs::read(&out).unwrap(), b"GRIBnew7777");
+    // Wipe: dry run changes nothing; narrow wipe hides fields; database wipe removes it.
+    let o = ok(&haar(&root, backend, &["wipe", "date=20260901,step=12"]));
+    assert!(o.contains("would wipe 2 field(s)"), "{o}");
+    assert_eq!(
+        ok(&haar(&root, backend, &["list", "date=20260901"]))
+            .lines()
+            .count(),
+        6
+    );
+    ok(&haar(
+        &root,
+        backend,
+        &["wipe", "date=20260901,step=12", "--doit"],
+    ));
+    assert_eq!(
+        ok(&haar(&root, backend, &["list", "date=20260901"]))
+            .lines()
+            .count(),
+        4
+    );
+    ok(&haar(&root, backend, &["wipe", DB, "--doit"]));
+    assert_eq!(ok(&haar(&root, backend, &["list"])).lines().count(), 0);
+}
+
+#[test]
+fn cli_contract_posix() {
+    contract("posix");
+}
+
+#[test]
+fn cli_contract_pmem() {
+    contract("pmem");
+}
+
+#[test]
+fn usage_errors_exit_1_and_help_exits_0() {
+    let tmp = tempfile::tempdir().unwrap();
+    assert_eq!(code(&haar(tmp.path(), "posix", &["frobnicate"])), 1);
+    assert_eq!(code(&haar(tmp.path(), "posix", &["--help"])), 0);
+    assert_eq!(code(&haar(tmp.path(), "lustre", &["list"])), 1);
+    let o = haar(tmp.path(), "posix", &["archive", "/nonexistent/file.grib"]);
+    assert_eq!(code(&o), 1);
+    assert!(
+        stderr(&o).contains("/nonexistent/file.grib"),
+        "{}",
+        stderr(&o)
+    );
+    // Raw bytes without --key: the message says what to do.
+    let f = tmp.path().join("x.bin");
+    std::fs::write(&f, b"not grib at all").unwrap();
+    let o = haar(tmp.path(), "posix", &["archive", f.to_str().unwrap()]);
+    assert_eq!(code(&o), 1);
+    assert!(stderr(&o).contains("--key"), "{}", stderr(&o));
+    // A key the schema cannot place names the key.
+    let o = haar(
+        tmp.path(),
+        "posix",
+        &["archive", "--key", "foo=bar", f.to_str().unwrap()],
+    );
+    assert_eq!(code(&o), 1);
+    assert!(stderr(&o).contains("foo=bar"), "{}", stderr(&o));
+}
+
+#[test]
+fn schema_check_accepts_fdb5_schema_and_rejects_bad_files() {
+    let tmp = tempfile::tempdir().unwrap();
+    if Path::new("/etc/fdb/schema").exists() {
+        ok(&haar(
+            tmp.path(),
+            "posix",
+            &["schema", "--check", "/etc/fdb/schema"],
+        ));
+    }
+    let bad = tmp.path().join("bad.schema");
+    std::fs::write(&bad, "[ class, expver\n  [ type [ step ]\n").unwrap();
+    let o = haar(
+        tmp.path(),
+        "posix",
+        &["schema", "--check", bad.to_str().unwrap()],
+    );
+    assert_eq!(code(&o), 1);
+    assert!(
+        stderr(&o).contains("bad.schema") && stderr(&o).contains("line"),
+        "{}",
+        stderr(&o)
+    );
+    let text = ok(&haar(tmp.path(), "posix", &["schema"]));
+    assert!(text.contains("stream=enfo"), "built-in schema printed");
+}
+
+#[test]
+fn corruption_in_the_store_exits_3_naming_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("store");
+    archive_raw(&root, "posix", tmp.path(), 0, "167", &[7u8; 4096]);
+    let data: Vec<_> = walk(&root)
+        .into_iter()
+        .filter(|p| p.extension().is_some_and(|e| e == "data"))
+        .collect();
+    let mut bytes = std::fs::read(&data[0]).unwrap();
+    bytes[100] ^= 1;
+    std::fs::write(&data[0], bytes).unwrap();
+    let out = tmp.path().join("o.bin");
+    let o = haar(
+        &root,
+        "posix",
+        &[
+            "retrieve",
+            &format!("{DB},type=fc,levtype=sfc,step=0,param=167"),
+            "-o",
+            out.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(code(&o), 3, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains(&data[0].display().to_string()),
+        "{}",
+        stderr(&o)
+    );
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
