@@ -44,6 +44,19 @@ pub struct Cli {
     /// Backend: posix (files) or pmem (a persistent-memory pool file in the root).
     #[arg(long, global = true, value_name = "posix|pmem")]
     pub backend: Option<String>,
+    /// Use these servers (`haar serve`) instead of the local store: `HOST:PORT,HOST:PORT,...`
+    /// (several are combined by rendezvous hashing). For `cluster`: how many to start.
+    #[arg(long, global = true, value_name = "HOST:PORT,...")]
+    pub servers: Option<String>,
+    /// With several --servers: copies of every field (on the top R servers of its ranking).
+    #[arg(long, global = true, value_name = "R", default_value_t = 1)]
+    pub replicas: usize,
+    /// File holding the shared-secret token (default: $HAAR_TOKEN), for servers and clients.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Connect to servers over TLS, trusting the CA certificate(s) in this PEM file.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
@@ -80,6 +93,19 @@ pub enum Command {
     /// Measure archive/retrieve throughput and latency against raw limits measured in the
     /// same run; print and save the figures (JSON, Markdown).
     Bench(crate::commands::bench::BenchArgs),
+    /// Serve the local store to the network (one server per node); prints `listening on
+    /// HOST:PORT` first. Every connection authenticates with the token ($HAAR_TOKEN or
+    /// --token-file); --read-token-file adds a read-only token.
+    Serve(crate::commands::net::ServeArgs),
+    /// Print one line per flushed field matching a request: first those already flushed, then
+    /// each new flush (needs --servers).
+    Watch(crate::commands::net::WatchArgs),
+    /// Return when every field a request names is flushed (exit 0), or exit 2 after --timeout
+    /// naming what is missing (needs --servers).
+    Wait(crate::commands::net::WaitArgs),
+    /// Start --servers N local servers under --root DIR for development; prints the --servers
+    /// string and a config; stops them when stdin closes or on Ctrl-C.
+    Cluster(crate::commands::net::ClusterArgs),
 }
 
 /// `haar archive`.

@@ -69,3 +69,139 @@ pub fn requests(arg: Option<&str>) -> Result<Vec<Request>, Failure> {
         .map(|r| vec![r])
         .map_err(|e| Failure::usage(format!("request {arg:?}: {e}")))
 }
+
+/// Schema and normalisation context from the configuration.
+pub fn options(cli: &Cli) -> Result<StoreOptions, Failure> {
+    let cfg = config(cli)?;
+    let mut opts = StoreOptions::default();
+    if let Some(path) = &cfg.schema {
+        opts.schema = Arc::new(load_schema(path)?);
+    }
+    Ok(opts)
+}
+
+/// A store in memory with the configured schema: splits and resolves keys for commands whose
+/// fields go to servers.
+pub fn normaliser(cli: &Cli) -> Result<Store, Failure> {
+    Ok(Store::with_options(
+        Arc::new(haar_store::MemoryBackend::new()),
+        options(cli)?,
+    ))
+}
+
+/// `--servers a,b,c` as a list.
+pub fn parse_servers(s: &str) -> Vec<String> {
+    s.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect()
+}
+
+/// Token ($HAAR_TOKEN or --token-file) and TLS trust (--tls-ca) for connecting to servers.
+pub fn client_config(cli: &Cli) -> Result<haar_net::ClientConfig, Failure> {
+    Ok(haar_net::ClientConfig {
+        token: haar_net::auth::load_token(cli.token_file.as_deref()).map_err(Failure::usage)?,
+        tls: match &cli.tls_ca {
+            Some(ca) => Some(haar_net::transport::tls_client(ca).map_err(Failure::usage)?),
+            None => None,
+        },
+        ..haar_net::ClientConfig::default()
+    })
+}
+
+/// The servers of `--servers`, if given: one server directly, several through `dist`
+/// (rendezvous hashing on the database key, `--replicas` copies).
+pub fn remote(cli: &Cli) -> Result<Option<Box<dyn haar_store::FieldStore>>, Failure> {
+    let Some(list) = &cli.servers else {
+        return Ok(None);
+    };
+    let servers = parse_servers(list);
+    let cfg = client_config(cli)?;
+    if servers.is_empty() {
+        return Err(Failure::usage("--servers is empty: give HOST:PORT,..."));
+    }
+    if servers.len() == 1 {
+        if cli.replicas > 1 {
+            return Err(Failure::usage(format!(
+                "--replicas {} needs at least that many --servers",
+                cli.replicas
+            )));
+        }
+        return Ok(Some(Box::new(haar_net::RemoteStore::connect(
+            &servers[0],
+            &cfg,
+        )?)));
+    }
+    let opts = options(cli)?;
+    let mut lanes: Vec<(String, Box<dyn haar_store::FieldStore>)> = Vec::new();
+    for s in &servers {
+        // A server that is down now is a lane that fails over, not a refusal to start.
+        let lane: Box<dyn haar_store::FieldStore> = match haar_net::RemoteStore::connect(s, &cfg) {
+            Ok(r) => Box::new(r),
+            Err(e @ haar_store::Error::Io { .. }) => Box::new(DownLane(s.clone(), e.to_string())),
+            Err(e) => return Err(e.into()),
+        };
+        lanes.push((s.clone(), lane));
+    }
+    Ok(Some(Box::new(haar_store::dist::DistStore::new(
+        lanes,
+        cli.replicas,
+        haar_store::dist::Placement::default(),
+        opts.schema.clone(),
+        opts.context.clone(),
+    )?)))
+}
+
+/// A lane whose server could not be reached when the command started: every operation fails
+/// with the connect error, so `dist` skips it (archive) or falls back (reads).
+struct DownLane(String, String);
+
+impl DownLane {
+    fn err(&self) -> haar_store::Error {
+        haar_store::Error::Io {
+            op: "server",
+            path: self.0.clone().into(),
+            source: std::io::Error::other(self.1.clone()),
+        }
+    }
+}
+
+impl haar_store::FieldStore for DownLane {
+    fn describe(&self) -> String {
+        format!("remote {} (down)", self.0)
+    }
+    fn archive(&mut self, _: &haar_core::Key, _: &[u8]) -> haar_store::Result<()> {
+        Err(self.err())
+    }
+    fn flush(&mut self) -> haar_store::Result<()> {
+        Ok(())
+    }
+    fn retrieve(
+        &self,
+        _: &Request,
+        _: &mut haar_store::Sink<'_>,
+    ) -> haar_store::Result<haar_store::RetrieveReport> {
+        Err(self.err())
+    }
+    fn list(&self, _: &Request) -> haar_store::Result<Vec<haar_store::Field>> {
+        Err(self.err())
+    }
+    fn wipe(&mut self, _: &Request, _: bool) -> haar_store::Result<haar_store::WipeReport> {
+        Err(self.err())
+    }
+    fn purge(&mut self, _: &Request, _: bool) -> haar_store::Result<haar_store::PurgeReport> {
+        Err(self.err())
+    }
+    fn stats(&self, _: &Request) -> haar_store::Result<Vec<haar_store::DbStats>> {
+        Err(self.err())
+    }
+}
+
+/// The front-end data commands use: the servers of `--servers`, else the local store.
+pub fn field_store(cli: &Cli) -> Result<Box<dyn haar_store::FieldStore>, Failure> {
+    match remote(cli)? {
+        Some(r) => Ok(r),
+        None => Ok(Box::new(store(cli)?)),
+    }
+}

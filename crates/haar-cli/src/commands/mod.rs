@@ -1,6 +1,7 @@
 //! One function per subcommand; each parses nothing itself and formats the store's answers.
 
 pub mod bench;
+pub mod net;
 
 use std::io::{IsTerminal, Write};
 
@@ -25,6 +26,10 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Info(a) => info(&cli, a),
         Command::Schema(a) => schema(&cli, a),
         Command::Bench(a) => bench::run(&cli, a),
+        Command::Serve(a) => net::serve(&cli, a),
+        Command::Watch(a) => net::watch(&cli, a),
+        Command::Wait(a) => net::wait(&cli, a),
+        Command::Cluster(a) => net::cluster(&cli, a),
     }
 }
 
@@ -41,7 +46,7 @@ fn out_err(e: std::io::Error) -> Failure {
 }
 
 fn list(cli: &Cli, a: &ListArgs) -> Result<(), Failure> {
-    let store = open::store(cli)?;
+    let store = open::field_store(cli)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut json_items = Vec::new();
@@ -92,7 +97,7 @@ fn list(cli: &Cli, a: &ListArgs) -> Result<(), Failure> {
 }
 
 fn retrieve(cli: &Cli, a: &RetrieveArgs) -> Result<(), Failure> {
-    let store = open::store(cli)?;
+    let store = open::field_store(cli)?;
     let reqs = open::requests(Some(&a.request))?;
     let tmp = a.output.as_ref().map(|p| {
         let mut t = p.clone().into_os_string();
@@ -120,7 +125,7 @@ fn retrieve(cli: &Cli, a: &RetrieveArgs) -> Result<(), Failure> {
     let mut bytes = 0;
     let result = (|| -> Result<(), Failure> {
         for req in &reqs {
-            let rep = store.retrieve(req, |_, data| {
+            let rep = store.retrieve(req, &mut |_, data| {
                 sink.write_all(data)
                     .map_err(|e| haar_store::Error::io("write", "output", e))
             })?;
@@ -185,7 +190,7 @@ fn retrieve(cli: &Cli, a: &RetrieveArgs) -> Result<(), Failure> {
 }
 
 fn axes(cli: &Cli, a: &AxesArgs) -> Result<(), Failure> {
-    let store = open::store(cli)?;
+    let store = open::field_store(cli)?;
     let mut all = std::collections::BTreeMap::<String, std::collections::BTreeSet<String>>::new();
     for req in open::requests(a.request.as_deref())? {
         for (k, v) in store.axes(&req)? {
@@ -206,7 +211,7 @@ fn axes(cli: &Cli, a: &AxesArgs) -> Result<(), Failure> {
 }
 
 fn wipe(cli: &Cli, a: &ModifyArgs) -> Result<(), Failure> {
-    let mut store = open::store(cli)?;
+    let mut store = open::field_store(cli)?;
     for req in open::requests(Some(&a.request))? {
         let rep = store.wipe(&req, a.doit)?;
         if a.json {
@@ -226,7 +231,7 @@ fn wipe(cli: &Cli, a: &ModifyArgs) -> Result<(), Failure> {
 }
 
 fn purge(cli: &Cli, a: &ModifyArgs) -> Result<(), Failure> {
-    let mut store = open::store(cli)?;
+    let mut store = open::field_store(cli)?;
     for req in open::requests(Some(&a.request))? {
         let rep = store.purge(&req, a.doit)?;
         if a.json {
@@ -246,6 +251,9 @@ fn purge(cli: &Cli, a: &ModifyArgs) -> Result<(), Failure> {
 }
 
 fn info(cli: &Cli, a: &InfoArgs) -> Result<(), Failure> {
+    if cli.servers.is_some() {
+        return net::info(cli, a);
+    }
     let cfg = open::config(cli)?;
     let store = open::store(cli)?;
     let mut dbs = Vec::new();

@@ -1,0 +1,325 @@
+//! The network subcommands: `serve`, `watch`, `wait`, `cluster`, and `info` against servers.
+//! Protocol and semantics live in haar-net; this module only parses, prints and sets exit codes.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use clap::Args;
+use haar_net::auth::{self, Tokens};
+use haar_net::{Server, ServerConfig, Target, WaitOutcome, WatchAll};
+use serde_json::json;
+
+use crate::Failure;
+use crate::args::{Cli, InfoArgs};
+use crate::open;
+
+/// `haar serve`.
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on (`HOST:PORT`; port 0 picks a free one). The first line on stdout is
+    /// `listening on HOST:PORT`.
+    #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7070")]
+    pub listen: String,
+    /// File holding a token that grants reads only (the read-write token comes from
+    /// $HAAR_TOKEN or --token-file).
+    #[arg(long, value_name = "FILE")]
+    pub read_token_file: Option<PathBuf>,
+    /// TLS certificate chain (PEM): serve TLS 1.3 only.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+    /// TLS private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+}
+
+/// `haar watch`.
+#[derive(Debug, Args)]
+pub struct WatchArgs {
+    /// Request (every field when omitted).
+    pub request: Option<String>,
+    /// One JSON object per line: key, length, seq, replay, server.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `haar wait`.
+#[derive(Debug, Args)]
+pub struct WaitArgs {
+    /// Request naming every field to wait for (explicit values, no `all`).
+    pub request: String,
+    /// Give up after this many seconds (exit 2, naming what is missing).
+    #[arg(long, value_name = "SECS", default_value_t = 3600.0)]
+    pub timeout: f64,
+}
+
+/// `haar cluster`.
+#[derive(Debug, Args)]
+pub struct ClusterArgs {}
+
+fn servers(cli: &Cli) -> Result<Vec<String>, Failure> {
+    match &cli.servers {
+        Some(s) => Ok(open::parse_servers(s)),
+        None => Err(Failure::usage(
+            "notifications come from servers: give --servers HOST:PORT,... (start them with `haar serve` or `haar cluster`)",
+        )),
+    }
+}
+
+/// `haar serve`: binds, prints `listening on ADDR`, serves until killed.
+pub fn serve(cli: &Cli, a: &ServeArgs) -> Result<(), Failure> {
+    let cfg = open::config(cli)?;
+    let backend = cfg.open_backend()?;
+    let options = open::options(cli)?;
+    let tokens = Tokens {
+        read_write: auth::load_token(cli.token_file.as_deref()).map_err(Failure::usage)?,
+        read_only: match &a.read_token_file {
+            Some(f) => auth::load_token(Some(f)).map_err(Failure::usage)?,
+            None => None,
+        },
+    };
+    if tokens.read_write.is_none() && tokens.read_only.is_none() {
+        return Err(Failure::usage(
+            "every connection is authenticated: set HAAR_TOKEN or give --token-file (and/or --read-token-file)",
+        ));
+    }
+    let tls = match (&a.tls_cert, &a.tls_key) {
+        (Some(c), Some(k)) => Some(haar_net::transport::tls_server(c, k).map_err(Failure::usage)?),
+        _ => None,
+    };
+    let described = backend.describe();
+    let server = Server::bind(
+        &a.listen,
+        Target::Local { backend, options },
+        ServerConfig { tokens, tls },
+    )
+    .map_err(|e| Failure::io(format!("cannot listen on {}: {e}", a.listen)))?;
+    let addr = server
+        .local_addr()
+        .map_err(|e| Failure::io(e.to_string()))?;
+    let mut out = std::io::stdout();
+    writeln!(out, "listening on {addr}")
+        .and_then(|_| out.flush())
+        .ok();
+    eprintln!(
+        "haar serve: {described} on {addr}{}",
+        if a.tls_cert.is_some() { " (TLS)" } else { "" }
+    );
+    server
+        .run()
+        .map_err(|e| Failure::io(format!("serving on {addr}: {e}")))
+}
+
+/// `haar watch`: one line per flushed field, forever (or until a server fails).
+pub fn watch(cli: &Cli, a: &WatchArgs) -> Result<(), Failure> {
+    let servers = servers(cli)?;
+    let cfg = open::client_config(cli)?;
+    let reqs = open::requests(a.request.as_deref())?;
+    if reqs.len() != 1 {
+        return Err(Failure::usage("watch takes one request"));
+    }
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    for ev in WatchAll::open(&servers, &cfg, &reqs[0])? {
+        let (ev, m) = ev?;
+        let line = if a.json {
+            json!({"key": super::key_json(&ev.key), "length": ev.length, "seq": m.seq,
+                   "replay": m.replay, "server": ev.origin})
+            .to_string()
+        } else {
+            format!(
+                "{} length={} seq={} server={}{}",
+                ev.key,
+                ev.length,
+                m.seq,
+                ev.origin,
+                if m.replay { " replay" } else { "" }
+            )
+        };
+        // Flushed per line: consumers act on each event as it arrives.
+        writeln!(out, "{line}")
+            .and_then(|_| out.flush())
+            .map_err(|e| Failure::io(format!("cannot write output: {e}")))?;
+    }
+    Ok(())
+}
+
+/// `haar wait`: exit 0 once every field of the request is flushed, 2 on timeout.
+pub fn wait(cli: &Cli, a: &WaitArgs) -> Result<(), Failure> {
+    let servers = servers(cli)?;
+    let cfg = open::client_config(cli)?;
+    let reqs = open::requests(Some(&a.request))?;
+    if reqs.len() != 1 {
+        return Err(Failure::usage("wait takes one request"));
+    }
+    let options = open::options(cli)?;
+    let timeout = Duration::try_from_secs_f64(a.timeout)
+        .map_err(|e| Failure::usage(format!("--timeout {}: {e}", a.timeout)))?;
+    match haar_net::wait(&servers, &cfg, &reqs[0], &options, timeout)? {
+        WaitOutcome::Complete { fields } => {
+            eprintln!("haar: complete: {fields} field(s) flushed");
+            Ok(())
+        }
+        WaitOutcome::TimedOut { missing } => {
+            for m in missing.iter().take(20) {
+                eprintln!("haar: missing: {m}");
+            }
+            if missing.len() > 20 {
+                eprintln!("haar: … and {} more missing", missing.len() - 20);
+            }
+            Err(Failure::missing(format!(
+                "timed out after {} s: {} field(s) not yet flushed",
+                a.timeout,
+                missing.len()
+            )))
+        }
+    }
+}
+
+/// `haar info` with --servers: the front-end and per-database statistics from the servers.
+pub fn info(cli: &Cli, a: &InfoArgs) -> Result<(), Failure> {
+    let store = open::field_store(cli)?;
+    let mut dbs = Vec::new();
+    for req in open::requests(a.request.as_deref())? {
+        dbs.extend(store.stats(&req)?);
+    }
+    if a.json {
+        let v = json!({"version": env!("CARGO_PKG_VERSION"), "frontend": store.describe(), "databases": dbs});
+        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+        return Ok(());
+    }
+    println!("haar {}", env!("CARGO_PKG_VERSION"));
+    println!("front-end: {}", store.describe());
+    println!("databases: {}", dbs.len());
+    for d in &dbs {
+        println!(
+            "  {}: {} field(s), {} bytes; {} dead ({} bytes)",
+            d.db, d.fields, d.bytes, d.dead_fields, d.dead_bytes
+        );
+        for p in &d.problems {
+            println!("    problem: {p}");
+        }
+    }
+    Ok(())
+}
+
+struct Children(Vec<Child>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for c in &mut self.0 {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// `haar cluster --servers N --root DIR`: N local servers for development, stopped when stdin
+/// closes or on Ctrl-C.
+pub fn cluster(cli: &Cli, _a: &ClusterArgs) -> Result<(), Failure> {
+    let n: usize = cli
+        .servers
+        .as_deref()
+        .and_then(|s| s.parse().ok())
+        .filter(|&n| n > 0)
+        .ok_or_else(|| Failure::usage("cluster needs --servers N (how many servers to start)"))?;
+    let root = cli
+        .root
+        .clone()
+        .ok_or_else(|| Failure::usage("cluster needs --root DIR (each server gets DIR/nodeI)"))?;
+    std::fs::create_dir_all(&root)
+        .map_err(|e| Failure::io(format!("cannot create {}: {e}", root.display())))?;
+    let token_file = match &cli.token_file {
+        Some(f) => f.clone(),
+        None => {
+            let f = root.join("token");
+            if !f.exists() {
+                write_private(&f, &auth::nonce())?;
+            }
+            f
+        }
+    };
+    let exe = std::env::current_exe().map_err(|e| Failure::io(format!("cannot find haar: {e}")))?;
+    let mut children = Children(Vec::new());
+    let mut addrs = Vec::new();
+    for i in 0..n {
+        let dir = root.join(format!("node{i}"));
+        let mut cmd = Command::new(&exe);
+        cmd.arg("--root").arg(&dir);
+        if let Some(b) = &cli.backend {
+            cmd.arg("--backend").arg(b);
+        }
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--token-file"])
+            .arg(&token_file)
+            .env_remove("HAAR_CONFIG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped());
+        die_with_parent(&mut cmd);
+        let mut child = cmd
+            .spawn()
+            .map_err(|e| Failure::io(format!("cannot start {}: {e}", exe.display())))?;
+        let mut line = String::new();
+        let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
+        stdout
+            .read_line(&mut line)
+            .map_err(|e| Failure::io(format!("server {i}: {e}")))?;
+        children.0.push(child);
+        let addr = line
+            .trim()
+            .strip_prefix("listening on ")
+            .ok_or_else(|| {
+                Failure::io(format!("server {i} did not start (see its message above)"))
+            })?
+            .to_string();
+        addrs.push(addr);
+    }
+    let list = addrs.join(",");
+    let mut config = String::from("type: dist\nreplicas: 1\nlanes:\n");
+    for a in &addrs {
+        config.push_str(&format!("  - {{type: remote, server: \"{a}\"}}\n"));
+    }
+    let config_path = root.join("cluster.yaml");
+    std::fs::write(&config_path, &config)
+        .map_err(|e| Failure::io(format!("cannot write {}: {e}", config_path.display())))?;
+    println!("servers: {list}");
+    println!("token file: {}", token_file.display());
+    println!("config: {}", config_path.display());
+    println!(
+        "try: haar --servers {list} --token-file {} list",
+        token_file.display()
+    );
+    print!("{config}");
+    println!("(close stdin or press Ctrl-C to stop the cluster)");
+    std::io::stdout().flush().ok();
+    // Runs until stdin closes; Ctrl-C reaches the servers too (same process group), and a
+    // killed `haar cluster` takes them down through PR_SET_PDEATHSIG.
+    let mut sink = [0u8; 4096];
+    let mut stdin = std::io::stdin();
+    while matches!(stdin.read(&mut sink), Ok(k) if k > 0) {}
+    drop(children);
+    Ok(())
+}
+
+fn write_private(path: &std::path::Path, text: &str) -> Result<(), Failure> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| Failure::io(format!("cannot create {}: {e}", path.display())))?;
+    f.write_all(text.as_bytes())
+        .map_err(|e| Failure::io(format!("cannot write {}: {e}", path.display())))
+}
+
+fn die_with_parent(cmd: &mut Command) {
+    use std::os::unix::process::CommandExt;
+    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
+            Ok(())
+        });
+    }
+}
