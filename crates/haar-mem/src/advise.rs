@@ -99,13 +99,7 @@ impl Modifiable {
     pub fn parse(s: &str) -> Option<Modifiable> {
         match s.trim().to_ascii_lowercase().as_str() {
             "undesirable" => Some(Modifiable::Undesirable),
-            other => parse_yes_no(other).map(|b| {
-                if b {
-                    Modifiable::Yes
-                } else {
-                    Modifiable::No
-                }
-            }),
+            other => parse_yes_no(other).map(|b| if b { Modifiable::Yes } else { Modifiable::No }),
         }
     }
 }
@@ -522,8 +516,7 @@ pub fn advise(answers: &Answers) -> Result<Advice, AdviceError> {
 
 const GOAL_APP_DIRECT: &str = "ipmctl create -goal PersistentMemoryType=AppDirect   # then reboot";
 const GOAL_MEMORY: &str = "ipmctl create -goal MemoryMode=100   # then reboot";
-const GOAL_MIXED: &str =
-    "ipmctl create -goal MemoryMode=33 PersistentMemoryType=AppDirect   # e.g. 1 of 3 TB as memory; then reboot";
+const GOAL_MIXED: &str = "ipmctl create -goal MemoryMode=33 PersistentMemoryType=AppDirect   # e.g. 1 of 3 TB as memory; then reboot";
 const SHOW: &str = "ipmctl show -memoryresources   # check the capacities after the reboot";
 
 fn fsdax_setup() -> Vec<String> {
@@ -538,9 +531,7 @@ fn fsdax_setup() -> Vec<String> {
 }
 
 fn pmem_config(roots: &str) -> String {
-    format!(
-        "backend: pmem\nroots: [{roots}]\npool_size: 1073741824   # grows on demand\n"
-    )
+    format!("backend: pmem\nroots: [{roots}]\npool_size: 1073741824   # grows on demand\n")
 }
 
 fn posix_config(root: &str) -> String {
@@ -562,12 +553,14 @@ fn describe(
         Outcome::MemoryModeWithAppDirect => "Memory mode with AppDirect space",
         _ => "AppDirect",
     };
-    let mut setup = vec![match platform {
-        Outcome::PureMemoryMode => GOAL_MEMORY,
-        Outcome::MemoryModeWithAppDirect => GOAL_MIXED,
-        _ => GOAL_APP_DIRECT,
-    }
-    .to_string()];
+    let mut setup = vec![
+        match platform {
+            Outcome::PureMemoryMode => GOAL_MEMORY,
+            Outcome::MemoryModeWithAppDirect => GOAL_MIXED,
+            _ => GOAL_APP_DIRECT,
+        }
+        .to_string(),
+    ];
     setup.push(SHOW.into());
     match (platform, storage) {
         (Outcome::PureMemoryMode, _) => (
@@ -580,8 +573,7 @@ fn describe(
                 .into(),
             {
                 setup.push(
-                    "haar advise --probe   # MemTotal should now be about the PMem capacity"
-                        .into(),
+                    "haar advise --probe   # MemTotal should now be about the PMem capacity".into(),
                 );
                 setup
             },
@@ -754,7 +746,8 @@ mod tests {
         let cases = table3();
         assert_eq!(cases.len(), 6);
         for case in cases {
-            let advice = advise(&case.answers).unwrap_or_else(|e| panic!("{}: {e}", case.application));
+            let advice =
+                advise(&case.answers).unwrap_or_else(|e| panic!("{}: {e}", case.application));
             // The paper's "fstdax" is a typo for fsdax.
             let expected = case.paper_answer.replace("fstdax", "fsdax");
             assert_eq!(advice.configuration, expected, "{}", case.application);
@@ -769,7 +762,11 @@ mod tests {
         let monc = advise(&by_name("MONC ensemble").answers).unwrap();
         assert_eq!(monc.platform, Outcome::PureAppDirect);
         assert_eq!(monc.storage, Some(Outcome::Fsdax));
-        let qs: Vec<_> = monc.path.iter().map(|s| (s.figure, s.question, s.answer)).collect();
+        let qs: Vec<_> = monc
+            .path
+            .iter()
+            .map(|s| (s.figure, s.question, s.answer))
+            .collect();
         assert_eq!(
             qs,
             vec![
@@ -789,7 +786,11 @@ mod tests {
         assert_eq!(shm.path.len(), 2);
         // simpleFoam: unmodifiable in practice, so "Performance critical?" is never asked.
         let sf = advise(&by_name("simpleFoam").answers).unwrap();
-        assert!(sf.path.iter().all(|s| s.question != Question::PerformanceCritical));
+        assert!(
+            sf.path
+                .iter()
+                .all(|s| s.question != Question::PerformanceCritical)
+        );
         assert!(sf.reason.contains("undesirable"), "{}", sf.reason);
         assert_eq!(sf.unused, vec![Question::PerformanceCritical]);
     }
@@ -890,17 +891,32 @@ mod tests {
     #[test]
     fn missing_answers_name_the_next_question_on_the_path() {
         let mut a = Answers::default();
-        assert_eq!(advise(&a).unwrap_err(), AdviceError::Missing(Question::MemoryIntensive));
+        assert_eq!(
+            advise(&a).unwrap_err(),
+            AdviceError::Missing(Question::MemoryIntensive)
+        );
         a.memory_intensive = Some(true);
-        assert_eq!(advise(&a).unwrap_err(), AdviceError::Missing(Question::IoIntensive));
+        assert_eq!(
+            advise(&a).unwrap_err(),
+            AdviceError::Missing(Question::IoIntensive)
+        );
         a.io_intensive = Some(true);
-        assert_eq!(advise(&a).unwrap_err(), AdviceError::Missing(Question::LocalIo));
+        assert_eq!(
+            advise(&a).unwrap_err(),
+            AdviceError::Missing(Question::LocalIo)
+        );
         a.io_pattern = Some(IoPattern::Global);
-        assert_eq!(advise(&a).unwrap_err(), AdviceError::Missing(Question::Modifiable));
+        assert_eq!(
+            advise(&a).unwrap_err(),
+            AdviceError::Missing(Question::Modifiable)
+        );
         a.modifiable = Some(Modifiable::No);
         let adv = advise(&a).unwrap();
         assert_eq!(adv.platform, Outcome::MemoryModeWithAppDirect);
-        assert_eq!(adv.configuration, "Memory mode with AppDirect space (GekkoFS)");
+        assert_eq!(
+            adv.configuration,
+            "Memory mode with AppDirect space (GekkoFS)"
+        );
         assert!(adv.setup[0].contains("MemoryMode=33"));
     }
 
@@ -917,7 +933,10 @@ mod tests {
         };
         let c = flags.merge(&file, "the flags", "answers.json");
         assert_eq!(flags.io_intensive, Some(false));
-        assert_eq!(c, vec!["memory_intensive: the flags says yes, answers.json says no"]);
+        assert_eq!(
+            c,
+            vec!["memory_intensive: the flags says yes, answers.json says no"]
+        );
     }
 
     #[test]
@@ -936,7 +955,10 @@ mod tests {
     fn parsers_accept_the_documented_words() {
         assert_eq!(IoPattern::parse("Local + Global"), Some(IoPattern::Both));
         assert_eq!(IoPattern::parse("nowhere"), None);
-        assert_eq!(Modifiable::parse("undesirable"), Some(Modifiable::Undesirable));
+        assert_eq!(
+            Modifiable::parse("undesirable"),
+            Some(Modifiable::Undesirable)
+        );
         assert_eq!(Modifiable::parse("YES"), Some(Modifiable::Yes));
         assert_eq!(parse_yes_no("n"), Some(false));
         assert_eq!(parse_yes_no("maybe"), None);

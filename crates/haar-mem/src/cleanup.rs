@@ -57,20 +57,26 @@ impl TempFile {
     /// Registers `path` for removal. The file itself is created by the caller afterwards.
     pub fn register(path: PathBuf) -> TempFile {
         install_handlers();
-        let slot = CString::new(path.as_os_str().as_bytes()).ok().and_then(|c| {
-            let raw = c.into_raw();
-            for (i, s) in PATHS.iter().enumerate() {
-                if s
-                    .compare_exchange(std::ptr::null_mut(), raw, Ordering::AcqRel, Ordering::Acquire)
+        let slot = CString::new(path.as_os_str().as_bytes())
+            .ok()
+            .and_then(|c| {
+                let raw = c.into_raw();
+                for (i, s) in PATHS.iter().enumerate() {
+                    if s.compare_exchange(
+                        std::ptr::null_mut(),
+                        raw,
+                        Ordering::AcqRel,
+                        Ordering::Acquire,
+                    )
                     .is_ok()
-                {
-                    return Some(i);
+                    {
+                        return Some(i);
+                    }
                 }
-            }
-            // SAFETY: `raw` came from `into_raw` just above and was not stored.
-            drop(unsafe { CString::from_raw(raw) });
-            None
-        });
+                // SAFETY: `raw` came from `into_raw` just above and was not stored.
+                drop(unsafe { CString::from_raw(raw) });
+                None
+            });
         TempFile { path, slot }
     }
 

@@ -150,7 +150,8 @@ pub fn allowed_cpus() -> Vec<usize> {
     // SAFETY: an all-zero cpu_set_t is a valid empty set; sched_getaffinity writes at most
     // `size_of::<cpu_set_t>()` bytes into it.
     let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
+    let rc =
+        unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) };
     if rc != 0 {
         let n = std::thread::available_parallelism().map_or(1, |n| n.get());
         return (0..n).collect();
@@ -380,8 +381,16 @@ pub fn memory_mode_verdict(mem_total: Option<u64>, dimms: &[(u64, String)]) -> M
             human(total)
         ));
     }
-    let dram: u64 = dimms.iter().filter(|d| !is_pmem_kind(&d.1)).map(|d| d.0).sum();
-    let pmem: u64 = dimms.iter().filter(|d| is_pmem_kind(&d.1)).map(|d| d.0).sum();
+    let dram: u64 = dimms
+        .iter()
+        .filter(|d| !is_pmem_kind(&d.1))
+        .map(|d| d.0)
+        .sum();
+    let pmem: u64 = dimms
+        .iter()
+        .filter(|d| is_pmem_kind(&d.1))
+        .map(|d| d.0)
+        .sum();
     if pmem == 0 {
         return MemoryMode::No(format!(
             "no persistent-memory DIMMs installed; MemTotal {} vs {} of DRAM DIMMs",
@@ -512,7 +521,9 @@ pub fn probe(root: &Path) -> Probe {
         cpu: cpu_model(root),
         cpus: entries(&root.join("sys/devices/system/cpu"))
             .iter()
-            .filter(|c| c.len() > 3 && c.starts_with("cpu") && c[3..].bytes().all(|b| b.is_ascii_digit()))
+            .filter(|c| {
+                c.len() > 3 && c.starts_with("cpu") && c[3..].bytes().all(|b| b.is_ascii_digit())
+            })
             .count(),
         virtual_machine: is_virtual(root),
         caches: caches(root),
@@ -628,7 +639,9 @@ mod tests {
         assert_eq!(parse_size("2M\n"), Some(2 << 20));
         assert_eq!(parse_size("512"), Some(512));
         assert_eq!(parse_size("x"), None);
-        let m = parse_meminfo("MemTotal:       24684096 kB\nMemAvailable:   100 kB\nHugePages_Total: 0\n");
+        let m = parse_meminfo(
+            "MemTotal:       24684096 kB\nMemAvailable:   100 kB\nHugePages_Total: 0\n",
+        );
         assert_eq!(m["MemTotal"], 24684096 * 1024);
         assert_eq!(m["HugePages_Total"], 0);
     }
@@ -668,7 +681,13 @@ mod tests {
     fn memory_mode_from_memtotal_and_dimms() {
         // The NEXTGenIO node: 12 x 16 GB DRAM, 12 x 256 GB DCPMM.
         let mut dimms = vec![(16u64 << 30, "DRAM".to_string()); 12];
-        dimms.extend(vec![(256u64 << 30, "Intel Optane persistent memory".to_string()); 12]);
+        dimms.extend(vec![
+            (
+                256u64 << 30,
+                "Intel Optane persistent memory".to_string()
+            );
+            12
+        ]);
         let two_lm = memory_mode_verdict(Some(3000 << 30), &dimms);
         assert!(matches!(two_lm, MemoryMode::Likely(_)), "{two_lm:?}");
         let one_lm = memory_mode_verdict(Some(187 << 30), &dimms);
@@ -683,38 +702,102 @@ mod tests {
     fn probe_of_a_fake_pmem_machine_finds_everything() {
         let dir = tempfile::tempdir().unwrap();
         let r = dir.path();
-        write(r, "proc/meminfo", "MemTotal: 196000000 kB\nMemAvailable: 190000000 kB\n");
-        write(r, "proc/mounts", "/dev/pmem0 /mnt/pmem_fsdax0 ext4 rw,dax 0 0\n");
-        write(r, "proc/cpuinfo", "model name\t: Xeon 8260M\nflags\t: fpu clwb\n");
+        write(
+            r,
+            "proc/meminfo",
+            "MemTotal: 196000000 kB\nMemAvailable: 190000000 kB\n",
+        );
+        write(
+            r,
+            "proc/mounts",
+            "/dev/pmem0 /mnt/pmem_fsdax0 ext4 rw,dax 0 0\n",
+        );
+        write(
+            r,
+            "proc/cpuinfo",
+            "model name\t: Xeon 8260M\nflags\t: fpu clwb\n",
+        );
         write(r, "sys/devices/system/cpu/cpu0/cache/index3/level", "3\n");
-        write(r, "sys/devices/system/cpu/cpu0/cache/index3/type", "Unified\n");
-        write(r, "sys/devices/system/cpu/cpu0/cache/index3/size", "36608K\n");
-        write(r, "sys/devices/system/cpu/cpu0/cache/index3/shared_cpu_list", "0-23\n");
+        write(
+            r,
+            "sys/devices/system/cpu/cpu0/cache/index3/type",
+            "Unified\n",
+        );
+        write(
+            r,
+            "sys/devices/system/cpu/cpu0/cache/index3/size",
+            "36608K\n",
+        );
+        write(
+            r,
+            "sys/devices/system/cpu/cpu0/cache/index3/shared_cpu_list",
+            "0-23\n",
+        );
         write(r, "sys/devices/system/cpu/cpu24/cache/index3/level", "3\n");
-        write(r, "sys/devices/system/cpu/cpu24/cache/index3/type", "Unified\n");
-        write(r, "sys/devices/system/cpu/cpu24/cache/index3/size", "36608K\n");
-        write(r, "sys/devices/system/cpu/cpu24/cache/index3/shared_cpu_list", "24-47\n");
+        write(
+            r,
+            "sys/devices/system/cpu/cpu24/cache/index3/type",
+            "Unified\n",
+        );
+        write(
+            r,
+            "sys/devices/system/cpu/cpu24/cache/index3/size",
+            "36608K\n",
+        );
+        write(
+            r,
+            "sys/devices/system/cpu/cpu24/cache/index3/shared_cpu_list",
+            "24-47\n",
+        );
         write(r, "sys/bus/nd/devices/namespace0.0/mode", "fsdax\n");
         write(r, "sys/bus/nd/devices/namespace0.0/size", "1623497637888\n");
         write(r, "sys/bus/nd/devices/region0/nstype", "4\n");
         write(r, "sys/bus/cxl/devices/mem0/size", "0\n");
         write(r, "dev/pmem0", "");
-        write(r, "sys/devices/system/node/node0/meminfo", "Node 0 MemTotal: 1000 kB\n");
+        write(
+            r,
+            "sys/devices/system/node/node0/meminfo",
+            "Node 0 MemTotal: 1000 kB\n",
+        );
         write(r, "sys/devices/system/node/node0/cpulist", "0-23\n");
-        write(r, "sys/devices/system/node/node2/meminfo", "Node 2 MemTotal: 5000 kB\n");
+        write(
+            r,
+            "sys/devices/system/node/node2/meminfo",
+            "Node 2 MemTotal: 5000 kB\n",
+        );
         write(r, "sys/devices/system/node/node2/cpulist", "\n");
         let p = probe(r);
         assert_eq!(p.cpu.as_deref(), Some("Xeon 8260M"));
         assert!(!p.virtual_machine);
-        assert_eq!(p.caches, vec![Cache { level: 3, size: 36608 << 10, instances: 2 }]);
+        assert_eq!(
+            p.caches,
+            vec![Cache {
+                level: 3,
+                size: 36608 << 10,
+                instances: 2
+            }]
+        );
         assert_eq!(p.nvdimm.len(), 2);
-        assert!(p.nvdimm.iter().any(|d| d.detail.contains("mode=fsdax")), "{:?}", p.nvdimm);
+        assert!(
+            p.nvdimm.iter().any(|d| d.detail.contains("mode=fsdax")),
+            "{:?}",
+            p.nvdimm
+        );
         assert_eq!(p.cxl.len(), 1);
         assert_eq!(p.dev_nodes[0].path, "/dev/pmem0");
-        assert_eq!(p.dax_mounts[0].mount_point, PathBuf::from("/mnt/pmem_fsdax0"));
-        assert_eq!(p.numa_nodes, vec![(0, 1000 * 1024, true), (2, 5000 * 1024, false)]);
+        assert_eq!(
+            p.dax_mounts[0].mount_point,
+            PathBuf::from("/mnt/pmem_fsdax0")
+        );
+        assert_eq!(
+            p.numa_nodes,
+            vec![(0, 1000 * 1024, true), (2, 5000 * 1024, false)]
+        );
         let all = p.implications.join("\n");
-        assert!(all.contains("DAX file system is mounted at /mnt/pmem_fsdax0"), "{all}");
+        assert!(
+            all.contains("DAX file system is mounted at /mnt/pmem_fsdax0"),
+            "{all}"
+        );
         assert!(all.contains("CPU-less") || all.contains("no CPUs"), "{all}");
         assert!(all.contains("1 CXL device"), "{all}");
     }

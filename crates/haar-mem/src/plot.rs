@@ -105,7 +105,11 @@ fn draw_text<DB: DrawingBackend>(
                     for dx in 0..SCALE {
                         let gx = i as i32 * ADVANCE + col * SCALE + dx;
                         let gy = row as i32 * SCALE + dy;
-                        let p = if vertical { (x + gy, y - gx) } else { (x + gx, y + gy) };
+                        let p = if vertical {
+                            (x + gy, y - gx)
+                        } else {
+                            (x + gx, y + gy)
+                        };
                         let _ = area.draw_pixel(p, color);
                     }
                 }
@@ -167,14 +171,28 @@ pub fn sweep_png(
     series: &[Series],
     markers: &[Marker],
 ) -> Result<(), String> {
-    let pts: Vec<(f64, f64)> = series.iter().flat_map(|s| s.points.iter().copied()).collect();
+    let pts: Vec<(f64, f64)> = series
+        .iter()
+        .flat_map(|s| s.points.iter().copied())
+        .collect();
     if pts.is_empty() {
         return Err("nothing to plot".into());
     }
     let (w, h) = (1000i32, 620i32);
     let (left, right, top, bottom) = (100, w - 30, 60, h - 90);
-    let xmin = pts.iter().map(|p| p.0).fold(f64::INFINITY, f64::min).log2().floor();
-    let xmax = pts.iter().map(|p| p.0).fold(0.0, f64::max).log2().ceil().max(xmin + 1.0);
+    let xmin = pts
+        .iter()
+        .map(|p| p.0)
+        .fold(f64::INFINITY, f64::min)
+        .log2()
+        .floor();
+    let xmax = pts
+        .iter()
+        .map(|p| p.0)
+        .fold(0.0, f64::max)
+        .log2()
+        .ceil()
+        .max(xmin + 1.0);
     let ymax_data = pts.iter().map(|p| p.1).fold(0.0, f64::max);
     let yticks = nice_ticks(ymax_data * 1.08);
     let ymax = yticks.last().copied().unwrap_or(1.0).max(ymax_data * 1.08);
@@ -192,7 +210,13 @@ pub fn sweep_png(
         root.draw(&PathElement::new(vec![(left, y), (right, y)], grey))
             .map_err(err)?;
         let label = format!("{t}");
-        draw_text(&root, &label, (left - 8 - text_width(&label), y - 7), &dark, false);
+        draw_text(
+            &root,
+            &label,
+            (left - 8 - text_width(&label), y - 7),
+            &dark,
+            false,
+        );
     }
     let mut e = xmin as i32;
     while e <= xmax as i32 {
@@ -201,7 +225,13 @@ pub fn sweep_png(
             .map_err(err)?;
         if (e - xmin as i32) % 2 == 0 || xmax - xmin <= 12.0 {
             let label = short_bytes(2f64.powi(e));
-            draw_text(&root, &label, (x - text_width(&label) / 2, bottom + 8), &dark, false);
+            draw_text(
+                &root,
+                &label,
+                (x - text_width(&label) / 2, bottom + 8),
+                &dark,
+                false,
+            );
         }
         e += 1;
     }
@@ -226,14 +256,23 @@ pub fn sweep_png(
             .map_err(err)?;
             y += 12;
         }
-        draw_text(&root, &m.label, (x + 5, top + 4 + 18 * i as i32), &marker_color, false);
+        draw_text(
+            &root,
+            &m.label,
+            (x + 5, top + 4 + 18 * i as i32),
+            &marker_color,
+            false,
+        );
     }
     // Series.
     for (i, s) in series.iter().enumerate() {
         let c = COLORS[i % COLORS.len()];
         let line: Vec<(i32, i32)> = s.points.iter().map(|&(x, y)| (px(x), py(y))).collect();
-        root.draw(&PathElement::new(line.clone(), ShapeStyle::from(&c).stroke_width(2)))
-            .map_err(err)?;
+        root.draw(&PathElement::new(
+            line.clone(),
+            ShapeStyle::from(&c).stroke_width(2),
+        ))
+        .map_err(err)?;
         for p in line {
             root.draw(&Circle::new(p, 3, ShapeStyle::from(&c).filled()))
                 .map_err(err)?;
@@ -249,9 +288,21 @@ pub fn sweep_png(
     }
     draw_text(&root, title, (left, 18), &BLACK, false);
     let xl = "SIZE OF THE THREE ARRAYS (BYTES, LOG2 AXIS)";
-    draw_text(&root, xl, ((left + right) / 2 - text_width(xl) / 2, h - 40), &dark, false);
+    draw_text(
+        &root,
+        xl,
+        ((left + right) / 2 - text_width(xl) / 2, h - 40),
+        &dark,
+        false,
+    );
     let yl = "BANDWIDTH (GB/S)";
-    draw_text(&root, yl, (30, (top + bottom) / 2 + text_width(yl) / 2), &dark, true);
+    draw_text(
+        &root,
+        yl,
+        (30, (top + bottom) / 2 + text_width(yl) / 2),
+        &dark,
+        true,
+    );
     root.present().map_err(err)?;
     Ok(())
 }

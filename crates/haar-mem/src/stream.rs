@@ -136,7 +136,11 @@ pub fn expected_values(ntimes: usize) -> [f64; 3] {
 /// Sums of absolute errors of `a`, `b`, `c` against `expected`.
 pub fn error_sums(a: &[f64], b: &[f64], c: &[f64], expected: [f64; 3]) -> [f64; 3] {
     let sum = |x: &[f64], e: f64| x.iter().map(|v| (v - e).abs()).sum::<f64>();
-    [sum(a, expected[0]), sum(b, expected[1]), sum(c, expected[2])]
+    [
+        sum(a, expected[0]),
+        sum(b, expected[1]),
+        sum(c, expected[2]),
+    ]
 }
 
 /// stream.c's verdict: the average absolute error of each array, relative to its expected
@@ -150,7 +154,8 @@ pub fn verdict(sums: [f64; 3], elements: usize, ntimes: usize) -> Result<String,
     for (i, name) in ["a", "b", "c"].iter().enumerate() {
         let avg = sums[i] / elements as f64;
         let rel = (avg / expected[i]).abs();
-        if !(rel <= EPSILON) {
+        // NaN (a corrupted array) must fail too, hence not `rel > EPSILON`.
+        if rel.is_nan() || rel > EPSILON {
             failures.push(format!(
                 "array {name}: expected {:e}, average error {avg:e}, relative {rel:e} > {EPSILON:e}",
                 expected[i]
@@ -275,11 +280,11 @@ impl Config {
     /// Elements of each worker's share: a static split in 8-element (64-byte) blocks.
     fn split(&self) -> Vec<(usize, usize)> {
         let w = self.cpus.len().max(1);
-        let blocks = self.elements.div_ceil(8);
+        let blocks = self.elements.div_ceil(8) as u128;
+        let at = |i: usize| ((blocks * i as u128 / w as u128 * 8) as usize).min(self.elements);
         (0..w)
             .map(|i| {
-                let lo = (blocks * i / w * 8).min(self.elements);
-                let hi = (blocks * (i + 1) / w * 8).min(self.elements);
+                let (lo, hi) = (at(i), at(i + 1));
                 (lo, hi)
             })
             .collect()
@@ -288,18 +293,22 @@ impl Config {
     /// Bytes that will be allocated (three arrays; per process in processes mode).
     pub fn footprint(&self) -> u64 {
         match self.workers {
-            Workers::Threads => 3 * stride_bytes(self.elements) as u64,
+            Workers::Threads => 3u64.saturating_mul(stride_bytes(self.elements) as u64),
             Workers::Processes => self
                 .split()
                 .iter()
-                .map(|(lo, hi)| 3 * stride_bytes(hi - lo) as u64)
-                .sum(),
+                .map(|(lo, hi)| 3u64.saturating_mul(stride_bytes(hi - lo) as u64))
+                .fold(0u64, u64::saturating_add),
         }
     }
 }
 
 fn stride_bytes(elements: usize) -> usize {
-    (elements * 8).next_multiple_of(64).max(64)
+    elements
+        .saturating_mul(8)
+        .checked_next_multiple_of(64)
+        .unwrap_or(usize::MAX)
+        .max(64)
 }
 
 /// The placement as reported.
@@ -415,9 +424,8 @@ pub fn preflight(cfg: &Config) -> Result<(), StreamError> {
             }
         }
         Placement::File { dir, .. } => {
-            let meta = std::fs::metadata(dir).map_err(|e| {
-                StreamError::Input(format!("--path {}: {e}", dir.display()))
-            })?;
+            let meta = std::fs::metadata(dir)
+                .map_err(|e| StreamError::Input(format!("--path {}: {e}", dir.display())))?;
             if !meta.is_dir() {
                 return bad(format!("--path {}: not a directory", dir.display()));
             }
@@ -478,7 +486,10 @@ struct Arrays {
 }
 
 enum Backing {
-    Anon { base: *mut u8, len: usize },
+    Anon {
+        base: *mut u8,
+        len: usize,
+    },
     File {
         pool: PoolMapping,
         persist: Option<PersistMode>,
@@ -690,7 +701,8 @@ fn work(
             }
             sync()?;
             if id == 0 {
-                times[ki * ntimes + iter].store(t0.elapsed().as_secs_f64().to_bits(), Ordering::Relaxed);
+                times[ki * ntimes + iter]
+                    .store(t0.elapsed().as_secs_f64().to_bits(), Ordering::Relaxed);
             }
         }
     }
@@ -699,10 +711,7 @@ fn work(
 
 /// Path of worker `rank`'s array file in `dir`.
 fn array_file(dir: &Path, rank: usize) -> PathBuf {
-    dir.join(format!(
-        "haar-stream-{}-{rank}.arrays",
-        std::process::id()
-    ))
+    dir.join(format!("haar-stream-{}-{rank}.arrays", std::process::id()))
 }
 
 /// Runs STREAM.
@@ -724,9 +733,11 @@ pub fn run(cfg: &Config) -> Result<Report, StreamError> {
         Workers::Threads => {
             let arrays = match &cfg.placement {
                 Placement::Dram => Arrays::dram(cfg.elements),
-                Placement::File { dir, persist } => {
-                    Arrays::file(TempFile::register(array_file(dir, 0)), cfg.elements, *persist)
-                }
+                Placement::File { dir, persist } => Arrays::file(
+                    TempFile::register(array_file(dir, 0)),
+                    cfg.elements,
+                    *persist,
+                ),
             }
             .map_err(|e| StreamError::Io(format!("cannot allocate the arrays: {e}")))?;
             let barrier = SpinBarrier {
@@ -739,7 +750,8 @@ pub fn run(cfg: &Config) -> Result<Report, StreamError> {
                     .iter()
                     .enumerate()
                     .map(|(id, &(lo, hi))| {
-                        let (arrays, barrier, times, cpu) = (&arrays, &barrier, &times, cfg.cpus[id]);
+                        let (arrays, barrier, times, cpu) =
+                            (&arrays, &barrier, &times, cfg.cpus[id]);
                         s.spawn(move || {
                             if let Err(e) = machine::pin_to_cpu(cpu) {
                                 barrier.abort.store(true, Ordering::Relaxed);
@@ -964,9 +976,11 @@ fn child(
     let arrays = match &cfg.placement {
         Placement::Dram => Arrays::dram(elements),
         // The parent's guard is registered for this path; this one removes it on the way out.
-        Placement::File { dir, persist } => {
-            Arrays::file(TempFile::register(array_file_of_parent(dir, rank)), elements, *persist)
-        }
+        Placement::File { dir, persist } => Arrays::file(
+            TempFile::register(array_file_of_parent(dir, rank)),
+            elements,
+            *persist,
+        ),
     };
     let arrays = match arrays {
         Ok(a) => a,
@@ -1157,8 +1171,20 @@ mod tests {
             Err(StreamError::Input(m)) => m,
             other => panic!("expected an input error, got {other:?}"),
         };
-        assert!(msg(&Config { ntimes: 1, ..base.clone() }).contains("--ntimes"));
-        assert!(msg(&Config { elements: 1 << 60, ..base.clone() }).contains("available"));
+        assert!(
+            msg(&Config {
+                ntimes: 1,
+                ..base.clone()
+            })
+            .contains("--ntimes")
+        );
+        assert!(
+            msg(&Config {
+                elements: 1 << 60,
+                ..base.clone()
+            })
+            .contains("available")
+        );
         let missing = Config {
             placement: Placement::File {
                 dir: "/no/such/dir".into(),
