@@ -510,6 +510,18 @@ impl Session {
     }
 
     fn flush(&mut self, id: u64) -> Result<(), ErrorMeta> {
+        // A key archived twice before one flush is one flushed field: one event (the last).
+        let mut last: std::collections::HashMap<&Key, usize> = std::collections::HashMap::new();
+        for (i, (k, _)) in self.pending.iter().enumerate() {
+            last.insert(k, i);
+        }
+        if last.len() < self.pending.len() {
+            let keep: Vec<bool> = (0..self.pending.len())
+                .map(|i| last.get(&self.pending[i].0) == Some(&i))
+                .collect();
+            let mut it = keep.into_iter();
+            self.pending.retain(|_| it.next().unwrap_or(true));
+        }
         let n = self.pending.len() as u64;
         let result = {
             let _gate = self.shared.gate.read().unwrap();

@@ -1,0 +1,506 @@
+//! Real `haar serve` processes on loopback, with producers and consumers in other processes:
+//! byte-identical round trips through 1 and 3 servers, authentication refusals, a version
+//! mismatch, exactly-once notifications (including a late subscriber), `haar wait`, and
+//! kill -9 + restart of a server.
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use haar_core::Key;
+use haar_core::request::Request;
+use haar_net::protocol::{self, Kind, Limits};
+use haar_net::{ClientConfig, RemoteStore};
+use haar_store::FieldStore;
+
+const TOKEN: &str = "net-test-token";
+const RO_TOKEN: &str = "net-test-read-only";
+const HAAR: &str = env!("CARGO_BIN_EXE_haar");
+
+struct Server {
+    child: Child,
+    addr: String,
+    root: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn spawn_server(root: &Path, listen: &str, ro_token: Option<&Path>) -> Server {
+    let mut cmd = Command::new(HAAR);
+    cmd.arg("--root")
+        .arg(root)
+        .args(["serve", "--listen", listen])
+        .env("HAAR_TOKEN", TOKEN)
+        .env_remove("HAAR_CONFIG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    if let Some(f) = ro_token {
+        cmd.arg("--read-token-file").arg(f);
+    }
+    let mut child = cmd.spawn().expect("haar serve starts");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut line = String::new();
+        let mut r = BufReader::new(stdout);
+        let _ = r.read_line(&mut line);
+        let _ = tx.send(line);
+        // Keep draining so the server never blocks on a full pipe.
+        let _ = std::io::copy(&mut r, &mut std::io::sink());
+    });
+    let line = rx
+        .recv_timeout(Duration::from_secs(20))
+        .expect("haar serve printed its address");
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("first line was {line:?}"))
+        .to_string();
+    Server {
+        child,
+        addr,
+        root: root.to_path_buf(),
+    }
+}
+
+fn haar(args: &[&str], token: Option<&str>) -> Output {
+    let mut cmd = Command::new(HAAR);
+    cmd.args(args)
+        .env_remove("HAAR_CONFIG")
+        .env_remove("HAAR_TOKEN");
+    if let Some(t) = token {
+        cmd.env("HAAR_TOKEN", t);
+    }
+    cmd.output().unwrap()
+}
+
+fn key(member: u32, step: u32) -> Key {
+    Key::parse(&format!(
+        "class=od,expver=1,stream=enfo,date=20261121,time=0,domain=g,type=pf,levtype=sfc,number={member},step={step},param=167"
+    ))
+    .unwrap()
+}
+
+fn field(member: u32, step: u32, len: usize) -> Vec<u8> {
+    let mut x = (member as u64) << 32 | step as u64 | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
+fn rw() -> ClientConfig {
+    ClientConfig {
+        token: Some(TOKEN.into()),
+        ..ClientConfig::default()
+    }
+}
+
+fn step_request(step: &str) -> String {
+    format!(
+        "class=od,expver=1,stream=enfo,date=20261121,time=0,type=pf,levtype=sfc,number=1/2/3,step={step},param=167"
+    )
+}
+
+#[test]
+fn three_servers_round_trip_through_the_cli_byte_identical() {
+    let dir = tempfile::tempdir().unwrap();
+    let servers: Vec<Server> = (0..3)
+        .map(|i| spawn_server(&dir.path().join(format!("n{i}")), "127.0.0.1:0", None))
+        .collect();
+    let list = servers
+        .iter()
+        .map(|s| s.addr.as_str())
+        .collect::<Vec<_>>()
+        .join(",");
+    // Different dates are different databases, so they spread over the lanes.
+    let mut expected = HashMap::new();
+    for d in 0..6u32 {
+        let bytes = field(d, 0, 300_000 + d as usize);
+        let path = dir.path().join(format!("f{d}.bin"));
+        std::fs::write(&path, &bytes).unwrap();
+        let k = format!(
+            "class=od,expver=1,stream=oper,date=2026112{d},time=0,domain=g,type=fc,levtype=sfc,step=0,param=167"
+        );
+        let out = haar(
+            &[
+                "--servers",
+                &list,
+                "archive",
+                "--key",
+                &k,
+                path.to_str().unwrap(),
+            ],
+            Some(TOKEN),
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        expected.insert(format!("2026112{d}"), bytes);
+    }
+    let out = haar(&["--servers", &list, "list", "class=od"], Some(TOKEN));
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 6);
+    // Spread: more than one server holds data.
+    let holding = servers
+        .iter()
+        .filter(|s| {
+            let r = RemoteStore::connect(&s.addr, &rw()).unwrap();
+            !r.list(&Request::default()).unwrap().is_empty()
+        })
+        .count();
+    assert!(holding >= 2, "all databases on one lane");
+    for (date, bytes) in &expected {
+        let out_path = dir.path().join(format!("out{date}"));
+        let req = format!(
+            "class=od,expver=1,stream=oper,date={date},time=0,type=fc,levtype=sfc,step=0,param=167"
+        );
+        let out = haar(
+            &[
+                "--servers",
+                &list,
+                "retrieve",
+                &req,
+                "-o",
+                out_path.to_str().unwrap(),
+            ],
+            Some(TOKEN),
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(&std::fs::read(&out_path).unwrap(), bytes);
+    }
+}
+
+#[test]
+fn refusals_name_the_server_and_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let ro = dir.path().join("ro-token");
+    std::fs::write(&ro, RO_TOKEN).unwrap();
+    let s = spawn_server(&dir.path().join("root"), "127.0.0.1:0", Some(&ro));
+    let raw = dir.path().join("x.bin");
+    std::fs::write(&raw, b"bytes").unwrap();
+    let k = "class=od,expver=1,stream=oper,date=20261121,time=0,domain=g,type=fc,levtype=sfc,step=0,param=167";
+    for token in [None, Some("wrong")] {
+        let out = haar(&["--servers", &s.addr, "list"], token);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains(&s.addr) && err.contains("token rejected"),
+            "{err}"
+        );
+    }
+    let out = haar(
+        &[
+            "--servers",
+            &s.addr,
+            "archive",
+            "--key",
+            k,
+            raw.to_str().unwrap(),
+        ],
+        Some(RO_TOKEN),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("read-only"), "{err}");
+    let out = haar(
+        &["--servers", &s.addr, "wipe", "class=od", "--doit"],
+        Some(RO_TOKEN),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("WIPE refused") && err.contains("read-only"),
+        "{err}"
+    );
+    // Reads with the read-only token work.
+    let out = haar(&["--servers", &s.addr, "list"], Some(RO_TOKEN));
+    assert!(out.status.success());
+    // Nobody listening.
+    let out = haar(&["--servers", "127.0.0.1:1", "list"], Some(TOKEN));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{err}");
+    assert!(err.contains("is `haar serve` running there?"), "{err}");
+    // A server without any token refuses to start.
+    let out = Command::new(HAAR)
+        .args([
+            "--root",
+            dir.path().join("r2").to_str().unwrap(),
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .env_remove("HAAR_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("HAAR_TOKEN"));
+}
+
+#[test]
+fn a_hello_of_another_version_is_refused_clearly() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = spawn_server(&dir.path().join("root"), "127.0.0.1:0", None);
+    let mut sock = TcpStream::connect(&s.addr).unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let hello = protocol::to_meta(&protocol::Hello {
+        version: 99,
+        client: "haar 99.0".into(),
+        nonce: "ab".into(),
+    });
+    sock.write_all(&protocol::encode(Kind::Hello, 0, 7, &hello, &[]).unwrap())
+        .unwrap();
+    let mut buf = Vec::new();
+    sock.read_to_end(&mut buf).unwrap();
+    let (f, _) = protocol::decode(&buf, Limits::HANDSHAKE).unwrap();
+    assert_eq!(f.kind(), Some(Kind::Refused));
+    assert_eq!(f.id, 7);
+    let r: protocol::Refused = f.meta().unwrap();
+    assert!(
+        r.reason.contains("version 99") && r.reason.contains("version 1"),
+        "{}",
+        r.reason
+    );
+}
+
+/// Reads `haar watch --json` lines from a child on a thread.
+fn watcher(addr: &str, req: &str) -> (Child, mpsc::Receiver<serde_json::Value>) {
+    let mut child = Command::new(HAAR)
+        .args(["--servers", addr, "watch", req, "--json"])
+        .env("HAAR_TOKEN", TOKEN)
+        .env_remove("HAAR_CONFIG")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let out = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(serde_json::from_str(&line).unwrap()).is_err() {
+                return;
+            }
+        }
+    });
+    (child, rx)
+}
+
+fn collect(
+    rx: &mpsc::Receiver<serde_json::Value>,
+    n: usize,
+    within: Duration,
+) -> Vec<serde_json::Value> {
+    let deadline = Instant::now() + within;
+    let mut got = Vec::new();
+    while got.len() < n {
+        match rx.recv_timeout(deadline.saturating_duration_since(Instant::now())) {
+            Ok(v) => got.push(v),
+            Err(_) => break,
+        }
+    }
+    got
+}
+
+fn event_name(v: &serde_json::Value) -> String {
+    format!("{}/{}", v["key"]["number"], v["key"]["step"])
+}
+
+#[test]
+fn watchers_in_other_processes_see_each_flushed_field_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = spawn_server(&dir.path().join("root"), "127.0.0.1:0", None);
+    let (mut early, early_rx) = watcher(&s.addr, "class=od,stream=enfo");
+    // Give the early watcher time to subscribe (its replay is empty either way).
+    std::thread::sleep(Duration::from_millis(300));
+    let mut producer = RemoteStore::connect(&s.addr, &rw()).unwrap();
+    let mut late = None;
+    let steps = 6;
+    for step in 0..steps {
+        for member in 1..=3 {
+            producer
+                .archive(&key(member, step), &field(member, step, 50_000))
+                .unwrap();
+        }
+        // Re-archiving a field before the flush still flushes it once.
+        producer
+            .archive(&key(1, step), &field(1, step, 50_000))
+            .unwrap();
+        producer.flush().unwrap();
+        if step == 2 {
+            late = Some(watcher(&s.addr, "class=od,stream=enfo"));
+        }
+    }
+    let total = (steps * 3) as usize;
+    let (mut late_child, late_rx) = late.unwrap();
+    for (rx, who) in [(&early_rx, "early"), (&late_rx, "late")] {
+        let got = collect(rx, total, Duration::from_secs(20));
+        let extra = collect(rx, 1, Duration::from_millis(300));
+        assert!(extra.is_empty(), "{who}: extra event {extra:?}");
+        let mut count: HashMap<String, usize> = HashMap::new();
+        for v in &got {
+            *count.entry(event_name(v)).or_default() += 1;
+        }
+        assert_eq!(count.len(), total, "{who}: {count:?}");
+        for (k, n) in &count {
+            assert_eq!(*n, 1, "{who}: {k} seen {n} times");
+        }
+        if who == "late" {
+            assert!(
+                got.iter().any(|v| v["replay"] == true),
+                "late watcher had no replay"
+            );
+        }
+    }
+    early.kill().unwrap();
+    late_child.kill().unwrap();
+    let _ = early.wait();
+    let _ = late_child.wait();
+}
+
+#[test]
+fn wait_returns_when_the_step_is_complete_and_not_before() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = spawn_server(&dir.path().join("root"), "127.0.0.1:0", None);
+    let mut producer = RemoteStore::connect(&s.addr, &rw()).unwrap();
+    // Timeout: exit 2 naming what is missing.
+    producer.archive(&key(1, 6), &field(1, 6, 1000)).unwrap();
+    producer.flush().unwrap();
+    let out = haar(
+        &[
+            "--servers",
+            &s.addr,
+            "wait",
+            &step_request("6"),
+            "--timeout",
+            "0.5",
+        ],
+        Some(TOKEN),
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("number=2") && err.contains("number=3") && !err.contains("number=1,"),
+        "{err}"
+    );
+    // Complete: exits 0 only after the last member's flush.
+    let mut waiting = Command::new(HAAR)
+        .args([
+            "--servers",
+            &s.addr,
+            "wait",
+            &step_request("12"),
+            "--timeout",
+            "30",
+        ])
+        .env("HAAR_TOKEN", TOKEN)
+        .env_remove("HAAR_CONFIG")
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(400));
+    for member in [3, 1] {
+        producer
+            .archive(&key(member, 12), &field(member, 12, 1000))
+            .unwrap();
+        producer.flush().unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        waiting.try_wait().unwrap().is_none(),
+        "wait returned before member 2 flushed"
+    );
+    producer.archive(&key(2, 12), &field(2, 12, 1000)).unwrap();
+    let flushed = Instant::now();
+    producer.flush().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(st) = waiting.try_wait().unwrap() {
+            break st;
+        }
+        assert!(Instant::now() < deadline, "wait did not return");
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    assert!(status.success());
+    eprintln!(
+        "wait returned {:?} after the completing flush",
+        flushed.elapsed()
+    );
+}
+
+#[test]
+fn kill_9_and_restart_keeps_every_flushed_field() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let mut s = spawn_server(&root, "127.0.0.1:0", None);
+    let addr = s.addr.clone();
+    let mut producer = RemoteStore::connect(&addr, &rw()).unwrap();
+    let mut flushed = Vec::new();
+    for step in 0..10 {
+        for member in 1..=3 {
+            producer
+                .archive(&key(member, step), &field(member, step, 200_000))
+                .unwrap();
+        }
+        producer.flush().unwrap();
+        flushed.extend((1..=3).map(|m| (m, step)));
+    }
+    // Unflushed fields in flight when the server dies.
+    for member in 1..=3 {
+        producer
+            .archive(&key(member, 99), &field(member, 99, 200_000))
+            .unwrap();
+    }
+    s.child.kill().unwrap(); // SIGKILL
+    s.child.wait().unwrap();
+    assert!(
+        producer.flush().is_err(),
+        "flush to a dead server must fail"
+    );
+    let s2 = spawn_server(&s.root, &addr, None);
+    assert_eq!(s2.addr, addr);
+    let reader = RemoteStore::connect(&addr, &rw()).unwrap();
+    let req = Request::parse(&format!(
+        "class=od,expver=1,stream=enfo,date=20261121,time=0,type=pf,levtype=sfc,number=1/2/3,step={},param=167",
+        (0..10).map(|s| s.to_string()).collect::<Vec<_>>().join("/")
+    ))
+    .unwrap();
+    let mut n = 0;
+    let report = reader
+        .retrieve(&req, &mut |k, d| {
+            let m: u32 = k.get("number").unwrap().parse().unwrap();
+            let st: u32 = k.get("step").unwrap().parse().unwrap();
+            assert_eq!(d, field(m, st, 200_000), "{k}");
+            n += 1;
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(report.found, flushed.len());
+    assert_eq!(n, flushed.len());
+    // The unflushed step never became visible.
+    let none = reader
+        .list(&Request::parse("class=od,stream=enfo,step=99").unwrap())
+        .unwrap();
+    assert!(none.is_empty());
+    drop(s);
+}
