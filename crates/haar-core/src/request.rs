@@ -374,7 +374,8 @@ pub fn canonical_keyword(word: &str) -> Result<String, Vec<String>> {
 
 /// True when `keyword` is a MARS keyword (after abbreviation).
 pub fn is_mars_keyword(keyword: &str) -> bool {
-    KEYWORDS.contains(&keyword)
+    // KEYWORDS is sorted (checked by a test).
+    KEYWORDS.binary_search(&keyword).is_ok()
 }
 
 fn canonical_verb(word: &str) -> String {
@@ -566,9 +567,9 @@ impl Request {
             verb: self.verb.clone(),
             params: Vec::with_capacity(self.params.len()),
         };
-        let schema_keywords = schema.keywords();
         for p in &self.params {
-            if !is_mars_keyword(&p.keyword) && !schema_keywords.contains(&p.keyword.as_str()) {
+            if !is_mars_keyword(&p.keyword) && !schema.mentions(&p.keyword) {
+                let schema_keywords = schema.keywords();
                 return Err(RequestError::UnknownKeyword {
                     keyword: p.keyword.clone(),
                     suggestions: closest(
@@ -742,9 +743,26 @@ fn expand_values(
             i += 1;
         }
     }
-    let mut seen = std::collections::HashSet::new();
-    out.retain(|v| seen.insert(v.clone()));
+    dedup_keep_first(&mut out);
     Ok(out)
+}
+
+/// Removes repeated values, keeping the first occurrence of each.
+fn dedup_keep_first(values: &mut Vec<String>) {
+    if values.len() <= 32 {
+        // Quadratic but allocation-free: requests name few values per keyword.
+        let mut i = 1;
+        while i < values.len() {
+            if values[..i].contains(&values[i]) {
+                values.remove(i);
+            } else {
+                i += 1;
+            }
+        }
+    } else {
+        let mut seen = std::collections::HashSet::with_capacity(values.len());
+        values.retain(|v| seen.insert(v.clone()));
+    }
 }
 
 /// Expands start/to/end/by/step in the keyword type's units. Returns the reason on failure.
@@ -1059,6 +1077,25 @@ mod tests {
                 .matches(&Key::new())
         );
         assert_eq!(r.get("levelist"), Some(&Values::All));
+    }
+
+    #[test]
+    fn keyword_table_is_sorted() {
+        assert!(KEYWORDS.windows(2).all(|w| w[0] < w[1]));
+        for k in KEYWORDS {
+            assert!(is_mars_keyword(k));
+        }
+        assert!(!is_mars_keyword("frobnicate"));
+    }
+
+    #[test]
+    fn dedup_keeps_first_occurrence() {
+        let mut small: Vec<String> = ["b", "a", "b", "c", "a"].map(String::from).to_vec();
+        dedup_keep_first(&mut small);
+        assert_eq!(small, ["b", "a", "c"]);
+        let mut big: Vec<String> = (0..100).map(|i| (i % 40).to_string()).collect();
+        dedup_keep_first(&mut big);
+        assert_eq!(big, (0..40).map(|i| i.to_string()).collect::<Vec<_>>());
     }
 
     #[test]

@@ -28,6 +28,7 @@
 //!
 //! The empty string is the value of an absent optional keyword and is canonical for every type.
 
+use std::borrow::Cow;
 use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -231,6 +232,40 @@ const LOWERCASE_KEYWORDS: &[&str] = &[
     "georef",
 ];
 
+/// `LOWERCASE_KEYWORDS.contains(&keyword)`, as a `match` (compiled to length + byte compares).
+fn is_lowercase_keyword(keyword: &str) -> bool {
+    let found = matches!(
+        keyword,
+        "class"
+            | "stream"
+            | "type"
+            | "levtype"
+            | "domain"
+            | "origin"
+            | "product"
+            | "section"
+            | "obsgroup"
+            | "packing"
+            | "repres"
+            | "resolution"
+            | "paramtype"
+            | "tile"
+            | "units"
+            | "use"
+            | "stattype"
+            | "timespan"
+            | "activity"
+            | "experiment"
+            | "generation"
+            | "model"
+            | "realization"
+            | "dataset"
+            | "georef"
+    );
+    debug_assert_eq!(found, LOWERCASE_KEYWORDS.contains(&keyword));
+    found
+}
+
 impl ValueType {
     /// Canonical text of `value` for `keyword` (the keyword only names the value in errors and
     /// selects MARS's lower-casing for untyped enumerations).
@@ -240,10 +275,85 @@ impl ValueType {
         value: &str,
         ctx: &Context,
     ) -> Result<String, ValueError> {
-        let v = value.trim();
+        self.normalise_cow(keyword, value, ctx).map(Cow::into_owned)
+    }
+
+    /// [`ValueType::normalise`] without allocating when the (trimmed) value is already
+    /// canonical, which is the common case for values coming from GRIB (`1200`, `0001`, `130`,
+    /// `20260101`): the result then borrows from `value`. Same results as `normalise`.
+    pub fn normalise_cow<'v>(
+        &self,
+        keyword: &str,
+        value: &'v str,
+        ctx: &Context,
+    ) -> Result<Cow<'v, str>, ValueError> {
+        // `trim` scans for Unicode whitespace; values from GRIB start and end with ASCII
+        // letters or digits, which need no trimming.
+        let bytes = value.as_bytes();
+        let untrimmed = |b: Option<&u8>| b.is_some_and(u8::is_ascii_alphanumeric);
+        let v = if untrimmed(bytes.first()) && untrimmed(bytes.last()) {
+            value
+        } else {
+            value.trim()
+        };
         if v.is_empty() {
-            return Ok(String::new());
+            return Ok(Cow::Borrowed(""));
         }
+        if self.is_canonical(keyword, v) {
+            return Ok(Cow::Borrowed(v));
+        }
+        self.normalise_slow(keyword, value, v, ctx).map(Cow::Owned)
+    }
+
+    /// True when normalising the non-empty trimmed value `v` would return `v` itself. Only
+    /// cheap, sure cases answer true; `false` means "compute it".
+    fn is_canonical(&self, keyword: &str, v: &str) -> bool {
+        let b = v.as_bytes();
+        let digits = b.iter().all(u8::is_ascii_digit);
+        // Decimal digits without a leading zero (or "0"), short enough not to overflow.
+        let plain_number = |max: usize| digits && b.len() <= max && (b[0] != b'0' || b.len() == 1);
+        let lower = || b.iter().all(|c| c.is_ascii() && !c.is_ascii_uppercase());
+        match self {
+            ValueType::Default | ValueType::Ignore => !is_lowercase_keyword(keyword) || lower(),
+            ValueType::Lowercase => lower(),
+            ValueType::First(n) => b.len() <= *n,
+            ValueType::Grid => !b.contains(&b'/'),
+            ValueType::Date => {
+                digits && b.len() == 8 && {
+                    let num = |r: std::ops::Range<usize>| {
+                        b[r].iter().fold(0u32, |a, d| a * 10 + u32::from(d - b'0'))
+                    };
+                    let (y, m, d) = (num(0..4), num(4..6), num(6..8));
+                    // Years 0..=9999 round-trip through day numbers and `{y:04}`.
+                    (1..=12).contains(&m) && d >= 1 && d <= days_in_month(y as i32, m)
+                }
+            }
+            ValueType::Time => {
+                digits && b.len() == 4 && {
+                    let h = u32::from(b[0] - b'0') * 10 + u32::from(b[1] - b'0');
+                    let m = u32::from(b[2] - b'0') * 10 + u32::from(b[3] - b'0');
+                    h < 24 && m < 60
+                }
+            }
+            ValueType::Step | ValueType::Double => plain_number(15),
+            ValueType::Integer => plain_number(18),
+            ValueType::Param => plain_number(9),
+            ValueType::Expver => b.len() == 4 && b.iter().all(u8::is_ascii_alphanumeric),
+            ValueType::MonthOfDate | ValueType::Month | ValueType::Year | ValueType::YearMonth => {
+                already_canonical(self, v)
+            }
+            ValueType::ClimateDaily | ValueType::ClimateMonthly => false,
+        }
+    }
+
+    /// The general normaliser: `value` as given, `v` trimmed and non-empty.
+    fn normalise_slow(
+        &self,
+        keyword: &str,
+        value: &str,
+        v: &str,
+        ctx: &Context,
+    ) -> Result<String, ValueError> {
         let err = |expected: &str| ValueError {
             keyword: keyword.to_string(),
             value: value.to_string(),
@@ -251,7 +361,7 @@ impl ValueType {
         };
         match self {
             ValueType::Default | ValueType::Ignore => {
-                if LOWERCASE_KEYWORDS.contains(&keyword) {
+                if is_lowercase_keyword(keyword) {
                     Ok(v.to_lowercase())
                 } else {
                     Ok(v.to_string())
