@@ -54,7 +54,9 @@ mod tests {
     use super::*;
 
     fn key(i: u32) -> Key {
-        Key::new().with("class", "od").with("date", format!("2026{:04}", i))
+        Key::new()
+            .with("class", "od")
+            .with("date", format!("2026{:04}", i))
     }
 
     #[test]
@@ -85,7 +87,10 @@ mod tests {
             count[rank(&lanes, &key(i))[0]] += 1;
         }
         for c in count {
-            assert!(c > n as usize / 4 * 8 / 10 && c < n as usize / 4 * 12 / 10, "{count:?}");
+            assert!(
+                c > n as usize / 4 * 8 / 10 && c < n as usize / 4 * 12 / 10,
+                "{count:?}"
+            );
         }
         let fewer = ["n1:7000", "n2:7000", "n4:7000"];
         for i in 0..n {
@@ -107,6 +112,9 @@ mod tests {
         assert_eq!(canonical(&k), "class=od,date=20261121");
         let h = fnv1a64(canonical(&k).as_bytes());
         assert_eq!(score("n1:7000", h), 0x4700_0ccd_7667_36fa);
-        assert_eq!(rank(&["n1:7000", "n2:7000", "n3:7000", "n4:7000"], &k), [3, 1, 2, 0]);
+        assert_eq!(
+            rank(&["n1:7000", "n2:7000", "n3:7000", "n4:7000"], &k),
+            [3, 1, 2, 0]
+        );
     }
 }
