@@ -106,6 +106,12 @@ pub enum Command {
     /// Start --servers N local servers under --root DIR for development; prints the --servers
     /// string and a config; stops them when stdin closes or on Ctrl-C.
     Cluster(crate::commands::net::ClusterArgs),
+    /// STREAM memory bandwidth (copy/scale/add/triad, the reference's rules) on DRAM or on a
+    /// mapped file persisted after each kernel (App Direct); --sweep plots the cache cliff.
+    Stream(crate::commands::stream::StreamArgs),
+    /// Which persistent-memory configuration suits an application (the JCST paper's decision
+    /// trees), by flags, an answer file or questions; --probe inspects this machine.
+    Advise(crate::commands::advise::AdviseArgs),
 }
 
 /// `haar archive`.

@@ -3,6 +3,9 @@
 pub mod bench;
 pub mod net;
 
+pub mod advise;
+pub mod stream;
+
 use std::io::{IsTerminal, Write};
 
 use haar_core::Key;
@@ -30,6 +33,8 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Watch(a) => net::watch(&cli, a),
         Command::Wait(a) => net::wait(&cli, a),
         Command::Cluster(a) => net::cluster(&cli, a),
+        Command::Stream(a) => stream::run(&cli, a),
+        Command::Advise(a) => advise::run(&cli, a),
     }
 }
 
