@@ -365,7 +365,13 @@ pub fn decode_segment(buf: &[u8]) -> Result<Segment, DecodeError> {
         let data = decode_ref(&mut c)?;
         entries.push(match kind {
             1 => Entry::Field { index, datum, data },
-            2 => Entry::Tombstone { index, datum },
+            // Design §3: a tombstone carries a zero DataRef; anything else is not ours.
+            2 if data == DataRef::default() => Entry::Tombstone { index, datum },
+            2 => {
+                return Err(DecodeError::Invalid(
+                    "tombstone with a non-zero data reference",
+                ));
+            }
             _ => return Err(DecodeError::Invalid("unknown entry kind")),
         });
     }
@@ -623,6 +629,20 @@ mod tests {
                 "flip at byte {i} not detected"
             );
         }
+    }
+
+    #[test]
+    fn tombstone_with_nonzero_ref_is_refused() {
+        // Found by the `segment` fuzz target: such a segment decoded but re-encoded differently.
+        let hex = "4853454701000000000000000000000000000000000000000100000023000000000002000000000100000000000000000000000000000000000000000000000000000001c4f550";
+        let bytes: Vec<u8> = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap())
+            .collect();
+        assert!(matches!(
+            decode_segment(&bytes),
+            Err(DecodeError::Invalid(_))
+        ));
     }
 
     #[test]
