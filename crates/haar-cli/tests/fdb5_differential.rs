@@ -1,0 +1,554 @@
+//! Differential test against the real ECMWF FDB5 (Debian `fdb5` 5.10.x tools): the same real
+//! GRIB files are archived into FDB5 with `fdb-write` and into haar with `haar archive`, both
+//! with the schema `/etc/fdb/schema`; then
+//!
+//! - both accept and refuse the same files;
+//! - for the whole database and a set of requests (one param, a step range, a level list,
+//!   ensemble members), `fdb-list` and `haar list --fdb` give the same keys;
+//! - `fdb-read` and `haar retrieve`, given the same request file, return the same messages
+//!   (same bytes; as a multiset, and for one-field-per-request files in the same order).
+//!
+//! If `fdb-write` is not installed the test fails and says to install `fdb5`, unless
+//! `HAAR_SKIP_FDB5=1`.
+//!
+//! # How FDB5 5.10.8 prints and reads keys (checked by running the tools)
+//!
+//! - `fdb-list --porcelain REQUEST` prints one line per field,
+//!   `{class=..,expver=..,stream=..,date=..,time=..,domain=..}{type=..,levtype=..}{step=..,..}`,
+//!   levels and keywords in schema order, values canonical: `expver=0001`, `time=1200`,
+//!   `param` as a paramId (`param=130`, `param=228082`), `levelist` an integer (`850`),
+//!   `step` an integer (`78`). The whole store: `--minimum-keys= --all` (plain `--all` is
+//!   refused while `class,expver` are the minimum keys).
+//! - Optional schema keywords a field lacks (`levelist?` for surface fields, `number?` for a
+//!   control forecast, `quantile?`, `direction?`, `frequency?`) are OMITTED: `{step=0,param=167}`.
+//!   haar prints them with an empty value (`{step=0,levelist=,param=167}`): see
+//!   `fdb_layout_matches_fdb_list_line_for_line` (a reported haar bug). The key comparisons
+//!   below drop empty values on haar's side and say so.
+//! - `date=aug-01` (a climatological date with no year, earthkit-data's `t_year_missing.grib`)
+//!   is archived and listed by FDB5 as is; haar refuses the message. See
+//!   `climatological_date_archives_like_fdb5` (a reported disagreement).
+//! - FDB5 5.10's request expansion (metkit) fails with "TypeParam: cannot find a context to
+//!   expand 'param'" for any `param` in a request with `class=ea` (ERA5): requests on ERA5 data
+//!   are given to `fdb-list`/`fdb-read` with `--raw` (no expansion), so they use explicit value
+//!   lists and canonical values.
+//! - `fdb-read` reads every request of a request file and writes the fields request after
+//!   request.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::ffi::OsStr;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::OnceLock;
+
+use common::*;
+
+/// A private FDB5 under a temporary directory: `config.yaml`, an empty `dbnames`, `db/`.
+pub struct Fdb5 {
+    pub dir: PathBuf,
+}
+
+impl Fdb5 {
+    fn new(dir: PathBuf) -> Fdb5 {
+        std::fs::create_dir_all(dir.join("db")).unwrap();
+        std::fs::write(dir.join("dbnames"), "").unwrap();
+        std::fs::write(
+            dir.join("config.yaml"),
+            format!(
+                "{{type: local, engine: toc, schema: /etc/fdb/schema, spaces: [{{handler: Default, roots: [{{path: {}}}]}}]}}\n",
+                dir.join("db").display()
+            ),
+        )
+        .unwrap();
+        Fdb5 { dir }
+    }
+
+    fn config(&self) -> PathBuf {
+        self.dir.join("config.yaml")
+    }
+
+    fn cmd(&self, tool: &str) -> Command {
+        let mut c = Command::new(tool);
+        c.env("FDB5_CONFIG_FILE", self.config())
+            .env("FDB_DBNAMES_FILE", self.dir.join("dbnames"));
+        c
+    }
+
+    fn run(&self, tool: &str, args: &[&OsStr]) -> Output {
+        self.cmd(tool)
+            .args(args)
+            .output()
+            .unwrap_or_else(|e| panic!("{tool}: {e}"))
+    }
+
+    fn run_ok(&self, tool: &str, args: &[&OsStr]) -> Vec<u8> {
+        let out = self.run(tool, args);
+        assert!(
+            out.status.success(),
+            "{tool} {args:?} failed:\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out.stdout
+    }
+
+    /// `fdb-list --porcelain` lines for a request (`None`: the whole store).
+    fn list(&self, request: Option<&str>, raw: bool) -> Vec<String> {
+        let mut args: Vec<&OsStr> = vec![OsStr::new("--porcelain")];
+        if raw {
+            args.push(OsStr::new("--raw"));
+        }
+        match request {
+            Some(r) => args.push(OsStr::new(r)),
+            None => args.extend([OsStr::new("--minimum-keys="), OsStr::new("--all")]),
+        }
+        String::from_utf8(self.run_ok("fdb-list", &args))
+            .unwrap()
+            .lines()
+            .filter(|l| l.starts_with('{'))
+            .map(String::from)
+            .collect()
+    }
+
+    /// `fdb-read [--raw] REQFILE OUT`, returning OUT's bytes.
+    fn read(&self, request_file: &Path, raw: bool, work: &Path) -> Vec<u8> {
+        let out = work.join(format!(
+            "{}.fdb.grib",
+            request_file.file_name().unwrap().to_string_lossy()
+        ));
+        let mut args: Vec<&OsStr> = Vec::new();
+        if raw {
+            args.push(OsStr::new("--raw"));
+        }
+        args.extend([request_file.as_os_str(), out.as_os_str()]);
+        self.run_ok("fdb-read", &args);
+        std::fs::read(&out).unwrap()
+    }
+}
+
+/// Whether the FDB5 tools are there; fails with what to install unless `HAAR_SKIP_FDB5=1`.
+fn fdb5_available() -> bool {
+    let found = Command::new("fdb-write")
+        .output()
+        .map(|_| true)
+        .unwrap_or(false);
+    if !found {
+        assert!(
+            std::env::var("HAAR_SKIP_FDB5").as_deref() == Ok("1"),
+            "fdb-write not found: install the real FDB5 (Debian/Ubuntu: `apt-get install fdb5`, \
+             or `pip install pyfdb`, whose fdb5lib wheel brings the fdb-* tools), or set \
+             HAAR_SKIP_FDB5=1 to skip the differential test"
+        );
+        eprintln!(
+            "WARNING: fdb-write not found and HAAR_SKIP_FDB5=1: FDB5 differential test skipped"
+        );
+    }
+    found
+}
+
+/// Both stores holding the same files, built once per test binary.
+struct World {
+    _tmp: tempfile::TempDir,
+    work: PathBuf,
+    fdb: Fdb5,
+    haar_root: PathBuf,
+    haar_config: PathBuf,
+    /// Files `fdb-write` accepted, in archive order.
+    accepted: Vec<PathBuf>,
+    /// Files `fdb-write` refused.
+    refused: Vec<PathBuf>,
+    /// What haar refused of `accepted` (by file), from `archive --json`.
+    haar_failed: Vec<String>,
+}
+
+/// Files FDB5 archives and haar refuses (reported disagreements, each with its own test).
+const KNOWN_DISAGREEMENTS: &[&str] = &["t_year_missing.grib"];
+
+fn world() -> Option<&'static World> {
+    static W: OnceLock<Option<World>> = OnceLock::new();
+    W.get_or_init(|| {
+        if !fdb5_available() {
+            return None;
+        }
+        let _t = Timer::start("differential set-up (fdb-write and haar archive of every file)");
+        let tmp = tempfile::tempdir().unwrap();
+        let work = tmp.path().to_path_buf();
+        let files = all_real_files();
+
+        // Which files does FDB5 accept? Each file alone into a scratch FDB (a failing
+        // fdb-write must not leave half a file in the FDB under comparison), in parallel.
+        let threads = 3;
+        let verdicts: Vec<(usize, bool)> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..threads)
+                .map(|t| {
+                    let (files, work) = (&files, &work);
+                    s.spawn(move || {
+                        let mut out = Vec::new();
+                        for (i, f) in files.iter().enumerate().filter(|(i, _)| i % threads == t) {
+                            let scratch = Fdb5::new(work.join(format!("scratch{i}")));
+                            let ok = scratch.run("fdb-write", &[f.as_os_str()]).status.success();
+                            std::fs::remove_dir_all(&scratch.dir).unwrap();
+                            out.push((i, ok));
+                        }
+                        out
+                    })
+                })
+                .collect();
+            hs.into_iter().flat_map(|h| h.join().unwrap()).collect()
+        });
+        let mut accepted = Vec::new();
+        let mut refused = Vec::new();
+        let mut verdicts = verdicts;
+        verdicts.sort();
+        for (i, ok) in verdicts {
+            if ok {
+                accepted.push(files[i].clone());
+            } else {
+                refused.push(files[i].clone());
+            }
+        }
+
+        // The FDB under comparison: every accepted file, in order, one fdb-write.
+        let fdb = Fdb5::new(work.join("fdb5"));
+        let args: Vec<&OsStr> = accepted.iter().map(|f| f.as_os_str()).collect();
+        fdb.run_ok("fdb-write", &args);
+
+        // haar, same files, same order, same schema file.
+        let haar_config = work.join("haar.yaml");
+        std::fs::write(&haar_config, "schema: /etc/fdb/schema\n").unwrap();
+        let haar_root = work.join("haar");
+        let mut args: Vec<&OsStr> = vec![
+            OsStr::new("--config"),
+            haar_config.as_os_str(),
+            OsStr::new("--root"),
+            haar_root.as_os_str(),
+            OsStr::new("archive"),
+            OsStr::new("--json"),
+        ];
+        args.extend(accepted.iter().map(|f| f.as_os_str()));
+        let out = haar(&args);
+        let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+            panic!(
+                "haar archive --json: {e}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+        let haar_failed = summary["failed"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f.as_str().unwrap().to_string())
+            .collect();
+        Some(World {
+            _tmp: tmp,
+            work,
+            fdb,
+            haar_root,
+            haar_config,
+            accepted,
+            refused,
+            haar_failed,
+        })
+    })
+    .as_ref()
+}
+
+impl World {
+    fn haar(&self, args: &[&OsStr]) -> String {
+        let mut all: Vec<&OsStr> = vec![
+            OsStr::new("--config"),
+            self.haar_config.as_os_str(),
+            OsStr::new("--root"),
+            self.haar_root.as_os_str(),
+        ];
+        all.extend(args);
+        haar_ok(&all)
+    }
+
+    fn haar_list(&self, request: Option<&str>) -> Vec<String> {
+        let mut args = vec![OsStr::new("list"), OsStr::new("--fdb")];
+        if let Some(r) = request {
+            args.push(OsStr::new(r));
+        }
+        self.haar(&args).lines().map(String::from).collect()
+    }
+
+    fn haar_retrieve(&self, request_file: &Path) -> Vec<u8> {
+        let out = self.work.join(format!(
+            "{}.haar.grib",
+            request_file.file_name().unwrap().to_string_lossy()
+        ));
+        let at = format!("@{}", request_file.display());
+        // FDB5 returns nothing, silently, for a combination it lacks (`step=18` of
+        // `0/to/24/by/6`); haar lists it and exits 2 unless told the gaps are expected.
+        self.haar(&[
+            OsStr::new("retrieve"),
+            OsStr::new("--allow-missing"),
+            OsStr::new(&at),
+            OsStr::new("-o"),
+            out.as_os_str(),
+        ]);
+        std::fs::read(&out).unwrap()
+    }
+}
+
+/// The keys of `fdb-list`/`haar list --fdb` lines, empty values dropped (FDB5 omits absent
+/// optional keywords, haar prints them empty: the one layout difference, tested strictly in
+/// `fdb_layout_matches_fdb_list_line_for_line`).
+fn key_set(lines: &[String]) -> BTreeSet<Keys> {
+    lines
+        .iter()
+        .map(|l| {
+            fdb_line_keys(l)
+                .into_iter()
+                .filter(|(_, v)| !v.is_empty())
+                .collect()
+        })
+        .collect()
+}
+
+fn is_known_disagreement(f: &Path) -> bool {
+    KNOWN_DISAGREEMENTS.contains(&file_name(f).as_str())
+}
+
+#[test]
+fn both_accept_the_same_files_and_list_the_same_keys() {
+    let Some(w) = world() else { return };
+    // Every file FDB5 refused, haar refuses too.
+    let mut args: Vec<std::ffi::OsString> = vec!["--root".into(), w.work.join("refused").into()];
+    args.push("archive".into());
+    args.push("--json".into());
+    args.extend(w.refused.iter().map(|f| f.as_os_str().to_owned()));
+    let out = haar(&args);
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        summary["fields"].as_u64(),
+        Some(0),
+        "haar archived fields from files FDB5 refuses: {summary}"
+    );
+    assert_eq!(
+        summary["failed"].as_array().unwrap().len(),
+        w.refused.len(),
+        "{summary}"
+    );
+    // Every file FDB5 accepted, haar accepts, except the reported disagreements.
+    let haar_refused: Vec<&PathBuf> = w
+        .accepted
+        .iter()
+        .filter(|f| {
+            w.haar_failed
+                .iter()
+                .any(|m| m.starts_with(&format!("{}:", f.display())))
+        })
+        .collect();
+    for f in &haar_refused {
+        assert!(
+            is_known_disagreement(f),
+            "FDB5 archives {} but haar refuses it: {:?}",
+            f.display(),
+            w.haar_failed
+        );
+    }
+    assert_eq!(haar_refused.len(), w.haar_failed.len());
+    eprintln!(
+        "FDB5 accepted {} files, refused {}; haar refused {} of FDB5's: {:?}",
+        w.accepted.len(),
+        w.refused.len(),
+        haar_refused.len(),
+        w.haar_failed
+    );
+    assert!(w.accepted.len() >= 140, "{}", w.accepted.len());
+
+    // The whole store: same keys, except the disagreeing files' fields.
+    let fdb = w.fdb.list(None, false);
+    let ours = w.haar_list(None);
+    let mut fdb_keys = key_set(&fdb);
+    let haar_keys = key_set(&ours);
+    let only_fdb: Vec<Keys> = fdb_keys.difference(&haar_keys).cloned().collect();
+    assert!(
+        only_fdb.iter().all(|k| k["date"] == "aug-01"),
+        "fields FDB5 lists and haar does not: {only_fdb:#?}"
+    );
+    assert_eq!(only_fdb.len(), 1);
+    fdb_keys.retain(|k| k["date"] != "aug-01");
+    assert_eq!(
+        haar_keys.difference(&fdb_keys).collect::<Vec<_>>(),
+        Vec::<&Keys>::new(),
+        "fields haar lists and FDB5 does not"
+    );
+    assert_eq!(fdb.len(), fdb_keys.len() + 1, "fdb-list repeats a key");
+    assert_eq!(ours.len(), haar_keys.len(), "haar list repeats a key");
+    assert!(haar_keys.len() >= 1000, "{}", haar_keys.len());
+}
+
+/// The requests both tools are asked: (name, request, raw). `raw` requests (ERA5, see the
+/// module documentation) use explicit canonical values.
+const REQUESTS: &[(&str, &str, bool)] = &[
+    (
+        "one_param",
+        "class=od,expver=0001,stream=oper,date=20200922,time=1200,domain=g,type=fc,levtype=pl,\
+         step=0/6/12/24,levelist=1000/850/700/500/400/300,param=t",
+        false,
+    ),
+    (
+        "step_range",
+        "class=od,expver=1,stream=oper,date=20200922,time=12,domain=g,type=fc,levtype=pl,\
+         step=0/to/24/by/6,levelist=500,param=z/t/r",
+        false,
+    ),
+    (
+        "level_list",
+        "class=od,expver=0001,stream=oper,date=20180404,time=1200,domain=g,type=fc,levtype=pl,\
+         step=0/12/24/36,levelist=1000/500/850,param=129/130",
+        false,
+    ),
+    (
+        "members",
+        "class=od,expver=0001,stream=enfo,date=20131025,time=0000,domain=g,type=pf,levtype=pl,\
+         step=78,number=1/to/10,levelist=850,param=z",
+        false,
+    ),
+    (
+        "era5_members",
+        "class=ea,expver=0001,stream=enda,date=20170101/20170102,time=0000/1200,domain=g,\
+         type=an,levtype=pl,step=0,number=0/3/7/9,levelist=500/850,param=129/130",
+        true,
+    ),
+    (
+        "surface",
+        "class=od,expver=0001,stream=oper,date=20171018,time=1200,domain=g,type=an,\
+         levtype=sfc,step=0,param=165/166/167",
+        false,
+    ),
+];
+
+#[test]
+fn requests_list_and_read_the_same_fields() {
+    let Some(w) = world() else { return };
+    let _t = Timer::start("differential requests");
+    for (name, req, raw) in REQUESTS {
+        let fdb = w.fdb.list(Some(req), *raw);
+        let ours = w.haar_list(Some(req));
+        assert!(!fdb.is_empty(), "{name}: fdb-list found nothing for {req}");
+        assert_eq!(key_set(&ours), key_set(&fdb), "{name}: {req}");
+
+        let file = w.work.join(format!("{name}.req"));
+        std::fs::write(
+            &file,
+            format!("# {name}\nretrieve,\n    {}\n", req.replace(',', ",\n    ")),
+        )
+        .unwrap();
+        let theirs = w.fdb.read(&file, *raw, &w.work);
+        let got = w.haar_retrieve(&file);
+        let (t, g) = (split_messages(&theirs), split_messages(&got));
+        assert_eq!(t.len(), fdb.len(), "{name}: fdb-read vs fdb-list");
+        assert_eq!(g.len(), t.len(), "{name}: haar retrieve vs fdb-read count");
+        assert!(
+            multiset(g.clone()) == multiset(t.clone()),
+            "{name}: haar retrieve and fdb-read return different bytes"
+        );
+        eprintln!(
+            "{name}: {} fields, {} bytes identical{}",
+            t.len(),
+            theirs.len(),
+            if got == theirs {
+                ", same order"
+            } else {
+                ", different order"
+            }
+        );
+    }
+}
+
+/// One request per field FDB5 lists (`fdb-read --raw` takes them verbatim), the same file to
+/// both: every field of the store, byte-identical and in the same order.
+#[test]
+fn whole_store_reads_the_same_bytes_in_the_same_order() {
+    let Some(w) = world() else { return };
+    let _t = Timer::start("differential whole-store read");
+    let lines: Vec<String> = w
+        .fdb
+        .list(None, false)
+        .into_iter()
+        // haar refuses this file's date (reported; see climatological_date_archives_like_fdb5).
+        .filter(|l| !l.contains("date=aug-01"))
+        .collect();
+    let mut text = String::from("# every field fdb-list lists, one request each\n");
+    for l in &lines {
+        let levels = parse_fdb_line(l).unwrap();
+        let kv: Vec<String> = levels
+            .iter()
+            .flatten()
+            .map(|(k, v)| format!("{k}={v}"))
+            .collect();
+        text.push_str(&format!("retrieve,{}\n", kv.join(",")));
+    }
+    let file = w.work.join("whole.req");
+    std::fs::write(&file, text).unwrap();
+    let theirs = w.fdb.read(&file, true, &w.work);
+    let got = w.haar_retrieve(&file);
+    assert_eq!(split_messages(&theirs).len(), lines.len());
+    assert_eq!(split_messages(&got).len(), lines.len());
+    assert!(
+        got == theirs,
+        "haar retrieve and fdb-read differ on the whole store ({} vs {} bytes)",
+        got.len(),
+        theirs.len()
+    );
+    eprintln!(
+        "whole store: {} fields, {} bytes identical",
+        lines.len(),
+        got.len()
+    );
+}
+
+/// haar's `list --fdb` must print exactly FDB5's lines. It does not: haar prints optional
+/// schema keywords a field lacks with an empty value (`{step=0,levelist=,param=167}`,
+/// also `number=`, `quantile=`, `direction=`, `frequency=`), FDB5 5.10.8 omits them
+/// (`{step=0,param=167}`); about 60% of the lines of this store differ.
+#[test]
+#[ignore = "haar bug (reported): list --fdb prints absent optional keywords as `k=`, fdb-list omits them"]
+fn fdb_layout_matches_fdb_list_line_for_line() {
+    let Some(w) = world() else { return };
+    let fdb: BTreeSet<String> = w
+        .fdb
+        .list(None, false)
+        .into_iter()
+        .filter(|l| !l.contains("date=aug-01"))
+        .collect();
+    let ours: BTreeSet<String> = w.haar_list(None).into_iter().collect();
+    let differ: Vec<_> = ours.difference(&fdb).take(5).collect();
+    assert!(
+        differ.is_empty(),
+        "{} of {} haar lines are not fdb-list lines, e.g. {differ:#?}",
+        ours.difference(&fdb).count(),
+        ours.len()
+    );
+}
+
+/// earthkit-data's `t_year_missing.grib` has `date=aug-01` (a climatological date: month and
+/// day, no year). FDB5 5.10.8 archives, lists and retrieves it under `date=aug-01`; haar
+/// refuses the message ("invalid value \"aug-01\" for date"). FDB5 data holding such dates
+/// cannot be moved to haar.
+#[test]
+#[ignore = "haar disagrees with FDB5 (reported): date=aug-01 is refused, FDB5 archives it"]
+fn climatological_date_archives_like_fdb5() {
+    let Some(w) = world() else { return };
+    let file = data("earthkit-data/t_year_missing.grib");
+    let fdb = w.fdb.list(Some("class=od,expver=0001,date=aug-01"), false);
+    assert_eq!(fdb.len(), 1, "FDB5 lists the climatological field");
+    let root = w.work.join("aug");
+    let out = haar([
+        OsStr::new("--config"),
+        w.haar_config.as_os_str(),
+        OsStr::new("--root"),
+        root.as_os_str(),
+        OsStr::new("archive"),
+        file.as_os_str(),
+    ]);
+    assert!(
+        out.status.success(),
+        "haar refuses what FDB5 archives: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
