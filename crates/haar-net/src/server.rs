@@ -180,16 +180,34 @@ impl Handle {
         }
     }
 
-    /// Archives and returns the key as it will be listed (for the flush event).
-    fn archive(&mut self, shared: &Shared, key: &Key, data: &[u8]) -> haar_store::Result<Key> {
+    /// Archives bytes whose sender computed `crc` and returns the key as it will be listed
+    /// (for the flush event). The local store checks `crc` against the checksum it computes
+    /// while storing, so the bytes are read once.
+    fn archive(
+        &mut self,
+        shared: &Shared,
+        key: &Key,
+        data: &[u8],
+        crc: u32,
+    ) -> haar_store::Result<Key> {
         match self {
             Handle::Local(s) => {
                 let split = s.split(key)?;
                 let full = split.full();
-                s.archive_split(split, data)?;
+                s.archive_split_checked(split, data, crc)?;
                 Ok(full)
             }
             Handle::Front(f) => {
+                let actual = crc32c::crc32c(data);
+                if actual != crc {
+                    return Err(haar_store::Error::Corrupt {
+                        what: "field",
+                        path: "(received bytes)".into(),
+                        detail: format!(
+                            "{key} arrived with crc {actual:#010x}, the sender computed {crc:#010x} (damaged in transit); not stored"
+                        ),
+                    });
+                }
                 f.archive(key, data)?;
                 Ok(shared.normalise(key))
             }
@@ -493,17 +511,10 @@ impl Session {
             Ok(m) => m,
             Err(e) => return self.defer(e.to_string(), 1),
         };
-        let crc = crc32c::crc32c(&f.data);
-        if crc != meta.crc {
-            return self.defer(
-                format!(
-                    "{}: field bytes arrived with crc {crc:#010x}, the client sent {:#010x} (damaged in transit); not stored",
-                    meta.key, meta.crc
-                ),
-                3,
-            );
-        }
-        match self.handle.archive(&self.shared, &meta.key, &f.data) {
+        match self
+            .handle
+            .archive(&self.shared, &meta.key, &f.data, meta.crc)
+        {
             Ok(full) => self.pending.push((full, f.data.len() as u64)),
             Err(e) => self.defer(e.to_string(), e.exit_code()),
         }
