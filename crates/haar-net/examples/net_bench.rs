@@ -1,0 +1,25 @@
+//! Network figures on this machine: `cargo run --release -p haar-net --example net_bench --
+//! PATH/TO/haar [pmem|posix] [FIELDS] [REPEATS]`. Starts `haar serve` on a fresh root under
+//! /dev/shm, prints one JSON line per repeat.
+
+fn main() {
+    let mut args = std::env::args().skip(1);
+    let exe = args
+        .next()
+        .expect("usage: net_bench PATH/TO/haar [pmem|posix] [FIELDS] [REPEATS]");
+    let backend = args.next().unwrap_or_else(|| "pmem".into());
+    let fields: usize = args.next().map(|s| s.parse().unwrap()).unwrap_or(800);
+    let repeats: usize = args.next().map(|s| s.parse().unwrap()).unwrap_or(3);
+    let token = haar_net::auth::nonce();
+    let cfg = haar_net::ClientConfig {
+        token: Some(token.clone()),
+        ..Default::default()
+    };
+    for _ in 0..repeats {
+        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+        let server =
+            haar_net::bench::spawn_server(exe.as_ref(), dir.path(), &backend, &token).unwrap();
+        let r = haar_net::bench::run(&server.addr, &cfg, fields, 800 << 10, 200).unwrap();
+        println!("{}", serde_json::to_string(&r).unwrap());
+    }
+}
