@@ -112,6 +112,13 @@ pub enum Command {
     /// Which persistent-memory configuration suits an application (the JCST paper's decision
     /// trees), by flags, an answer file or questions; --probe inspects this machine.
     Advise(crate::commands::advise::AdviseArgs),
+    /// Import the fields of an existing FDB5 database (through FDB5's fdb-list and fdb-read),
+    /// archive them under the keys FDB5 reports, flush, and verify every field's bytes.
+    ///
+    /// Exit 3 if any field fails to import or verify (each is named); fields verified before
+    /// stay flushed.
+    #[command(name = "import-fdb5")]
+    ImportFdb5(ImportFdb5Args),
 }
 
 /// `haar archive`.
@@ -202,4 +209,31 @@ pub struct SchemaArgs {
     /// Check this schema file and report errors with line and column.
     #[arg(long, value_name = "FILE")]
     pub check: Option<PathBuf>,
+}
+
+/// `haar import-fdb5`.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("fdb5").required(true).args(["fdb_config", "fdb_root"])))]
+pub struct ImportFdb5Args {
+    /// FDB5 configuration file (what FDB5_CONFIG_FILE would name).
+    #[arg(long, value_name = "FILE")]
+    pub fdb_config: Option<PathBuf>,
+    /// FDB5 root directory (a local TOC store), used with --fdb-schema.
+    #[arg(long, value_name = "DIR")]
+    pub fdb_root: Option<PathBuf>,
+    /// Schema of the FDB5 database given by --fdb-root.
+    #[arg(long, value_name = "FILE", default_value = "/etc/fdb/schema")]
+    pub fdb_schema: PathBuf,
+    /// FDB5 request selecting what to import (whole database when omitted), as fdb-list takes it.
+    pub request: Option<String>,
+    /// Pass the request to fdb-list unexpanded (FDB5 5.10 cannot expand `param` for some
+    /// classes, e.g. class=ea); values must then be canonical.
+    #[arg(long)]
+    pub raw: bool,
+    /// Fields fetched per fdb-read call (and per flush and verification pass).
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub batch: usize,
+    /// Print a JSON summary.
+    #[arg(long)]
+    pub json: bool,
 }

@@ -5,6 +5,7 @@
 mod archive;
 mod args;
 mod commands;
+mod import;
 mod open;
 
 use std::process::ExitCode;

@@ -29,6 +29,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Info(a) => info(&cli, a),
         Command::Schema(a) => schema(&cli, a),
         Command::Bench(a) => bench::run(&cli, a),
+        Command::ImportFdb5(a) => crate::import::run(&cli, a),
         Command::Serve(a) => net::serve(&cli, a),
         Command::Watch(a) => net::watch(&cli, a),
         Command::Wait(a) => net::wait(&cli, a),
