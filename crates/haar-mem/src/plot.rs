@@ -256,10 +256,11 @@ pub fn sweep_png(
             .map_err(err)?;
             y += 12;
         }
+        // Labels low in the plot, where bandwidth past the caches is small, clear of the legend.
         draw_text(
             &root,
             &m.label,
-            (x + 5, top + 4 + 18 * i as i32),
+            (x + 5, bottom - 22 - 18 * i as i32),
             &marker_color,
             false,
         );

@@ -309,20 +309,34 @@ fn sweep(a: &StreamArgs, base: Config, llc_total: u64, llc_level: u32) -> Result
                 .collect(),
         })
         .collect();
-    let mut markers = vec![Marker {
-        x: llc_total as f64,
-        label: format!(
-            "L{llc_level} {}",
-            haar_mem::plot::short_bytes(llc_total as f64)
-        ),
-    }];
+    // Every cache level (all instances together): the cliffs sit at these sizes.
+    let mut markers: Vec<Marker> = machine::caches(Path::new("/"))
+        .iter()
+        .map(|c| Marker {
+            x: c.total() as f64,
+            label: format!(
+                "L{} {}",
+                c.level,
+                haar_mem::plot::short_bytes(c.total() as f64)
+            ),
+        })
+        .collect();
+    if markers.is_empty() {
+        markers.push(Marker {
+            x: llc_total as f64,
+            label: format!(
+                "L{llc_level} {}",
+                haar_mem::plot::short_bytes(llc_total as f64)
+            ),
+        });
+    }
     // In Memory mode the memory behind DRAM is persistent memory: mark where DRAM ends.
     if let Some(total) = machine::memory(Path::new("/")).0
         && (total as f64) < reports.last().map_or(0.0, |r| r.total_bytes as f64)
     {
         markers.push(Marker {
             x: total as f64,
-            label: "DRAM".into(),
+            label: "MEMTOTAL".into(),
         });
     }
     let first = &reports[0];
