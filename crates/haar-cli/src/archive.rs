@@ -84,14 +84,14 @@ fn prepare(
                         let Some(&(index, offset, len)) = msgs.get(i) else { break };
                         let msg = &bytes[offset..offset + len];
                         let r = haar_grib::mars_keys(msg)
-                            .map_err(|e| format!("{name}: message {} at byte offset {offset}: {e}", index + 1))
+                            .map_err(|e| format!("{name}: message {} (1-based) at byte offset {offset}: {e}", index + 1))
                             .and_then(|pairs| {
                                 let mut key: Key = pairs.into_iter().collect();
                                 for (k, v) in overrides.iter() {
                                     key.push(k, v);
                                 }
                                 let split = schema.split(&key, ctx).map_err(|e| {
-                                    format!("{name}: message {} at byte offset {offset}: key {key}: {e}", index + 1)
+                                    format!("{name}: message {} (1-based) at byte offset {offset}: key {key}: {e}", index + 1)
                                 })?;
                                 let full = split.full();
                                 let keep = include.as_ref().is_none_or(|r| r.matches(&full))

@@ -508,7 +508,6 @@ fn whole_store_reads_the_same_bytes_in_the_same_order() {
 /// also `number=`, `quantile=`, `direction=`, `frequency=`), FDB5 5.10.8 omits them
 /// (`{step=0,param=167}`); about 60% of the lines of this store differ.
 #[test]
-#[ignore = "haar bug (reported): list --fdb prints absent optional keywords as `k=`, fdb-list omits them"]
 fn fdb_layout_matches_fdb_list_line_for_line() {
     let Some(w) = world() else { return };
     let fdb: BTreeSet<String> = w

@@ -133,6 +133,19 @@ impl Key {
         Key { entries }
     }
 
+    /// The same pairs without those whose value is empty (absent optional keywords), as FDB5
+    /// prints keys.
+    pub fn without_empty(&self) -> Key {
+        Key {
+            entries: self
+                .entries
+                .iter()
+                .filter(|(_, v)| !v.is_empty())
+                .cloned()
+                .collect(),
+        }
+    }
+
     /// FDB5's `fdb-list` form of one level: `{k=v,k=v}`.
     pub fn braced(&self) -> String {
         format!("{{{self}}}")

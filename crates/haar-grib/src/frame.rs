@@ -106,7 +106,7 @@ pub enum FrameError {
     /// The message declares more bytes than the input holds: the file was cut
     /// short (interrupted copy or download) or the length field is corrupt.
     #[error(
-        "GRIB message {index} at byte offset {offset} is truncated: it declares {declared_len} bytes but only {available} remain"
+        "GRIB message {} (1-based) at byte offset {offset} is truncated: it declares {declared_len} bytes but only {available} remain", index + 1
     )]
     Truncated {
         /// 0-based message number.
@@ -122,7 +122,7 @@ pub enum FrameError {
     /// The bytes where the message's declared length says it ends are not
     /// `7777`: the length field or the message is corrupt.
     #[error(
-        "GRIB message {index} at byte offset {offset} is corrupt: no '7777' end marker where its length says it ends"
+        "GRIB message {} (1-based) at byte offset {offset} is corrupt: no '7777' end marker where its length says it ends", index + 1
     )]
     BadEndMarker {
         /// 0-based message number.
@@ -132,7 +132,7 @@ pub enum FrameError {
     },
     /// The message declares a length too small to hold its own sections.
     #[error(
-        "GRIB message {index} at byte offset {offset} declares an impossible length of {declared_len} bytes"
+        "GRIB message {} (1-based) at byte offset {offset} declares an impossible length of {declared_len} bytes", index + 1
     )]
     BadLength {
         /// 0-based message number.

@@ -147,7 +147,8 @@ fn corrupted_file_names_message_and_offset() {
         "{err:?}"
     );
     assert!(
-        err.to_string().contains("message 0 at byte offset 0"),
+        err.to_string()
+            .contains("message 1 (1-based) at byte offset 0"),
         "{err}"
     );
     // The scan resumes and finds the intact second message.

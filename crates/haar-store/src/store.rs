@@ -521,7 +521,7 @@ impl Store {
     pub fn axes(&self, req: &Request) -> Result<BTreeMap<String, BTreeSet<String>>> {
         let mut axes: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for f in self.list(req)? {
-            for (k, v) in f.key().iter() {
+            for (k, v) in f.key().iter().filter(|(_, v)| !v.is_empty()) {
                 axes.entry(k.to_string()).or_default().insert(v.to_string());
             }
         }

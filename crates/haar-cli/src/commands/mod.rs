@@ -68,7 +68,8 @@ fn list(cli: &Cli, a: &ListArgs) -> Result<(), Failure> {
         for f in store.list(&req)? {
             if a.json {
                 let mut item = json!({
-                    "db": key_json(&f.db), "index": key_json(&f.index), "datum": key_json(&f.datum),
+                    "db": key_json(&f.db.without_empty()), "index": key_json(&f.index.without_empty()),
+                    "datum": key_json(&f.datum.without_empty()),
                     "length": f.data.length,
                 });
                 if a.location {
@@ -78,9 +79,15 @@ fn list(cli: &Cli, a: &ListArgs) -> Result<(), Failure> {
                 continue;
             }
             let mut line = if a.fdb {
-                format!("{}{}{}", f.db.braced(), f.index.braced(), f.datum.braced())
+                // Absent optional keywords are left out, as fdb-list does.
+                format!(
+                    "{}{}{}",
+                    f.db.without_empty().braced(),
+                    f.index.without_empty().braced(),
+                    f.datum.without_empty().braced()
+                )
             } else {
-                f.key().to_string()
+                f.key().without_empty().to_string()
             };
             if a.location {
                 line.push_str(&format!(
