@@ -26,9 +26,12 @@ if ! command -v cargo >/dev/null 2>&1; then
 fi
 rustup component list --installed 2>/dev/null | grep -q '^clippy' || rustup component add clippy rustfmt >/dev/null 2>&1 || true
 
-# Python side of the tests: pymetkit (reference MARS request parser).
-if ! python3 -c 'import pymetkit' >/dev/null 2>&1; then
-  echo "setup: installing pymetkit (pip)" >&2
-  python3 -m pip install --quiet pymetkit 2>/dev/null \
-    || python3 -m pip install --quiet --break-system-packages pymetkit
-fi
+# Python side of the tests: pymetkit (reference MARS request parser); cfgrib, xarray and
+# earthkit-data read haar's retrieved GRIB in the end-to-end tests.
+pip_install() {
+  python3 -m pip install --quiet "$@" 2>/dev/null \
+    || python3 -m pip install --quiet --break-system-packages "$@"
+}
+python3 -c 'import pymetkit' >/dev/null 2>&1 || { echo "setup: pip install pymetkit" >&2; pip_install pymetkit; }
+python3 -c 'import cfgrib, xarray, earthkit.data' >/dev/null 2>&1 \
+  || { echo "setup: pip install cfgrib xarray earthkit-data" >&2; pip_install cfgrib xarray earthkit-data; }
