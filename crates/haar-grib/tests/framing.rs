@@ -131,7 +131,7 @@ fn truncated_names_message_and_offset() {
     assert_eq!(got.len(), 2);
     assert_eq!(
         got[1].as_ref().unwrap_err().to_string(),
-        "GRIB message 1 at byte offset 64 is truncated: it declares 300 bytes but only 150 remain"
+        "GRIB message 2 (1-based) at byte offset 64 is truncated: it declares 300 bytes but only 150 remain"
     );
     frame_both(&buf);
 }
