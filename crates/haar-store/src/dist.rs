@@ -4,7 +4,7 @@
 //! full key), with `replicas` copies and the failover rules of the design. `SelectStore` routes
 //! by key patterns. Both are pure composition: they know nothing of servers or backends.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use haar_core::request::{Request, Values};
@@ -301,26 +301,19 @@ impl FieldStore for DistStore {
 
     fn wipe(&mut self, req: &Request, doit: bool) -> Result<WipeReport> {
         let mut total = WipeReport::default();
-        let mut dbs = HashSet::new();
         for lane in &mut self.lanes {
-            let r = lane.store.wipe(req, doit)?;
-            total.fields += r.fields;
-            total.bytes += r.bytes;
-            dbs.extend(r.databases);
+            add_wipe(&mut total, lane.store.wipe(req, doit)?);
         }
-        total.databases = dbs.into_iter().collect();
+        // Replicas report the same database more than once.
         total.databases.sort();
+        total.databases.dedup();
         Ok(total)
     }
 
     fn purge(&mut self, req: &Request, doit: bool) -> Result<PurgeReport> {
         let mut total = PurgeReport::default();
         for lane in &mut self.lanes {
-            let r = lane.store.purge(req, doit)?;
-            total.databases += r.databases;
-            total.dropped_fields += r.dropped_fields;
-            total.dropped_bytes += r.dropped_bytes;
-            total.freed_bytes += r.freed_bytes;
+            add_purge(&mut total, lane.store.purge(req, doit)?);
         }
         Ok(total)
     }
@@ -335,6 +328,19 @@ impl FieldStore for DistStore {
         }
         Ok(out)
     }
+}
+
+fn add_wipe(total: &mut WipeReport, r: WipeReport) {
+    total.fields += r.fields;
+    total.bytes += r.bytes;
+    total.databases.extend(r.databases);
+}
+
+fn add_purge(total: &mut PurgeReport, r: PurgeReport) {
+    total.databases += r.databases;
+    total.dropped_fields += r.dropped_fields;
+    total.dropped_bytes += r.dropped_bytes;
+    total.freed_bytes += r.freed_bytes;
 }
 
 /// Routes fields to stores by key patterns: the first route whose pattern matches the field's
@@ -463,21 +469,14 @@ impl FieldStore for SelectStore {
     fn wipe(&mut self, req: &Request, doit: bool) -> Result<WipeReport> {
         let mut total = WipeReport::default();
         for (_, s) in &mut self.routes {
-            let r = s.wipe(req, doit)?;
-            total.fields += r.fields;
-            total.bytes += r.bytes;
-            total.databases.extend(r.databases);
+            add_wipe(&mut total, s.wipe(req, doit)?);
         }
         Ok(total)
     }
     fn purge(&mut self, req: &Request, doit: bool) -> Result<PurgeReport> {
         let mut total = PurgeReport::default();
         for (_, s) in &mut self.routes {
-            let r = s.purge(req, doit)?;
-            total.databases += r.databases;
-            total.dropped_fields += r.dropped_fields;
-            total.dropped_bytes += r.dropped_bytes;
-            total.freed_bytes += r.freed_bytes;
+            add_purge(&mut total, s.purge(req, doit)?);
         }
         Ok(total)
     }

@@ -162,23 +162,9 @@ pub fn check_key(key: &Key) -> Result<(), String> {
 
 /// Encodes a key (design §3). Fails if a limit is exceeded.
 pub fn encode_key(key: &Key, out: &mut Vec<u8>) -> Result<(), String> {
-    if key.len() > MAX_PAIRS {
-        return Err(format!("{} keywords (at most {MAX_PAIRS})", key.len()));
-    }
+    check_key(key)?;
     out.extend_from_slice(&(key.len() as u16).to_le_bytes());
     for (k, v) in key.iter() {
-        if k.len() > MAX_KEYWORD_LEN {
-            return Err(format!(
-                "keyword of {} bytes (at most {MAX_KEYWORD_LEN})",
-                k.len()
-            ));
-        }
-        if v.len() > MAX_VALUE_LEN {
-            return Err(format!(
-                "value of {k} is {} bytes (at most {MAX_VALUE_LEN})",
-                v.len()
-            ));
-        }
         out.extend_from_slice(&(k.len() as u16).to_le_bytes());
         out.extend_from_slice(k.as_bytes());
         out.extend_from_slice(&(v.len() as u32).to_le_bytes());
@@ -388,14 +374,7 @@ pub fn decode_segment(buf: &[u8]) -> Result<Segment, DecodeError> {
 }
 
 /// 64-bit FNV-1a: used for names and database hashes (not for integrity).
-pub fn fnv1a64(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for &b in bytes {
-        h ^= b as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
-}
+pub use haar_core::rendezvous::fnv1a64;
 
 /// The directory name of a database (design §4.1): never `.`/`..`, never contains `/` or NUL,
 /// at most 180 bytes.
