@@ -7,7 +7,6 @@
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io;
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -18,6 +17,7 @@ use crate::backend::{Backend, Capabilities, Committed, DbReader, DbWriter, Exclu
 use crate::error::{Error, Result};
 use crate::format::{self, DataRef};
 use crate::persist::{PersistMode, PoolMapping};
+use crate::posix::flock;
 
 const MAGIC: &[u8; 8] = b"HAARPOOL";
 const VERSION: u32 = 1;
@@ -78,15 +78,6 @@ struct Pool {
 pub struct PmemBackend {
     pool: Arc<Pool>,
     lock_dir: PathBuf,
-}
-
-fn flock(file: &File, op: libc::c_int) -> io::Result<()> {
-    // SAFETY: flock on a descriptor we own.
-    if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
 }
 
 fn header_crc(h: &[u8]) -> u32 {

@@ -58,9 +58,10 @@ fn now_ns() -> u64 {
         .unwrap_or(0)
 }
 
-fn flock(file: &File, op: libc::c_int) -> io::Result<()> {
+/// `flock(2)` on a descriptor we own (`op` as given: add `LOCK_NB` to fail instead of wait).
+pub(crate) fn flock(file: &File, op: libc::c_int) -> io::Result<()> {
     // SAFETY: flock on a descriptor we own.
-    if unsafe { libc::flock(file.as_raw_fd(), op | libc::LOCK_NB) } == 0 {
+    if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
         Ok(())
     } else {
         Err(io::Error::last_os_error())
@@ -225,7 +226,8 @@ impl Backend for PosixBackend {
     fn open_writer(&self, db: &Key) -> Result<Box<dyn DbWriter>> {
         let dir = self.create(db)?;
         let lock = open_lock(&dir)?;
-        flock(&lock, libc::LOCK_SH).map_err(|_| busy(db, &dir, "a wipe or purge holds it"))?;
+        flock(&lock, libc::LOCK_SH | libc::LOCK_NB)
+            .map_err(|_| busy(db, &dir, "a wipe or purge holds it"))?;
         Ok(Box::new(PosixWriter::new(
             dir,
             Some(lock),
@@ -275,7 +277,8 @@ impl Backend for PosixBackend {
             return Ok(());
         };
         let lock = open_lock(&dir)?;
-        flock(&lock, libc::LOCK_EX).map_err(|_| busy(db, &dir, "writers hold it"))?;
+        flock(&lock, libc::LOCK_EX | libc::LOCK_NB)
+            .map_err(|_| busy(db, &dir, "writers hold it"))?;
         let toc_path = dir.join("toc");
         let mut toc = OpenOptions::new()
             .append(true)
@@ -305,7 +308,8 @@ impl Backend for PosixBackend {
             reason: "no such database".into(),
         })?;
         let lock = open_lock(&dir)?;
-        flock(&lock, libc::LOCK_EX).map_err(|_| busy(db, &dir, "writers hold it"))?;
+        flock(&lock, libc::LOCK_EX | libc::LOCK_NB)
+            .map_err(|_| busy(db, &dir, "writers hold it"))?;
         Ok(Box::new(PosixExclusive {
             dir,
             _lock: lock,
