@@ -119,6 +119,21 @@ pub enum Command {
     /// stay flushed.
     #[command(name = "import-fdb5")]
     ImportFdb5(ImportFdb5Args),
+    /// Synthetic write / read / list load (FDB5's fdb-hammer, done right): N processes,
+    /// members x steps x levels x params fields, a flush per step, reads verified by checksum;
+    /// prints and saves GiB/s, fields/s and p50/p99 latency per operation.
+    Hammer(crate::workload::hammer::HammerArgs),
+    /// The forecast workflow in miniature (SC'19 Table 9): ensemble producers flushing per
+    /// step, product generation triggered by step completion, on a shared POSIX directory, on
+    /// haar servers over pmem pools and on the real FDB5; prints the producers' slowdown and
+    /// each step's delivery latency, checks every product, saves JSON and a PNG plot.
+    ///
+    /// With no options it starts its own local servers on temporary pmem pools, runs about
+    /// 1 GiB per run, and removes everything afterwards.
+    Workflow(crate::workload::workflow::WorkflowArgs),
+    /// Internal: one worker process of `hammer` or `workflow`.
+    #[command(name = "workload-worker", hide = true)]
+    WorkloadWorker(crate::workload::WorkerArgs),
 }
 
 /// `haar archive`.

@@ -7,6 +7,7 @@ mod args;
 mod commands;
 mod import;
 mod open;
+mod workload;
 
 use std::process::ExitCode;
 

@@ -5,21 +5,36 @@ use std::sync::Arc;
 
 use haar_core::request::{Request, parse_requests};
 use haar_core::schema::Schema;
-use haar_store::{Config, Store, StoreOptions};
+use haar_store::{Config, FrontendConfig, Store, StoreOptions};
 
 use crate::Failure;
 use crate::args::Cli;
 
-/// The effective configuration: file (if any), then command-line overrides.
+/// The configuration file's front-end, if it names one (`type: remote|dist|select`); a file
+/// without `type` configures the local store (see [`config`]).
+pub fn frontend(cli: &Cli) -> Result<Option<FrontendConfig>, Failure> {
+    let Some(path) = &cli.config else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Failure::usage(format!("cannot read configuration {}: {e}", path.display()))
+    })?;
+    match FrontendConfig::from_yaml(&text, &path.display().to_string())? {
+        FrontendConfig::Local { .. } => Ok(None),
+        fe => Ok(Some(fe)),
+    }
+}
+
+/// The effective local-store configuration: file (if any), then command-line overrides.
 pub fn config(cli: &Cli) -> Result<Config, Failure> {
     let mut cfg = match &cli.config {
-        Some(path) => {
+        Some(path) if frontend(cli)?.is_none() => {
             let text = std::fs::read_to_string(path).map_err(|e| {
                 Failure::usage(format!("cannot read configuration {}: {e}", path.display()))
             })?;
             Config::from_yaml(&text, &path.display().to_string())?
         }
-        None => Config::default(),
+        _ => Config::default(),
     };
     if let Some(root) = &cli.root {
         cfg.roots = vec![root.clone()];
@@ -198,10 +213,48 @@ impl haar_store::FieldStore for DownLane {
     }
 }
 
-/// The front-end data commands use: the servers of `--servers`, else the local store.
+/// The front-end data commands use: the servers of `--servers`, else the front-end of the
+/// configuration file (`type: remote|dist|select`), else the local store.
 pub fn field_store(cli: &Cli) -> Result<Box<dyn haar_store::FieldStore>, Failure> {
-    match remote(cli)? {
-        Some(r) => Ok(r),
-        None => Ok(Box::new(store(cli)?)),
+    if let Some(r) = remote(cli)? {
+        return Ok(r);
     }
+    let Some(fe) = frontend(cli)? else {
+        return Ok(Box::new(store(cli)?));
+    };
+    let cfg = client_config(cli)?;
+    let opts = options(cli)?;
+    let connect = |addr: &str| -> haar_store::Result<Box<dyn haar_store::FieldStore>> {
+        // A server down now is a lane that fails over, not a refusal to start.
+        Ok(match haar_net::RemoteStore::connect(addr, &cfg) {
+            Ok(r) => Box::new(r),
+            Err(e @ haar_store::Error::Io { .. }) => {
+                Box::new(DownLane(addr.to_string(), e.to_string()))
+            }
+            Err(e) => return Err(e),
+        })
+    };
+    Ok(fe.open(&opts, &connect)?)
+}
+
+/// The servers a configuration or `--servers` names (for notifications), if any.
+pub fn servers(cli: &Cli) -> Result<Option<Vec<String>>, Failure> {
+    if let Some(s) = &cli.servers {
+        return Ok(Some(parse_servers(s)));
+    }
+    fn collect(fe: &FrontendConfig, out: &mut Vec<String>) {
+        match fe {
+            FrontendConfig::Local { .. } => {}
+            FrontendConfig::Remote { server } => out.push(server.clone()),
+            FrontendConfig::Dist { lanes, .. } => lanes.iter().for_each(|l| collect(l, out)),
+            FrontendConfig::Select { routes } => routes.iter().for_each(|r| collect(&r.store, out)),
+        }
+    }
+    Ok(frontend(cli)?
+        .map(|fe| {
+            let mut v = Vec::new();
+            collect(&fe, &mut v);
+            v
+        })
+        .filter(|v| !v.is_empty()))
 }

@@ -308,6 +308,167 @@ pub fn sweep_png(
     Ok(())
 }
 
+/// One group of bars (e.g. a backend: run time alone and with consumers).
+#[derive(Debug, Clone)]
+pub struct BarGroup {
+    /// Label under the group.
+    pub name: String,
+    /// One value per bar, in the order of the bar labels.
+    pub values: Vec<f64>,
+}
+
+/// Writes a two-panel PNG: grouped bars on the left (`bar_labels` name the bars of each
+/// group; y in seconds) and lines on the right (x: step, y: milliseconds).
+///
+/// # Errors
+/// A message if there is nothing to plot or the PNG cannot be written.
+pub fn workflow_png(
+    path: &std::path::Path,
+    title: &str,
+    bar_labels: &[&str],
+    bars: &[BarGroup],
+    lines: &[Series],
+) -> Result<(), String> {
+    if bars.is_empty() && lines.is_empty() {
+        return Err("nothing to plot".into());
+    }
+    let (w, h) = (1200i32, 620i32);
+    let root = BitMapBackend::new(path, (w as u32, h as u32)).into_drawing_area();
+    let err = |e: DrawingAreaErrorKind<_>| format!("cannot draw {}: {e:?}", path.display());
+    root.fill(&WHITE).map_err(err)?;
+    let grey = RGBColor(220, 220, 220);
+    let dark = RGBColor(40, 40, 40);
+    draw_text(&root, title, (40, 18), &BLACK, false);
+
+    // A panel: frame, y grid with labels, axis titles; returns the y mapping's maximum.
+    let panel = |left: i32, right: i32, ymax_data: f64, ylabel: &str, xlabel: &str| {
+        let (top, bottom) = (70, h - 110);
+        let ticks = nice_ticks(ymax_data * 1.1);
+        let ymax = ticks
+            .last()
+            .copied()
+            .unwrap_or(1.0)
+            .max(ymax_data * 1.1)
+            .max(1e-9);
+        for &t in &ticks {
+            let y = bottom - (t / ymax * (bottom - top) as f64) as i32;
+            let _ = root.draw(&PathElement::new(vec![(left, y), (right, y)], grey));
+            let label = format!("{t}");
+            draw_text(
+                &root,
+                &label,
+                (left - 8 - text_width(&label), y - 7),
+                &dark,
+                false,
+            );
+        }
+        let _ = root.draw(&PathElement::new(
+            vec![(left, top), (left, bottom), (right, bottom)],
+            ShapeStyle::from(&BLACK).stroke_width(2),
+        ));
+        draw_text(
+            &root,
+            xlabel,
+            ((left + right) / 2 - text_width(xlabel) / 2, h - 40),
+            &dark,
+            false,
+        );
+        draw_text(
+            &root,
+            ylabel,
+            (left - 70, (top + bottom) / 2 + text_width(ylabel) / 2),
+            &dark,
+            true,
+        );
+        (top, bottom, ymax)
+    };
+
+    // Left: grouped bars.
+    let (l0, l1) = (100, 540);
+    let bmax = bars
+        .iter()
+        .flat_map(|g| g.values.iter().copied())
+        .fold(0.0, f64::max);
+    let (top, bottom, ymax) = panel(l0, l1, bmax, "PRODUCER TIME (S)", "BACKEND");
+    let groups = bars.len().max(1) as i32;
+    let gw = (l1 - l0) / groups;
+    let nb = bar_labels.len().max(1) as i32;
+    let bw = (gw - 30) / nb;
+    for (gi, g) in bars.iter().enumerate() {
+        let gx = l0 + gi as i32 * gw + 15;
+        for (bi, v) in g.values.iter().enumerate() {
+            let x = gx + bi as i32 * bw;
+            let y = bottom - (v / ymax * (bottom - top) as f64) as i32;
+            let c = COLORS[bi % COLORS.len()];
+            root.draw(&Rectangle::new(
+                [(x + 2, y), (x + bw - 2, bottom)],
+                ShapeStyle::from(&c).filled(),
+            ))
+            .map_err(err)?;
+        }
+        draw_text(&root, &g.name, (gx, bottom + 10), &dark, false);
+    }
+    for (bi, label) in bar_labels.iter().enumerate() {
+        let (lx, ly) = (l0 + 10, top - 40 + 18 * bi as i32 - 10);
+        let c = COLORS[bi % COLORS.len()];
+        root.draw(&Rectangle::new(
+            [(lx, ly), (lx + 14, ly + 12)],
+            ShapeStyle::from(&c).filled(),
+        ))
+        .map_err(err)?;
+        draw_text(&root, label, (lx + 22, ly), &dark, false);
+    }
+
+    // Right: lines.
+    let (r0, r1) = (700, w - 40);
+    let pts: Vec<(f64, f64)> = lines
+        .iter()
+        .flat_map(|s| s.points.iter().copied())
+        .collect();
+    let xmax = pts.iter().map(|p| p.0).fold(1.0, f64::max);
+    let lmax = pts.iter().map(|p| p.1).fold(0.0, f64::max);
+    let (top, bottom, ymax) = panel(r0, r1, lmax, "DELIVERY LATENCY (MS)", "STEP");
+    let px = |x: f64| r0 + 20 + (x / xmax * (r1 - r0 - 40) as f64) as i32;
+    let mut x = 0.0;
+    while x <= xmax {
+        let label = format!("{x}");
+        draw_text(
+            &root,
+            &label,
+            (px(x) - text_width(&label) / 2, bottom + 10),
+            &dark,
+            false,
+        );
+        x += (xmax / 8.0).ceil().max(1.0);
+    }
+    for (i, s) in lines.iter().enumerate() {
+        let c = COLORS[(i + 2) % COLORS.len()];
+        let line: Vec<(i32, i32)> = s
+            .points
+            .iter()
+            .map(|&(x, y)| (px(x), bottom - (y / ymax * (bottom - top) as f64) as i32))
+            .collect();
+        root.draw(&PathElement::new(
+            line.clone(),
+            ShapeStyle::from(&c).stroke_width(2),
+        ))
+        .map_err(err)?;
+        for p in line {
+            root.draw(&Circle::new(p, 4, ShapeStyle::from(&c).filled()))
+                .map_err(err)?;
+        }
+        let (lx, ly) = (r0 + 20, top - 40 + 18 * i as i32 - 10);
+        root.draw(&PathElement::new(
+            vec![(lx, ly + 6), (lx + 24, ly + 6)],
+            ShapeStyle::from(&c).stroke_width(3),
+        ))
+        .map_err(err)?;
+        draw_text(&root, &s.name, (lx + 32, ly), &dark, false);
+    }
+    root.present().map_err(err)?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -338,5 +499,22 @@ mod tests {
         let bytes = std::fs::read(&p).unwrap();
         assert_eq!(&bytes[1..4], b"PNG");
         assert!(sweep_png(&p, "x", &[], &[]).is_err());
+    }
+
+    #[test]
+    fn writes_a_workflow_png() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("w.png");
+        let bars = [BarGroup {
+            name: "haar".into(),
+            values: vec![1.5, 1.6],
+        }];
+        let lines = [Series {
+            name: "haar".into(),
+            points: vec![(0.0, 30.0), (1.0, 25.0)],
+        }];
+        workflow_png(&p, "WORKFLOW", &["ALONE", "WITH"], &bars, &lines).unwrap();
+        assert_eq!(&std::fs::read(&p).unwrap()[1..4], b"PNG");
+        assert!(workflow_png(&p, "x", &[], &[], &[]).is_err());
     }
 }

@@ -437,7 +437,7 @@ fn run_in(a: &BenchArgs, dir: &Path) -> Result<(), Failure> {
     Ok(())
 }
 
-fn machine_description() -> String {
+pub fn machine_description() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
         .and_then(|s| {

@@ -36,6 +36,9 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Cluster(a) => net::cluster(&cli, a),
         Command::Stream(a) => stream::run(&cli, a),
         Command::Advise(a) => advise::run(&cli, a),
+        Command::Hammer(a) => crate::workload::hammer::run(&cli, a),
+        Command::Workflow(a) => crate::workload::workflow::run(&cli, a),
+        Command::WorkloadWorker(a) => crate::workload::worker(&cli, a),
     }
 }
 

@@ -1,0 +1,556 @@
+//! `haar hammer`: the synthetic load of FDB5's `fdb-hammer`, done right. N processes write (or
+//! read, or list) members × steps × levels × params fields, flushing at the end of every step,
+//! through any front-end; pre-built templates keep encoding out of the timed path; reads are
+//! verified by checksum, so a fast wrong answer fails.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use clap::{Args, ValueEnum};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::field::{self, Header, Kind};
+use super::procs::{Group, Msg, Reporter};
+use super::target::Target;
+use super::{Layout, WorkerSpec, monotonic_ns, parse_size, summary};
+use crate::Failure;
+use crate::args::Cli;
+
+/// What the hammer does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    /// Archive every field, flush at the end of each step.
+    Write,
+    /// Retrieve every field one at a time and verify it.
+    Read,
+    /// List each member's fields per step and check the count.
+    List,
+}
+
+/// Options of `haar hammer`.
+#[derive(Debug, Args)]
+#[command(after_long_help = "\
+EXAMPLES
+    haar --backend pmem --root /dev/shm/h hammer --members 4 --steps 10 --levels 20 --params 5
+    haar --backend pmem --root /dev/shm/h hammer --mode read --members 4 --steps 10 --levels 20 --params 5
+    haar --servers n1:7000,n2:7000 hammer --procs 2 --field-size 3.2MiB --json hammer.json
+    haar hammer --fdb5 /dev/shm/fdb --members 4 --steps 10    # the same load through the real FDB5
+
+KEYS
+    class=CLASS,expver=EXPVER,stream=enfo,date=DATE,time=TIME,domain=g,type=pf,levtype=ml,
+    step=0/6/12/…,number=1/to/MEMBERS,levelist=1/to/LEVELS,param=130/131/… (PARAMS of
+    t u v q w vo d z o3 clwc ciwc cc). Writer process p of N takes members p+1, p+1+N, …
+
+FIELDS
+    A 64-byte header (member, step, param, level, checksums) and a body of 16-bit values
+    (docs/design.md §10); with --grib, the messages of a real GRIB file instead, in turn.
+    Reads check the header against the key and the body checksum (or the bytes of the
+    GRIB message).")]
+pub struct HammerArgs {
+    /// write, read (verified) or list.
+    #[arg(long, value_enum, default_value = "write")]
+    pub mode: Mode,
+    /// MARS class.
+    #[arg(long, default_value = "rd")]
+    pub class: String,
+    /// Experiment version (4 characters).
+    #[arg(long, default_value = "xxxx")]
+    pub expver: String,
+    /// Forecast date (YYYYMMDD).
+    #[arg(long, default_value = "20261121")]
+    pub date: String,
+    /// Ensemble members.
+    #[arg(long, default_value_t = 2)]
+    pub members: u32,
+    /// Output steps (6 hours apart); a flush after each.
+    #[arg(long, default_value_t = 4)]
+    pub steps: u32,
+    /// Model levels.
+    #[arg(long, default_value_t = 10)]
+    pub levels: u32,
+    /// Parameters per level (at most 12).
+    #[arg(long, default_value_t = 5)]
+    pub params: u32,
+    /// Bytes per field (`65536`, `800KiB`, `3.2MiB`).
+    #[arg(long, default_value = "800KiB", value_parser = parse_size)]
+    pub field_size: usize,
+    /// Worker processes (members are dealt out to them).
+    #[arg(long, default_value_t = 1)]
+    pub procs: u32,
+    /// Use the messages of this GRIB file as the fields' bytes (in turn) instead of templates.
+    #[arg(long, value_name = "FILE")]
+    pub grib: Option<PathBuf>,
+    /// Run against the real FDB5 (C API) with a store under DIR instead of haar.
+    #[arg(long, value_name = "DIR")]
+    pub fdb5: Option<PathBuf>,
+    /// Save every figure as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// A hammer worker's instructions.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Spec {
+    layout: Layout,
+    mode: Mode,
+    members: Vec<u32>,
+    grib: Option<PathBuf>,
+    fdb5: bool,
+}
+
+/// The global options a worker needs to open the same front-end as its parent.
+pub fn globals(cli: &Cli) -> Vec<OsString> {
+    let mut v: Vec<OsString> = Vec::new();
+    let mut push = |flag: &str, value: OsString| {
+        v.push(flag.into());
+        v.push(value);
+    };
+    if let Some(c) = &cli.config {
+        push("--config", c.into());
+    }
+    if let Some(r) = &cli.root {
+        push("--root", r.into());
+    }
+    if let Some(b) = &cli.backend {
+        push("--backend", b.into());
+    }
+    if let Some(s) = &cli.servers {
+        push("--servers", s.into());
+        push("--replicas", cli.replicas.to_string().into());
+    }
+    if let Some(t) = &cli.token_file {
+        push("--token-file", t.into());
+    }
+    if let Some(t) = &cli.tls_ca {
+        push("--tls-ca", t.into());
+    }
+    v
+}
+
+/// A `haar [GLOBALS] workload-worker --spec JSON` command.
+pub fn worker_command(globals: &[OsString], spec: &impl Serialize) -> Result<Command, Failure> {
+    let exe = std::env::current_exe()
+        .map_err(|e| Failure::io(format!("cannot find the haar executable: {e}")))?;
+    let mut cmd = Command::new(exe);
+    cmd.env_remove("HAAR_CONFIG").args(globals);
+    let text = serde_json::to_string(spec).expect("spec serialises");
+    cmd.args(["workload-worker", "--spec", &text]);
+    Ok(cmd)
+}
+
+/// Opens the target a worker writes to: FDB5 (configured by the environment) or haar through
+/// the front-end the global options describe.
+pub fn open_target(cli: &Cli, fdb5: bool) -> Result<Box<dyn Target>, Failure> {
+    if fdb5 {
+        return Ok(Box::new(super::fdb5::Fdb5::open()?));
+    }
+    let store = crate::open::field_store(cli)?;
+    let servers = match crate::open::servers(cli)? {
+        Some(s) => Some((s, crate::open::client_config(cli)?)),
+        None => None,
+    };
+    Ok(Box::new(super::target::Haar {
+        store,
+        servers,
+        options: crate::open::options(cli)?,
+    }))
+}
+
+/// Runs `haar hammer`.
+pub fn run(cli: &Cli, a: &HammerArgs) -> Result<(), Failure> {
+    let layout = Layout {
+        class: a.class.clone(),
+        expver: a.expver.clone(),
+        date: a.date.clone(),
+        time: "0000".into(),
+        members: a.members,
+        steps: a.steps,
+        step_hours: 6,
+        levels: a.levels,
+        params: a.params,
+        field_size: a.field_size,
+    };
+    layout.check()?;
+    if a.procs == 0 || a.procs > a.members {
+        return Err(Failure::usage(format!(
+            "--procs {} must be between 1 and --members ({})",
+            a.procs, a.members
+        )));
+    }
+    let grib_sizes = match &a.grib {
+        Some(p) => {
+            let msgs = grib_messages(p)?;
+            Some(msgs.iter().map(Vec::len).sum::<usize>() as f64 / msgs.len() as f64)
+        }
+        None => None,
+    };
+    super::procs::install_interrupt_handler();
+    let env = match &a.fdb5 {
+        Some(dir) => super::fdb5::setup_root(dir)?,
+        None => Vec::new(),
+    };
+    let globals = globals(cli);
+    let mut group = Group::new();
+    for p in 0..a.procs {
+        let members: Vec<u32> = (1..=a.members).filter(|m| (m - 1) % a.procs == p).collect();
+        let spec = Spec {
+            layout: layout.clone(),
+            mode: a.mode,
+            members,
+            grib: a.grib.clone(),
+            fdb5: a.fdb5.is_some(),
+        };
+        let mut cmd = worker_command(&globals, &WorkerSpec::Hammer(spec))?;
+        cmd.envs(env.iter().map(|(k, v)| (k, v)));
+        group.spawn(format!("hammer worker {p}"), cmd)?;
+    }
+    group.wait_ready(Duration::from_secs(300))?;
+    let bar = super::progress_bar(
+        layout.total_fields(),
+        &format!("hammer {:?}", a.mode).to_lowercase(),
+        a.quiet,
+    );
+    let t0 = Instant::now();
+    group.go()?;
+    let mut results: Vec<Option<Value>> = vec![None; group.count()];
+    let mut open = group.count();
+    while open > 0 {
+        match group.recv(Duration::from_secs(3600))? {
+            None => return Err(Failure::io("hammer: no word from the workers for an hour")),
+            Some(Msg::Line(i, l)) => {
+                if let Some(n) = l.strip_prefix("progress ") {
+                    bar.inc(n.parse().unwrap_or(0));
+                } else if let Some(j) = l.strip_prefix("result ") {
+                    results[i] = Some(serde_json::from_str(j).map_err(|e| {
+                        Failure::io(format!("{}: bad result line: {e}", group.name(i)))
+                    })?);
+                }
+            }
+            Some(Msg::Eof(i)) => {
+                group.reap(i)?;
+                if results[i].is_none() {
+                    return Err(group.fail(i, "exited without a result"));
+                }
+                open -= 1;
+            }
+        }
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+    let results: Vec<Value> = results.into_iter().map(Option::unwrap).collect();
+    let report = aggregate(&layout, a, wall, &results, grib_sizes);
+    print_report(&report);
+    if let Some(p) = &a.json {
+        std::fs::write(p, serde_json::to_string_pretty(&report).expect("json"))
+            .map_err(|e| Failure::io(format!("cannot write {}: {e}", p.display())))?;
+        eprintln!("haar: figures saved to {}", p.display());
+    }
+    Ok(())
+}
+
+fn lat_summary(mut v: Vec<f64>) -> Value {
+    let n = v.len();
+    let (p50, p99, max) = summary(&mut v);
+    json!({"count": n, "p50_us": p50, "p99_us": p99, "max_us": max})
+}
+
+fn collect(results: &[Value], what: &str) -> Vec<f64> {
+    results
+        .iter()
+        .flat_map(|r| {
+            r[what]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .into_iter()
+                .filter_map(|x| x.as_f64())
+        })
+        .collect()
+}
+
+fn aggregate(
+    layout: &Layout,
+    a: &HammerArgs,
+    wall: f64,
+    results: &[Value],
+    grib_mean_size: Option<f64>,
+) -> Value {
+    let fields: u64 = results.iter().filter_map(|r| r["fields"].as_u64()).sum();
+    let bytes: u64 = results.iter().filter_map(|r| r["bytes"].as_u64()).sum();
+    let verified: u64 = results.iter().filter_map(|r| r["verified"].as_u64()).sum();
+    let target = results
+        .first()
+        .and_then(|r| r["target"].as_str())
+        .unwrap_or("")
+        .to_string();
+    json!({
+        "tool": "haar hammer",
+        "version": env!("CARGO_PKG_VERSION"),
+        "mode": a.mode,
+        "target": target,
+        "layout": layout,
+        "grib": a.grib,
+        "grib_mean_message_bytes": grib_mean_size,
+        "procs": a.procs,
+        "fields": fields,
+        "bytes": bytes,
+        "verified": verified,
+        "seconds": wall,
+        "gib_per_s": bytes as f64 / wall / (1u64 << 30) as f64,
+        "fields_per_s": fields as f64 / wall,
+        "op_latency": lat_summary(collect(results, "op_us")),
+        "flush_latency": lat_summary(collect(results, "flush_us")),
+    })
+}
+
+fn print_report(r: &Value) {
+    let op = match r["mode"].as_str() {
+        Some("write") => "archive",
+        Some("read") => "retrieve",
+        _ => "list",
+    };
+    println!(
+        "hammer {} through {}: {} fields, {:.1} MiB in {:.3} s ({} process(es))",
+        r["mode"].as_str().unwrap_or(""),
+        r["target"].as_str().unwrap_or(""),
+        r["fields"],
+        r["bytes"].as_f64().unwrap_or(0.0) / 1048576.0,
+        r["seconds"].as_f64().unwrap_or(0.0),
+        r["procs"],
+    );
+    println!(
+        "  {:.3} GiB/s, {:.0} fields/s",
+        r["gib_per_s"].as_f64().unwrap_or(0.0),
+        r["fields_per_s"].as_f64().unwrap_or(0.0)
+    );
+    let l = &r["op_latency"];
+    println!(
+        "  {op:8} p50 {:>9.1} µs  p99 {:>9.1} µs  max {:>9.1} µs  ({} calls)",
+        l["p50_us"].as_f64().unwrap_or(f64::NAN),
+        l["p99_us"].as_f64().unwrap_or(f64::NAN),
+        l["max_us"].as_f64().unwrap_or(f64::NAN),
+        l["count"]
+    );
+    let l = &r["flush_latency"];
+    if l["count"].as_u64().unwrap_or(0) > 0 {
+        println!(
+            "  flush    p50 {:>9.1} µs  p99 {:>9.1} µs  max {:>9.1} µs  ({} calls)",
+            l["p50_us"].as_f64().unwrap_or(f64::NAN),
+            l["p99_us"].as_f64().unwrap_or(f64::NAN),
+            l["max_us"].as_f64().unwrap_or(f64::NAN),
+            l["count"]
+        );
+    }
+    if r["mode"] != "write" {
+        println!(
+            "  verified {} field(s): header, key and checksum",
+            r["verified"]
+        );
+    }
+}
+
+fn grib_messages(path: &std::path::Path) -> Result<Vec<Vec<u8>>, Failure> {
+    let data = std::fs::read(path)
+        .map_err(|e| Failure::usage(format!("cannot read {}: {e}", path.display())))?;
+    let mut out = Vec::new();
+    for m in haar_grib::messages(&data) {
+        let m = m.map_err(|e| Failure::usage(format!("{}: {e}", path.display())))?;
+        out.push(m.bytes.to_vec());
+    }
+    if out.is_empty() {
+        return Err(Failure::usage(format!(
+            "{} holds no GRIB message",
+            path.display()
+        )));
+    }
+    Ok(out)
+}
+
+/// The bytes fields are made of.
+enum Source {
+    /// Templates with a header stamped per field.
+    Synthetic(Vec<(Vec<u8>, u64, u32)>),
+    /// Real GRIB messages, used in turn.
+    Grib(Vec<Vec<u8>>),
+}
+
+const SALT: u64 = 0x6861_6d6d_6572; // "hammer"
+const MAX_TEMPLATES: u32 = 64;
+
+impl Source {
+    fn new(spec: &Spec) -> Result<Source, Failure> {
+        if let Some(p) = &spec.grib {
+            return Ok(Source::Grib(grib_messages(p)?));
+        }
+        let n = spec.layout.fields_per_step().min(MAX_TEMPLATES);
+        Ok(Source::Synthetic(
+            (0..n)
+                .map(|t| {
+                    let seed = field::seed(SALT, 0, t);
+                    let body = field::template(spec.layout.field_size, seed);
+                    let crc = field::body_crc(&body);
+                    (body, seed, crc)
+                })
+                .collect(),
+        ))
+    }
+
+    fn header(layout: &Layout, m: u32, s: u32, f: u32, seed: u64, crc: u32) -> Header {
+        let (param, level) = layout.field(f);
+        Header {
+            bits: 16,
+            member: m,
+            step: s,
+            param,
+            level,
+            reference: 0.0,
+            scale: 1.0,
+            nvalues: field::nvalues16(layout.field_size),
+            kind: Kind::Member,
+            seed,
+            body_crc: crc,
+        }
+    }
+
+    /// The bytes of member `m`'s field `f` at step `s`.
+    fn field(&mut self, layout: &Layout, m: u32, s: u32, f: u32) -> &[u8] {
+        match self {
+            Source::Grib(msgs) => {
+                let n = msgs.len();
+                &msgs[f as usize % n]
+            }
+            Source::Synthetic(t) => {
+                let n = t.len();
+                let (body, seed, crc) = &mut t[f as usize % n];
+                field::stamp(body, &Self::header(layout, m, s, f, *seed, *crc));
+                body
+            }
+        }
+    }
+
+    /// Checks what a read returned for member `m`'s field `f` at step `s`.
+    fn verify(&self, layout: &Layout, m: u32, s: u32, f: u32, got: &[u8]) -> Result<(), String> {
+        match self {
+            Source::Grib(msgs) => {
+                if got == msgs[f as usize % msgs.len()] {
+                    Ok(())
+                } else {
+                    Err("bytes differ from the GRIB message archived".into())
+                }
+            }
+            Source::Synthetic(t) => {
+                let h = field::verify(got)?;
+                let (_, seed, crc) = &t[f as usize % t.len()];
+                let want = Self::header(layout, m, s, f, *seed, *crc);
+                if h != want {
+                    return Err(format!(
+                        "holds member {} step {} param {} level {}, not the field asked for",
+                        h.member, h.step, h.param, h.level
+                    ));
+                }
+                if got.len() != layout.field_size {
+                    return Err(format!(
+                        "{} bytes, expected {}",
+                        got.len(),
+                        layout.field_size
+                    ));
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+/// The worker side of `haar hammer`.
+pub fn worker(cli: &Cli, spec: Spec, mut rep: Reporter) -> Result<(), Failure> {
+    let mut target = open_target(cli, spec.fdb5)?;
+    let mut source = Source::new(&spec)?;
+    let l = spec.layout.clone();
+    let per_step = l.fields_per_step();
+    let (mut op_us, mut flush_us) = (Vec::new(), Vec::new());
+    let (mut fields, mut bytes, mut verified) = (0u64, 0u64, 0u64);
+    rep.ready_then_wait()?;
+    let t0 = monotonic_ns();
+    for s in 0..l.steps {
+        let mut done = 0u64;
+        for &m in &spec.members {
+            match spec.mode {
+                Mode::Write => {
+                    for f in 0..per_step {
+                        let key = l.key(m, s, f);
+                        let data = source.field(&l, m, s, f);
+                        let t = monotonic_ns();
+                        target.archive(&key, data)?;
+                        op_us.push((monotonic_ns() - t) as f64 / 1e3);
+                        bytes += data.len() as u64;
+                        fields += 1;
+                        done += 1;
+                    }
+                }
+                Mode::Read => {
+                    for f in 0..per_step {
+                        let key = l.key(m, s, f);
+                        let req = key.to_string();
+                        let t = monotonic_ns();
+                        let mut got = 0usize;
+                        let n =
+                            target.retrieve(&req, std::slice::from_ref(&key), &mut |_, d| {
+                                got = d.len();
+                                source
+                                    .verify(&l, m, s, f, d)
+                                    .map_err(|e| Failure::io(format!("field {key}: {e}")))
+                            })?;
+                        op_us.push((monotonic_ns() - t) as f64 / 1e3);
+                        if n != 1 {
+                            return Err(Failure::missing(format!(
+                                "field {key} is missing from {} (was it written with the same --members/--steps/--levels/--params?)",
+                                target.describe()
+                            )));
+                        }
+                        bytes += got as u64;
+                        fields += 1;
+                        verified += 1;
+                        done += 1;
+                    }
+                }
+                Mode::List => {
+                    let req = l.request("pf", s, None).replace(
+                        &format!("number=1/to/{}", l.members),
+                        &format!("number={m}"),
+                    );
+                    let keys: Vec<_> = (0..per_step).map(|f| l.key(m, s, f)).collect();
+                    let t = monotonic_ns();
+                    let n = target.count(&req, &keys)?;
+                    op_us.push((monotonic_ns() - t) as f64 / 1e3);
+                    if n != per_step as usize {
+                        return Err(Failure::missing(format!(
+                            "list {req}: {n} fields, expected {per_step}"
+                        )));
+                    }
+                    fields += n as u64;
+                    verified += n as u64;
+                    done += n as u64;
+                }
+            }
+        }
+        if spec.mode == Mode::Write {
+            let t = monotonic_ns();
+            target.flush()?;
+            flush_us.push((monotonic_ns() - t) as f64 / 1e3);
+        }
+        rep.say(&format!("progress {done}"))?;
+    }
+    let secs = (monotonic_ns() - t0) as f64 / 1e9;
+    let result = json!({
+        "target": target.describe(), "fields": fields, "bytes": bytes, "verified": verified,
+        "seconds": secs, "op_us": op_us, "flush_us": flush_us,
+    });
+    rep.say(&format!("result {result}"))
+}

@@ -1,0 +1,921 @@
+//! `haar workflow`: the IFS ensemble and its product generation, in miniature (the SC'19
+//! paper's Table 9 experiment). M producer processes (members) write S steps of F fields,
+//! flushing per step; C consumer processes wait for each step to be complete — a notification
+//! from the servers for haar, polling where the store has none — read every member's fields,
+//! compute the ensemble mean and standard deviation point by point and archive them. Each
+//! backend runs twice, producers alone and with consumers, and the run reports the producers'
+//! slowdown and each step's delivery latency (last member's flush → products flushed), then
+//! checks every product against values recomputed from the members' seeds.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use clap::Args;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::field::{self, Header, Kind};
+use super::hammer::{open_target, worker_command};
+use super::procs::{Group, Msg, Reporter, Servers};
+use super::{Layout, WorkerSpec, monotonic_ns, parse_size, quantile};
+use crate::Failure;
+use crate::args::Cli;
+
+const SALT: u64 = 0x0077_666c_6f77; // "wflow"
+const GIB: f64 = (1u64 << 30) as f64;
+
+/// Options of `haar workflow`.
+#[derive(Debug, Args)]
+#[command(after_long_help = "\
+WHAT RUNS
+    For each backend, twice (producers alone, then with consumers), on fresh stores:
+      shared-posix  one POSIX directory shared by every process (the parallel-file-system
+                    baseline); consumers poll it for complete steps every 10 ms
+      haar          haar `dist` over --nodes local `haar serve` processes with pmem pools
+                    (or the servers of --servers); fields spread by rendezvous hashing,
+                    consumers woken by step-complete notifications
+      fdb5          the real FDB5 (POSIX TOC, C API) where installed; consumers poll
+    Producers sleep --compute-ms before each step (the model's computation, on cores this
+    machine does not have), archive their F fields and flush. Consumers share the fields of
+    each step, read all members of each, and archive the mean (type=em) and standard
+    deviation (type=es). Afterwards every product is checked against values recomputed from
+    the members' seeds, and every member field must have been delivered exactly once.
+
+OUTPUT
+    A table shaped like SC'19 Table 9, a PNG plot (--plot), and with --json every figure:
+    producer wall and I/O times alone and with consumers, slowdowns, each step's delivery
+    latency, volumes, polls.
+
+EXAMPLES
+    haar workflow                                        # the embedded default, ~1 GiB per run
+    haar workflow --members 10 --levels 20 --params 5 --steps 4   # 10 x 100 fields per step
+    haar --servers n1:7000,n2:7000 --token-file t workflow --backends haar")]
+pub struct WorkflowArgs {
+    /// Ensemble members (producer processes).
+    #[arg(long, default_value_t = 10)]
+    pub members: u32,
+    /// Output steps per member.
+    #[arg(long, default_value_t = 3)]
+    pub steps: u32,
+    /// Model levels per step.
+    #[arg(long, default_value_t = 8)]
+    pub levels: u32,
+    /// Parameters per level (fields per step = levels x params).
+    #[arg(long, default_value_t = 5)]
+    pub params: u32,
+    /// Bytes per field (ENS: 804KiB; HRES: 3.2MiB).
+    #[arg(long, default_value = "804KiB", value_parser = parse_size)]
+    pub field_size: usize,
+    /// Product-generation processes.
+    #[arg(long, default_value_t = 2)]
+    pub consumers: u32,
+    /// Milliseconds each producer waits before each step (model time between outputs).
+    #[arg(long, default_value_t = 300)]
+    pub compute_ms: u64,
+    /// Backends to compare, in order: shared-posix, haar, fdb5 (skipped with a note where
+    /// FDB5 is not installed).
+    #[arg(long, value_delimiter = ',', default_value = "shared-posix,haar,fdb5")]
+    pub backends: Vec<String>,
+    /// Local servers to start for `haar` (ignored with --servers).
+    #[arg(long, default_value_t = 3)]
+    pub nodes: usize,
+    /// Where the servers' pmem pools go (a DAX mount on real persistent memory).
+    #[arg(long, value_name = "DIR", default_value = "/dev/shm")]
+    pub pmem_dir: PathBuf,
+    /// Where the shared POSIX directory and FDB5's root go (the parallel file system).
+    #[arg(long, value_name = "DIR", default_value = "/var/tmp")]
+    pub shared_dir: PathBuf,
+    /// Skip the producers-alone runs (no slowdown figure).
+    #[arg(long)]
+    pub only_with_consumers: bool,
+    /// Seconds a consumer waits for a step before failing.
+    #[arg(long, default_value_t = 600)]
+    pub timeout: u64,
+    /// Save every figure as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Save the plot (PNG).
+    #[arg(long, value_name = "FILE", default_value = "haar-workflow.png")]
+    pub plot: PathBuf,
+    /// No progress bars.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+/// A producer's instructions.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ProducerSpec {
+    layout: Layout,
+    member: u32,
+    compute_ms: u64,
+    fdb5: bool,
+}
+
+/// A consumer's (or, with `verify`, the product checker's) instructions.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct ConsumerSpec {
+    layout: Layout,
+    index: u32,
+    consumers: u32,
+    timeout: u64,
+    fdb5: bool,
+    verify: bool,
+}
+
+/// Member `m`'s reference value for field `f` at step `s`: what differs between members
+/// besides their bodies, like GRIB's reference value.
+fn reference(m: u32, s: u32, f: u32) -> f64 {
+    let delta = (haar_core::rendezvous::splitmix64(u64::from(m)) % 2001) as f64 / 100.0 - 10.0;
+    250.0 + 2.0 * f64::from(s) + 0.5 * f64::from(f) + delta
+}
+
+const SCALE: f64 = 0.001;
+
+fn member_header(l: &Layout, m: u32, s: u32, f: u32, seed: u64, crc: u32) -> Header {
+    let (param, level) = l.field(f);
+    Header {
+        bits: 16,
+        member: m,
+        step: s,
+        param,
+        level,
+        reference: reference(m, s, f),
+        scale: SCALE,
+        nvalues: field::nvalues16(l.field_size),
+        kind: Kind::Member,
+        seed,
+        body_crc: crc,
+    }
+}
+
+/// Bytes of a product field for `l`.
+fn product_size(l: &Layout) -> usize {
+    field::HEADER + 4 * field::nvalues16(l.field_size) as usize
+}
+
+/// The producer process.
+pub fn producer(cli: &Cli, spec: ProducerSpec, mut rep: Reporter) -> Result<(), Failure> {
+    let l = &spec.layout;
+    let mut target = open_target(cli, spec.fdb5)?;
+    let mut templates: Vec<(Vec<u8>, u64, u32)> = (0..l.fields_per_step())
+        .map(|f| {
+            let seed = field::seed(SALT, spec.member, f);
+            let t = field::template(l.field_size, seed);
+            let crc = field::body_crc(&t);
+            (t, seed, crc)
+        })
+        .collect();
+    rep.ready_then_wait()?;
+    let t0 = monotonic_ns();
+    let mut io_ns = 0i128;
+    let mut bytes = 0u64;
+    for s in 0..l.steps {
+        if spec.compute_ms > 0 {
+            std::thread::sleep(Duration::from_millis(spec.compute_ms));
+        }
+        let t = monotonic_ns();
+        for (f, (buf, seed, crc)) in templates.iter_mut().enumerate() {
+            let f = f as u32;
+            field::stamp(buf, &member_header(l, spec.member, s, f, *seed, *crc));
+            target.archive(&l.key(spec.member, s, f), buf)?;
+            bytes += buf.len() as u64;
+        }
+        target.flush()?;
+        let done = monotonic_ns();
+        io_ns += done - t;
+        rep.say(&format!("flushed {s} {done}"))?;
+    }
+    let wall = (monotonic_ns() - t0) as f64 / 1e9;
+    let r = json!({"wall_s": wall, "io_s": io_ns as f64 / 1e9, "bytes": bytes,
+                   "fields": l.steps * l.fields_per_step()});
+    rep.say(&format!("result {r}"))
+}
+
+/// The consumer process: per step, wait for completion, then for each of its fields read all
+/// members, verify them, and archive mean and standard deviation. With `verify`, the checker:
+/// reads every product and compares it with values recomputed from the seeds.
+pub fn consumer(cli: &Cli, spec: ConsumerSpec, mut rep: Reporter) -> Result<(), Failure> {
+    let l = &spec.layout;
+    let mut target = open_target(cli, spec.fdb5)?;
+    if spec.verify {
+        return verify_products(l, target.as_mut(), rep);
+    }
+    let n = field::nvalues16(l.field_size) as usize;
+    let psize = product_size(l);
+    let (mut sum, mut sumsq) = (vec![0.0f64; n], vec![0.0f64; n]);
+    rep.ready_then_wait()?;
+    let mut delivered = 0u64;
+    let mut polls_total = 0u64;
+    let mine: Vec<u32> = (0..l.fields_per_step())
+        .filter(|f| f % spec.consumers == spec.index)
+        .collect();
+    for s in 0..l.steps {
+        let all_keys: Vec<_> = (1..=l.members)
+            .flat_map(|m| (0..l.fields_per_step()).map(move |f| (m, f)))
+            .map(|(m, f)| l.key(m, s, f))
+            .collect();
+        let polls = target.wait(
+            &l.request("pf", s, None),
+            &all_keys,
+            Duration::from_secs(spec.timeout),
+        )?;
+        polls_total += polls;
+        let mut step_delivered = 0u64;
+        for &f in &mine {
+            sum.iter_mut().for_each(|x| *x = 0.0);
+            sumsq.iter_mut().for_each(|x| *x = 0.0);
+            let keys: Vec<_> = (1..=l.members).map(|m| l.key(m, s, f)).collect();
+            let mut seen = vec![false; l.members as usize + 1];
+            let (param, level) = l.field(f);
+            let req = l.request("pf", s, Some(f));
+            target.retrieve(&req, &keys, &mut |key, d| {
+                let h = field::verify(d).map_err(|e| Failure::io(format!("field {key}: {e}")))?;
+                let number: u32 = key.get("number").and_then(|v| v.parse().ok()).unwrap_or(0);
+                if h.kind != Kind::Member
+                    || h.member != number
+                    || h.step != s
+                    || (h.param, h.level) != (param, level)
+                {
+                    return Err(Failure::io(format!(
+                        "field {key} holds member {} step {} param {} level {}",
+                        h.member, h.step, h.param, h.level
+                    )));
+                }
+                if number == 0 || number > l.members || seen[number as usize] {
+                    return Err(Failure::io(format!(
+                        "field {key} delivered twice or not asked for"
+                    )));
+                }
+                seen[number as usize] = true;
+                field::accumulate(d, &h, &mut sum, &mut sumsq);
+                Ok(())
+            })?;
+            let got = seen.iter().filter(|x| **x).count() as u64;
+            if got != u64::from(l.members) {
+                return Err(Failure::missing(format!(
+                    "step {s} said complete, but {req} gave {got} of {} members",
+                    l.members
+                )));
+            }
+            step_delivered += got;
+            let m = f64::from(l.members);
+            let base = Header {
+                bits: 32,
+                member: 0,
+                step: s,
+                param,
+                level,
+                reference: 0.0,
+                scale: 1.0,
+                nvalues: 0,
+                kind: Kind::Mean,
+                seed: 0,
+                body_crc: 0,
+            };
+            let mean = field::product(psize, base, sum.iter().map(|x| (x / m) as f32));
+            let spread = field::product(
+                psize,
+                Header {
+                    kind: Kind::Spread,
+                    ..base
+                },
+                sum.iter()
+                    .zip(&sumsq)
+                    .map(|(s, q)| ((q / m - (s / m) * (s / m)).max(0.0)).sqrt() as f32),
+            );
+            target.archive(&l.product_key("em", s, f), &mean)?;
+            target.archive(&l.product_key("es", s, f), &spread)?;
+        }
+        target.flush()?;
+        delivered += step_delivered;
+        rep.say(&format!(
+            "product {s} {} {step_delivered} {polls}",
+            monotonic_ns()
+        ))?;
+    }
+    let r = json!({"delivered": delivered, "products": 2 * mine.len() as u64 * u64::from(l.steps),
+                   "polls": polls_total});
+    rep.say(&format!("result {r}"))
+}
+
+/// Sample points checked per product (all when the field is smaller).
+const CHECK_POINTS: usize = 2048;
+
+fn verify_products(
+    l: &Layout,
+    target: &mut dyn super::target::Target,
+    mut rep: Reporter,
+) -> Result<(), Failure> {
+    rep.ready_then_wait()?;
+    let n = field::nvalues16(l.field_size) as usize;
+    let stride = (n / CHECK_POINTS).max(1);
+    let points: Vec<usize> = (0..n).step_by(stride).chain([n - 1]).collect();
+    let (mut products, mut values) = (0u64, 0u64);
+    for s in 0..l.steps {
+        for f in 0..l.fields_per_step() {
+            // Expected mean and standard deviation at the sample points, two-pass in f64.
+            let seeds: Vec<u64> = (1..=l.members).map(|m| field::seed(SALT, m, f)).collect();
+            let expect: Vec<(f64, f64)> = points
+                .iter()
+                .map(|&i| {
+                    let v: Vec<f64> = (1..=l.members)
+                        .zip(&seeds)
+                        .map(|(m, &sd)| {
+                            reference(m, s, f) + SCALE * f64::from(field::packed(sd, i as u32))
+                        })
+                        .collect();
+                    let mean = v.iter().sum::<f64>() / v.len() as f64;
+                    let var =
+                        v.iter().map(|x| (x - mean) * (x - mean)).sum::<f64>() / v.len() as f64;
+                    (mean, var.sqrt())
+                })
+                .collect();
+            for (kind, which) in [("em", Kind::Mean), ("es", Kind::Spread)] {
+                let key = l.product_key(kind, s, f);
+                let req = key.to_string();
+                let mut found = false;
+                target.retrieve(&req, std::slice::from_ref(&key), &mut |_, d| {
+                    found = true;
+                    let h = field::verify(d)
+                        .map_err(|e| Failure::io(format!("product {key}: {e}")))?;
+                    if h.kind != which || h.nvalues as usize != n || h.step != s {
+                        return Err(Failure::io(format!(
+                            "product {key}: header says {:?} step {} with {} values",
+                            h.kind, h.step, h.nvalues
+                        )));
+                    }
+                    for (&i, &(mean, sd)) in points.iter().zip(&expect) {
+                        let want = if which == Kind::Mean { mean } else { sd };
+                        let got = f64::from(field::product_value(d, i));
+                        if (got - want).abs() > 1e-3 + 1e-5 * want.abs() {
+                            return Err(Failure::io(format!(
+                                "product {key}: value {i} is {got}, recomputed from the members' seeds {want}"
+                            )));
+                        }
+                    }
+                    values += points.len() as u64;
+                    Ok(())
+                })?;
+                if !found {
+                    return Err(Failure::missing(format!("product {key} is missing")));
+                }
+                products += 1;
+            }
+        }
+    }
+    let r = json!({"products": products, "values_checked": values});
+    rep.say(&format!("result {r}"))
+}
+
+/// A backend of the comparison.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    SharedPosix,
+    Haar,
+    Fdb5,
+}
+
+impl Backend {
+    fn parse(s: &str) -> Result<Backend, Failure> {
+        match s.trim() {
+            "shared-posix" | "posix" => Ok(Backend::SharedPosix),
+            "haar" | "dist" | "pmem" => Ok(Backend::Haar),
+            "fdb5" => Ok(Backend::Fdb5),
+            other => Err(Failure::usage(format!(
+                "unknown backend {other:?} in --backends: use shared-posix, haar, fdb5"
+            ))),
+        }
+    }
+    fn id(self) -> &'static str {
+        match self {
+            Backend::SharedPosix => "shared-posix",
+            Backend::Haar => "haar",
+            Backend::Fdb5 => "fdb5",
+        }
+    }
+}
+
+/// One run's figures.
+#[derive(Debug, Default, Clone, Serialize)]
+struct RunFigures {
+    consumers: u32,
+    producer_wall_s: f64,
+    producer_io_s: f64,
+    bytes: u64,
+    delivered: u64,
+    polls: u64,
+    step_latency_ms: Vec<f64>,
+    products_checked: u64,
+    values_checked: u64,
+}
+
+struct Prepared {
+    globals: Vec<OsString>,
+    env: Vec<(String, String)>,
+    fdb5: bool,
+    describe: String,
+    _servers: Option<Servers>,
+    _dir: tempfile::TempDir,
+}
+
+fn prepare(
+    cli: &Cli,
+    a: &WorkflowArgs,
+    b: Backend,
+    l: &Layout,
+    label: &str,
+) -> Result<Prepared, Failure> {
+    let mk = |base: &Path| {
+        tempfile::Builder::new()
+            .prefix(&format!("haar-workflow-{}-{label}-", b.id()))
+            .tempdir_in(base)
+            .map_err(|e| {
+                Failure::io(format!(
+                    "cannot create a directory in {}: {e}",
+                    base.display()
+                ))
+            })
+    };
+    match b {
+        Backend::SharedPosix => {
+            let dir = mk(&a.shared_dir)?;
+            Ok(Prepared {
+                globals: vec![
+                    "--backend".into(),
+                    "posix".into(),
+                    "--root".into(),
+                    dir.path().into(),
+                ],
+                env: Vec::new(),
+                fdb5: false,
+                describe: format!("one shared POSIX directory ({})", a.shared_dir.display()),
+                _servers: None,
+                _dir: dir,
+            })
+        }
+        Backend::Fdb5 => {
+            let dir = mk(&a.shared_dir)?;
+            let env = super::fdb5::setup_root(dir.path())?;
+            Ok(Prepared {
+                globals: Vec::new(),
+                env,
+                fdb5: true,
+                describe: format!("FDB5 POSIX TOC ({})", a.shared_dir.display()),
+                _servers: None,
+                _dir: dir,
+            })
+        }
+        Backend::Haar => {
+            let dir = mk(&a.pmem_dir)?;
+            if let Some(s) = &cli.servers {
+                let mut globals = super::hammer::globals(cli);
+                globals.retain(|g| g != "--root" && g != "--backend");
+                return Ok(Prepared {
+                    globals,
+                    env: Vec::new(),
+                    fdb5: false,
+                    describe: format!("haar dist over {s}"),
+                    _servers: None,
+                    _dir: dir,
+                });
+            }
+            let volume = l.total_bytes()
+                + 2 * u64::from(l.steps) * u64::from(l.fields_per_step()) * product_size(l) as u64;
+            let per_node = volume * cli.replicas as u64 / a.nodes as u64;
+            let pool = per_node + per_node / 3 + (64 << 20);
+            let servers = Servers::start(a.nodes, dir.path(), "pmem", Some(pool))?;
+            let config = dir.path().join("dist.yaml");
+            std::fs::write(&config, servers.dist_config(cli.replicas, "field"))
+                .map_err(|e| Failure::io(format!("cannot write {}: {e}", config.display())))?;
+            Ok(Prepared {
+                globals: vec![
+                    "--config".into(),
+                    config.into(),
+                    "--token-file".into(),
+                    servers.token_file.clone().into(),
+                ],
+                env: Vec::new(),
+                fdb5: false,
+                describe: format!(
+                    "haar dist, {} local servers, pmem pools ({})",
+                    a.nodes,
+                    a.pmem_dir.display()
+                ),
+                _servers: Some(servers),
+                _dir: dir,
+            })
+        }
+    }
+}
+
+fn run_once(
+    a: &WorkflowArgs,
+    p: &Prepared,
+    l: &Layout,
+    consumers: u32,
+    title: &str,
+) -> Result<RunFigures, Failure> {
+    let mut group = Group::new();
+    let spawn = |group: &mut Group, name: String, spec: WorkerSpec| -> Result<(), Failure> {
+        let mut cmd = worker_command(&p.globals, &spec)?;
+        cmd.envs(p.env.iter().map(|(k, v)| (k, v)));
+        group.spawn(name, cmd).map(|_| ())
+    };
+    for m in 1..=l.members {
+        spawn(
+            &mut group,
+            format!("producer (member {m})"),
+            WorkerSpec::Producer(ProducerSpec {
+                layout: l.clone(),
+                member: m,
+                compute_ms: a.compute_ms,
+                fdb5: p.fdb5,
+            }),
+        )?;
+    }
+    for c in 0..consumers {
+        spawn(
+            &mut group,
+            format!("consumer {c}"),
+            WorkerSpec::Consumer(ConsumerSpec {
+                layout: l.clone(),
+                index: c,
+                consumers,
+                timeout: a.timeout,
+                fdb5: p.fdb5,
+                verify: false,
+            }),
+        )?;
+    }
+    group.wait_ready(Duration::from_secs(300))?;
+    let bar = super::progress_bar(l.total_fields(), title, a.quiet);
+    group.go()?;
+    let steps = l.steps as usize;
+    let mut flushed = vec![Vec::new(); steps];
+    let mut produced = vec![Vec::new(); steps];
+    let mut results: Vec<Option<Value>> = vec![None; group.count()];
+    let mut open = group.count();
+    let mut fig = RunFigures {
+        consumers,
+        ..RunFigures::default()
+    };
+    while open > 0 {
+        let msg = group.recv(Duration::from_secs(a.timeout + 60))?;
+        match msg {
+            None => {
+                return Err(Failure::io(format!(
+                    "{title}: no word from any worker for {} s",
+                    a.timeout + 60
+                )));
+            }
+            Some(Msg::Line(i, line)) => {
+                let parts: Vec<&str> = line.split(' ').collect();
+                match parts.as_slice() {
+                    ["flushed", s, ns] => {
+                        let (s, ns) = (
+                            s.parse::<usize>().unwrap_or(0),
+                            ns.parse::<i128>().unwrap_or(0),
+                        );
+                        flushed[s.min(steps - 1)].push(ns);
+                        bar.inc(u64::from(l.fields_per_step()));
+                    }
+                    ["product", s, ns, _delivered, _polls] => {
+                        let (s, ns) = (
+                            s.parse::<usize>().unwrap_or(0),
+                            ns.parse::<i128>().unwrap_or(0),
+                        );
+                        produced[s.min(steps - 1)].push(ns);
+                    }
+                    _ => {
+                        if let Some(j) = line.strip_prefix("result ") {
+                            results[i] = Some(serde_json::from_str(j).map_err(|e| {
+                                Failure::io(format!("{}: bad result line: {e}", group.name(i)))
+                            })?);
+                        }
+                    }
+                }
+            }
+            Some(Msg::Eof(i)) => {
+                group.reap(i)?;
+                if results[i].is_none() {
+                    return Err(group.fail(i, "exited without a result"));
+                }
+                open -= 1;
+            }
+        }
+    }
+    bar.finish_and_clear();
+    for r in results.iter().take(l.members as usize).flatten() {
+        fig.producer_wall_s = fig.producer_wall_s.max(r["wall_s"].as_f64().unwrap_or(0.0));
+        fig.producer_io_s = fig.producer_io_s.max(r["io_s"].as_f64().unwrap_or(0.0));
+        fig.bytes += r["bytes"].as_u64().unwrap_or(0);
+    }
+    for r in results.iter().skip(l.members as usize).flatten() {
+        fig.delivered += r["delivered"].as_u64().unwrap_or(0);
+        fig.polls += r["polls"].as_u64().unwrap_or(0);
+    }
+    if consumers > 0 {
+        for s in 0..steps {
+            let last_flush = flushed[s].iter().max().copied().unwrap_or(0);
+            let done = produced[s].iter().max().copied().unwrap_or(0);
+            fig.step_latency_ms.push((done - last_flush) as f64 / 1e6);
+        }
+        if fig.delivered != l.total_fields() {
+            return Err(Failure::io(format!(
+                "{title}: consumers were delivered {} member fields, the producers flushed {}",
+                fig.delivered,
+                l.total_fields()
+            )));
+        }
+        // Independent check of every product.
+        let mut checker = Group::new();
+        spawn(
+            &mut checker,
+            "product checker".into(),
+            WorkerSpec::Consumer(ConsumerSpec {
+                layout: l.clone(),
+                index: 0,
+                consumers: 1,
+                timeout: a.timeout,
+                fdb5: p.fdb5,
+                verify: true,
+            }),
+        )?;
+        checker.wait_ready(Duration::from_secs(120))?;
+        checker.go()?;
+        let mut result = None;
+        loop {
+            match checker.recv(Duration::from_secs(a.timeout))? {
+                Some(Msg::Line(_, line)) => {
+                    if let Some(j) = line.strip_prefix("result ") {
+                        result = serde_json::from_str::<Value>(j).ok();
+                    }
+                }
+                Some(Msg::Eof(i)) => {
+                    checker.reap(i)?;
+                    break;
+                }
+                None => return Err(Failure::io("product checker: no answer")),
+            }
+        }
+        let r = result.ok_or_else(|| Failure::io("product checker gave no result"))?;
+        fig.products_checked = r["products"].as_u64().unwrap_or(0);
+        fig.values_checked = r["values_checked"].as_u64().unwrap_or(0);
+        let want = 2 * u64::from(l.steps) * u64::from(l.fields_per_step());
+        if fig.products_checked != want {
+            return Err(Failure::io(format!(
+                "{title}: checked {} products, expected {want}",
+                fig.products_checked
+            )));
+        }
+    }
+    Ok(fig)
+}
+
+/// Runs `haar workflow`.
+pub fn run(cli: &Cli, a: &WorkflowArgs) -> Result<(), Failure> {
+    let l = Layout {
+        class: "rd".into(),
+        expver: "wflw".into(),
+        date: "20261121".into(),
+        time: "0000".into(),
+        members: a.members,
+        steps: a.steps,
+        step_hours: 6,
+        levels: a.levels,
+        params: a.params,
+        field_size: a.field_size,
+    };
+    l.check()?;
+    if a.consumers == 0 {
+        return Err(Failure::usage(
+            "--consumers must be at least 1 (product generation is the point)",
+        ));
+    }
+    if a.nodes == 0 && cli.servers.is_none() {
+        return Err(Failure::usage("--nodes must be at least 1"));
+    }
+    if cli.replicas == 0 || (cli.servers.is_none() && cli.replicas > a.nodes) {
+        return Err(Failure::usage(format!(
+            "--replicas {} must be between 1 and --nodes ({})",
+            cli.replicas, a.nodes
+        )));
+    }
+    let mut backends = Vec::new();
+    for b in &a.backends {
+        let b = Backend::parse(b)?;
+        if b == Backend::Fdb5 && !super::fdb5::available() {
+            eprintln!(
+                "haar workflow: FDB5 is not installed here (apt-get install fdb5 libfdb5-dev); its row is skipped"
+            );
+            continue;
+        }
+        if !backends.contains(&b) {
+            backends.push(b);
+        }
+    }
+    if backends.is_empty() {
+        return Err(Failure::usage("no backend to run (see --backends)"));
+    }
+    for dir in [&a.shared_dir, &a.pmem_dir] {
+        if !dir.is_dir() {
+            return Err(Failure::usage(format!(
+                "{} is not a directory (see --shared-dir, --pmem-dir)",
+                dir.display()
+            )));
+        }
+    }
+    super::procs::install_interrupt_handler();
+    eprintln!(
+        "haar workflow: {} members x {} steps x {} fields of {} bytes = {:.2} GiB per run; {} consumers; {} ms model time per step",
+        l.members,
+        l.steps,
+        l.fields_per_step(),
+        l.field_size,
+        l.total_bytes() as f64 / GIB,
+        a.consumers,
+        a.compute_ms
+    );
+    let mut rows = Vec::new();
+    for b in backends {
+        let mut alone = None;
+        let mut describe = String::new();
+        if !a.only_with_consumers {
+            let p = prepare(cli, a, b, &l, "alone")?;
+            describe = p.describe.clone();
+            alone = Some(run_once(a, &p, &l, 0, &format!("{} alone", b.id()))?);
+        }
+        let p = prepare(cli, a, b, &l, "with")?;
+        if describe.is_empty() {
+            describe = p.describe.clone();
+        }
+        let with = run_once(a, &p, &l, a.consumers, &format!("{} + consumers", b.id()))?;
+        drop(p);
+        let row = Row {
+            backend: b.id().into(),
+            describe,
+            alone,
+            with,
+        };
+        eprintln!("haar workflow: {}", row.line());
+        rows.push(row);
+    }
+    let report = report(a, &l, cli.replicas, &rows);
+    print_table(&l, a, &rows);
+    plot(&a.plot, &rows)?;
+    println!("plot: {}", a.plot.display());
+    if let Some(p) = &a.json {
+        std::fs::write(p, serde_json::to_string_pretty(&report).expect("json"))
+            .map_err(|e| Failure::io(format!("cannot write {}: {e}", p.display())))?;
+        println!("figures: {}", p.display());
+    }
+    Ok(())
+}
+
+struct Row {
+    backend: String,
+    describe: String,
+    alone: Option<RunFigures>,
+    with: RunFigures,
+}
+
+impl Row {
+    fn slowdown(&self) -> Option<f64> {
+        self.alone
+            .as_ref()
+            .map(|a| self.with.producer_wall_s / a.producer_wall_s - 1.0)
+    }
+    fn io_slowdown(&self) -> Option<f64> {
+        self.alone
+            .as_ref()
+            .map(|a| self.with.producer_io_s / a.producer_io_s - 1.0)
+    }
+    fn latency(&self) -> (f64, f64) {
+        let mut v = self.with.step_latency_ms.clone();
+        v.sort_by(f64::total_cmp);
+        (quantile(&v, 0.5), quantile(&v, 0.99))
+    }
+    fn line(&self) -> String {
+        let (p50, p99) = self.latency();
+        format!(
+            "{}: producers {} → {:.2} s with consumers ({}), delivery p50 {p50:.1} ms p99 {p99:.1} ms, {} fields delivered once, {} products checked",
+            self.backend,
+            self.alone
+                .as_ref()
+                .map(|a| format!("{:.2} s alone", a.producer_wall_s))
+                .unwrap_or_else(|| "(not run alone)".into()),
+            self.with.producer_wall_s,
+            self.slowdown()
+                .map(|s| format!("{:+.1}%", 100.0 * s))
+                .unwrap_or_else(|| "n/a".into()),
+            self.with.delivered,
+            self.with.products_checked
+        )
+    }
+}
+
+fn report(a: &WorkflowArgs, l: &Layout, replicas: usize, rows: &[Row]) -> Value {
+    json!({
+        "tool": "haar workflow",
+        "version": env!("CARGO_PKG_VERSION"),
+        "layout": l,
+        "consumers": a.consumers,
+        "compute_ms": a.compute_ms,
+        "nodes": a.nodes,
+        "replicas": replicas,
+        "volume_bytes_per_run": l.total_bytes(),
+        "machine": super::super::commands::bench::machine_description(),
+        "backends": rows.iter().map(|r| {
+            let (p50, p99) = r.latency();
+            json!({
+                "backend": r.backend,
+                "describe": r.describe,
+                "alone": r.alone,
+                "with_consumers": r.with,
+                "producer_slowdown": r.slowdown(),
+                "producer_io_slowdown": r.io_slowdown(),
+                "step_latency_p50_ms": p50,
+                "step_latency_p99_ms": p99,
+                "write_gib_per_s_alone": r.alone.as_ref().map(|x| x.bytes as f64 / x.producer_io_s.max(1e-9) / GIB),
+            })
+        }).collect::<Vec<_>>(),
+    })
+}
+
+fn print_table(l: &Layout, a: &WorkflowArgs, rows: &[Row]) {
+    println!();
+    println!(
+        "Forecast workflow, {} members x {} steps x {} fields of {:.0} KiB ({:.2} GiB per run), {} consumers, {} ms model time per step",
+        l.members,
+        l.steps,
+        l.fields_per_step(),
+        l.field_size as f64 / 1024.0,
+        l.total_bytes() as f64 / GIB,
+        a.consumers,
+        a.compute_ms
+    );
+    println!("(shaped like SC'19 Table 9: producer run time without and with product generation)");
+    println!();
+    println!(
+        "{:<58} {:>10} {:>10} {:>9} {:>9} {:>18}",
+        "storage", "alone s", "+PGEN s", "slowdown", "I/O slow", "step p50/p99 ms"
+    );
+    for r in rows {
+        let (p50, p99) = r.latency();
+        println!(
+            "{:<58} {:>10} {:>10.2} {:>9} {:>9} {:>18}",
+            r.describe,
+            r.alone
+                .as_ref()
+                .map(|x| format!("{:.2}", x.producer_wall_s))
+                .unwrap_or_else(|| "-".into()),
+            r.with.producer_wall_s,
+            r.slowdown()
+                .map(|s| format!("{:+.1}%", 100.0 * s))
+                .unwrap_or_else(|| "-".into()),
+            r.io_slowdown()
+                .map(|s| format!("{:+.1}%", 100.0 * s))
+                .unwrap_or_else(|| "-".into()),
+            format!("{p50:.1} / {p99:.1}")
+        );
+    }
+    println!();
+    println!(
+        "every member field delivered exactly once to product generation; every product (em, es) checked against values recomputed from the members' seeds"
+    );
+}
+
+fn plot(path: &Path, rows: &[Row]) -> Result<(), Failure> {
+    let bars: Vec<haar_mem::plot::BarGroup> = rows
+        .iter()
+        .map(|r| haar_mem::plot::BarGroup {
+            name: r.backend.clone(),
+            values: vec![
+                r.alone.as_ref().map(|x| x.producer_wall_s).unwrap_or(0.0),
+                r.with.producer_wall_s,
+            ],
+        })
+        .collect();
+    let lines: Vec<haar_mem::plot::Series> = rows
+        .iter()
+        .map(|r| haar_mem::plot::Series {
+            name: r.backend.clone(),
+            points: r
+                .with
+                .step_latency_ms
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| (i as f64, v))
+                .collect(),
+        })
+        .collect();
+    haar_mem::plot::workflow_png(
+        path,
+        "HAAR WORKFLOW",
+        &["ALONE", "WITH PGEN"],
+        &bars,
+        &lines,
+    )
+    .map_err(Failure::io)
+}
