@@ -14,10 +14,11 @@ build: setup
 peer: setup
 	@bench/build-peer.sh || echo "make: FDB5 peer not built; haar bench runs without it"
 
-# haar's main job on an embedded default: a temporary store under /dev/shm, no config, no
-# server; prints the figures beside the raw limits and the real FDB5, then cleans up.
-run: build peer
-	$(HAAR) bench --quick --json target/bench-quick.json
+# haar's main job on an embedded default: the forecast workflow (producers + product
+# generation) on a shared POSIX directory, on local haar servers it starts over temporary pmem
+# pools, and on the real FDB5; prints the SC'19 Table 9-shaped comparison, then cleans up.
+run: build
+	$(HAAR) workflow --json target/workflow.json --plot target/workflow.png
 
 lint:
 	$(CARGO) fmt --all -- --check

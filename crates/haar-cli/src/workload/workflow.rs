@@ -210,7 +210,10 @@ pub fn consumer(cli: &Cli, spec: ConsumerSpec, mut rep: Reporter) -> Result<(), 
     let mine: Vec<u32> = (0..l.fields_per_step())
         .filter(|f| f % spec.consumers == spec.index)
         .collect();
+    // Where a consumer's time goes, in ns: waiting, reading (+checking), computing, writing.
+    let mut spent = [0i128; 4];
     for s in 0..l.steps {
+        let t_wait = monotonic_ns();
         let all_keys: Vec<_> = (1..=l.members)
             .flat_map(|m| (0..l.fields_per_step()).map(move |f| (m, f)))
             .map(|(m, f)| l.key(m, s, f))
@@ -221,14 +224,19 @@ pub fn consumer(cli: &Cli, spec: ConsumerSpec, mut rep: Reporter) -> Result<(), 
             Duration::from_secs(spec.timeout),
         )?;
         polls_total += polls;
+        let triggered = monotonic_ns();
+        spent[0] += triggered - t_wait;
+        rep.say(&format!("triggered {s} {triggered}"))?;
         let mut step_delivered = 0u64;
         for &f in &mine {
+            let t_read = monotonic_ns();
             sum.iter_mut().for_each(|x| *x = 0.0);
             sumsq.iter_mut().for_each(|x| *x = 0.0);
             let keys: Vec<_> = (1..=l.members).map(|m| l.key(m, s, f)).collect();
             let mut seen = vec![false; l.members as usize + 1];
             let (param, level) = l.field(f);
             let req = l.request("pf", s, Some(f));
+            let mut compute = 0i128;
             target.retrieve(&req, &keys, &mut |key, d| {
                 let h = field::verify(d).map_err(|e| Failure::io(format!("field {key}: {e}")))?;
                 let number: u32 = key.get("number").and_then(|v| v.parse().ok()).unwrap_or(0);
@@ -248,9 +256,13 @@ pub fn consumer(cli: &Cli, spec: ConsumerSpec, mut rep: Reporter) -> Result<(), 
                     )));
                 }
                 seen[number as usize] = true;
+                let t = monotonic_ns();
                 field::accumulate(d, &h, &mut sum, &mut sumsq);
+                compute += monotonic_ns() - t;
                 Ok(())
             })?;
+            let t_compute = monotonic_ns();
+            spent[1] += t_compute - t_read - compute;
             let got = seen.iter().filter(|x| **x).count() as u64;
             if got != u64::from(l.members) {
                 return Err(Failure::missing(format!(
@@ -284,18 +296,25 @@ pub fn consumer(cli: &Cli, spec: ConsumerSpec, mut rep: Reporter) -> Result<(), 
                     .zip(&sumsq)
                     .map(|(s, q)| ((q / m - (s / m) * (s / m)).max(0.0)).sqrt() as f32),
             );
+            let t_write = monotonic_ns();
+            spent[2] += compute + t_write - t_compute;
             target.archive(&l.product_key("em", s, f), &mean)?;
             target.archive(&l.product_key("es", s, f), &spread)?;
+            spent[3] += monotonic_ns() - t_write;
         }
+        let t_flush = monotonic_ns();
         target.flush()?;
+        spent[3] += monotonic_ns() - t_flush;
         delivered += step_delivered;
         rep.say(&format!(
             "product {s} {} {step_delivered} {polls}",
             monotonic_ns()
         ))?;
     }
+    let secs = |ns: i128| ns as f64 / 1e9;
     let r = json!({"delivered": delivered, "products": 2 * mine.len() as u64 * u64::from(l.steps),
-                   "polls": polls_total});
+                   "polls": polls_total, "wait_s": secs(spent[0]), "read_s": secs(spent[1]),
+                   "compute_s": secs(spent[2]), "write_s": secs(spent[3])});
     rep.say(&format!("result {r}"))
 }
 
@@ -405,9 +424,17 @@ struct RunFigures {
     bytes: u64,
     delivered: u64,
     polls: u64,
+    /// Per step: last member's flush → products flushed.
     step_latency_ms: Vec<f64>,
+    /// Per step: last member's flush → the last consumer knows the step is complete.
+    trigger_latency_ms: Vec<f64>,
     products_checked: u64,
     values_checked: u64,
+    /// Consumers' time (summed over consumers): waiting, reading, computing, writing.
+    consumer_wait_s: f64,
+    consumer_read_s: f64,
+    consumer_compute_s: f64,
+    consumer_write_s: f64,
 }
 
 struct Prepared {
@@ -554,6 +581,7 @@ fn run_once(
     let steps = l.steps as usize;
     let mut flushed = vec![Vec::new(); steps];
     let mut produced = vec![Vec::new(); steps];
+    let mut triggered = vec![Vec::new(); steps];
     let mut results: Vec<Option<Value>> = vec![None; group.count()];
     let mut open = group.count();
     let mut fig = RunFigures {
@@ -579,6 +607,13 @@ fn run_once(
                         );
                         flushed[s.min(steps - 1)].push(ns);
                         bar.inc(u64::from(l.fields_per_step()));
+                    }
+                    ["triggered", s, ns] => {
+                        let (s, ns) = (
+                            s.parse::<usize>().unwrap_or(0),
+                            ns.parse::<i128>().unwrap_or(0),
+                        );
+                        triggered[s.min(steps - 1)].push(ns);
                     }
                     ["product", s, ns, _delivered, _polls] => {
                         let (s, ns) = (
@@ -614,12 +649,19 @@ fn run_once(
     for r in results.iter().skip(l.members as usize).flatten() {
         fig.delivered += r["delivered"].as_u64().unwrap_or(0);
         fig.polls += r["polls"].as_u64().unwrap_or(0);
+        fig.consumer_wait_s += r["wait_s"].as_f64().unwrap_or(0.0);
+        fig.consumer_read_s += r["read_s"].as_f64().unwrap_or(0.0);
+        fig.consumer_compute_s += r["compute_s"].as_f64().unwrap_or(0.0);
+        fig.consumer_write_s += r["write_s"].as_f64().unwrap_or(0.0);
     }
     if consumers > 0 {
         for s in 0..steps {
             let last_flush = flushed[s].iter().max().copied().unwrap_or(0);
             let done = produced[s].iter().max().copied().unwrap_or(0);
             fig.step_latency_ms.push((done - last_flush) as f64 / 1e6);
+            let woke = triggered[s].iter().max().copied().unwrap_or(0);
+            fig.trigger_latency_ms
+                .push((woke - last_flush) as f64 / 1e6);
         }
         if fig.delivered != l.total_fields() {
             return Err(Failure::io(format!(
@@ -773,6 +815,12 @@ pub fn run(cli: &Cli, a: &WorkflowArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+fn p50_p99(v: &[f64]) -> (f64, f64) {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    (quantile(&v, 0.5), quantile(&v, 0.99))
+}
+
 struct Row {
     backend: String,
     describe: String,
@@ -792,9 +840,10 @@ impl Row {
             .map(|a| self.with.producer_io_s / a.producer_io_s - 1.0)
     }
     fn latency(&self) -> (f64, f64) {
-        let mut v = self.with.step_latency_ms.clone();
-        v.sort_by(f64::total_cmp);
-        (quantile(&v, 0.5), quantile(&v, 0.99))
+        p50_p99(&self.with.step_latency_ms)
+    }
+    fn trigger(&self) -> (f64, f64) {
+        p50_p99(&self.with.trigger_latency_ms)
     }
     fn line(&self) -> String {
         let (p50, p99) = self.latency();
@@ -837,6 +886,8 @@ fn report(a: &WorkflowArgs, l: &Layout, replicas: usize, rows: &[Row]) -> Value 
                 "producer_io_slowdown": r.io_slowdown(),
                 "step_latency_p50_ms": p50,
                 "step_latency_p99_ms": p99,
+                "trigger_latency_p50_ms": r.trigger().0,
+                "trigger_latency_p99_ms": r.trigger().1,
                 "write_gib_per_s_alone": r.alone.as_ref().map(|x| x.bytes as f64 / x.producer_io_s.max(1e-9) / GIB),
             })
         }).collect::<Vec<_>>(),
@@ -858,13 +909,20 @@ fn print_table(l: &Layout, a: &WorkflowArgs, rows: &[Row]) {
     println!("(shaped like SC'19 Table 9: producer run time without and with product generation)");
     println!();
     println!(
-        "{:<58} {:>10} {:>10} {:>9} {:>9} {:>18}",
-        "storage", "alone s", "+PGEN s", "slowdown", "I/O slow", "step p50/p99 ms"
+        "{:<52} {:>8} {:>8} {:>9} {:>9} {:>17} {:>15}",
+        "storage",
+        "alone s",
+        "+PGEN s",
+        "slowdown",
+        "I/O slow",
+        "product p50/p99",
+        "trigger p50/99"
     );
     for r in rows {
         let (p50, p99) = r.latency();
+        let (t50, t99) = r.trigger();
         println!(
-            "{:<58} {:>10} {:>10.2} {:>9} {:>9} {:>18}",
+            "{:<52} {:>8} {:>8.2} {:>9} {:>9} {:>17} {:>15}",
             r.describe,
             r.alone
                 .as_ref()
@@ -877,9 +935,17 @@ fn print_table(l: &Layout, a: &WorkflowArgs, rows: &[Row]) {
             r.io_slowdown()
                 .map(|s| format!("{:+.1}%", 100.0 * s))
                 .unwrap_or_else(|| "-".into()),
-            format!("{p50:.1} / {p99:.1}")
+            format!("{p50:.0} / {p99:.0} ms"),
+            format!("{t50:.0} / {t99:.0} ms")
         );
     }
+    println!();
+    println!(
+        "slowdown: producers' wall time with consumers vs alone; I/O slow: the same for their archive+flush time only."
+    );
+    println!(
+        "product: last member's flush of a step -> every product of the step flushed; trigger: -> every consumer knows the step is complete."
+    );
     println!();
     println!(
         "every member field delivered exactly once to product generation; every product (em, es) checked against values recomputed from the members' seeds"
