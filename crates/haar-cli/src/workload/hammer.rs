@@ -90,9 +90,47 @@ pub struct HammerArgs {
     /// Save every figure as JSON.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Also measure the raw limits in this run, with scratch files in DIR (memcpy and
+    /// non-temporal copy into a mapping, write(2) in 1 MiB chunks, loopback TCP), and report
+    /// the hammer's throughput as a ratio to each.
+    #[arg(long, value_name = "DIR")]
+    pub limits: Option<PathBuf>,
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+}
+
+/// Raw limits measured beside a hammer run, GB/s (10^9 bytes/s).
+fn raw_limits(dir: &std::path::Path) -> Result<Value, Failure> {
+    const BYTES: usize = 512 << 20;
+    let io = |what: &str, e: std::io::Error| {
+        Failure::io(format!("raw limits ({what}) in {}: {e}", dir.display()))
+    };
+    let copy = haar_store::persist::measure_raw_limits(dir, BYTES).map_err(|e| io("copy", e))?;
+    // write(2) of 1 MiB chunks into a new file, as a store's data file would be written.
+    let path = dir.join(format!("haar-raw-write-{}", std::process::id()));
+    let chunk = vec![0x5au8; 1 << 20];
+    let mut best = f64::INFINITY;
+    for _ in 0..3 {
+        let t = Instant::now();
+        let mut f = std::fs::File::create(&path).map_err(|e| io("write", e))?;
+        for _ in 0..BYTES / chunk.len() {
+            std::io::Write::write_all(&mut f, &chunk).map_err(|e| io("write", e))?;
+        }
+        drop(f);
+        best = best.min(t.elapsed().as_secs_f64());
+        std::fs::remove_file(&path).map_err(|e| io("write", e))?;
+    }
+    let tcp = (0..3)
+        .filter_map(|_| haar_net::bench::raw_loopback_gbps(BYTES).ok())
+        .fold(0.0, f64::max);
+    Ok(json!({
+        "dir": dir.display().to_string(),
+        "memcpy_gbs": copy.memcpy_gbs,
+        "nt_copy_gbs": copy.nt_copy_gbs,
+        "write_gbs": BYTES as f64 / best / 1e9,
+        "loopback_tcp_gbs": tcp,
+    }))
 }
 
 /// A hammer worker's instructions.
@@ -245,7 +283,18 @@ pub fn run(cli: &Cli, a: &HammerArgs) -> Result<(), Failure> {
     let wall = t0.elapsed().as_secs_f64();
     bar.finish_and_clear();
     let results: Vec<Value> = results.into_iter().map(Option::unwrap).collect();
-    let report = aggregate(&layout, a, wall, &results, grib_sizes);
+    let mut report = aggregate(&layout, a, wall, &results, grib_sizes);
+    if let Some(dir) = &a.limits {
+        let limits = raw_limits(dir)?;
+        let gbs = report["bytes"].as_f64().unwrap_or(0.0) / wall / 1e9;
+        let ratio = |k: &str| gbs / limits[k].as_f64().unwrap_or(f64::NAN);
+        report["gb_per_s"] = json!(gbs);
+        report["ratio_to"] = json!({
+            "memcpy": ratio("memcpy_gbs"), "nt_copy": ratio("nt_copy_gbs"),
+            "write": ratio("write_gbs"), "loopback_tcp": ratio("loopback_tcp_gbs"),
+        });
+        report["raw_limits"] = limits;
+    }
     print_report(&report);
     if let Some(p) = &a.json {
         std::fs::write(p, serde_json::to_string_pretty(&report).expect("json"))
@@ -352,6 +401,22 @@ fn print_report(r: &Value) {
         println!(
             "  verified {} field(s): header, key and checksum",
             r["verified"]
+        );
+    }
+    if let Some(l) = r["raw_limits"].as_object() {
+        let g = |k: &str| l.get(k).and_then(Value::as_f64).unwrap_or(f64::NAN);
+        let q = |k: &str| r["ratio_to"][k].as_f64().unwrap_or(f64::NAN);
+        println!(
+            "  {:.2} GB/s = {:.0}% of memcpy ({:.2} GB/s), {:.0}% of NT copy ({:.2}), {:.0}% of write(2) ({:.2}), {:.0}% of loopback TCP ({:.2}), all measured now",
+            r["gb_per_s"].as_f64().unwrap_or(0.0),
+            100.0 * q("memcpy"),
+            g("memcpy_gbs"),
+            100.0 * q("nt_copy"),
+            g("nt_copy_gbs"),
+            100.0 * q("write"),
+            g("write_gbs"),
+            100.0 * q("loopback_tcp"),
+            g("loopback_tcp_gbs")
         );
     }
 }
