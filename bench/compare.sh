@@ -74,7 +74,7 @@ for i in 0 1 2; do
     PIDS+=($!)
 done
 for i in 0 1 2; do
-    for _ in $(seq 100); do grep -q "listening on" "$WORK/node$i.out" 2>/dev/null && break; sleep 0.1; done
+    for _ in $(seq 600); do grep -q "listening on" "$WORK/node$i.out" 2>/dev/null && break; sleep 0.1; done
     ADDRS+=("$(sed -n 's/^listening on //p' "$WORK/node$i.out")")
 done
 {

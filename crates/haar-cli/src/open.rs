@@ -151,13 +151,7 @@ pub fn remote(cli: &Cli) -> Result<Option<Box<dyn haar_store::FieldStore>>, Fail
     let opts = options(cli)?;
     let mut lanes: Vec<(String, Box<dyn haar_store::FieldStore>)> = Vec::new();
     for s in &servers {
-        // A server that is down now is a lane that fails over, not a refusal to start.
-        let lane: Box<dyn haar_store::FieldStore> = match haar_net::RemoteStore::connect(s, &cfg) {
-            Ok(r) => Box::new(r),
-            Err(e @ haar_store::Error::Io { .. }) => Box::new(DownLane(s.clone(), e.to_string())),
-            Err(e) => return Err(e.into()),
-        };
-        lanes.push((s.clone(), lane));
+        lanes.push((s.clone(), lane(s, &cfg)?));
     }
     Ok(Some(Box::new(haar_store::dist::DistStore::new(
         lanes,
@@ -166,6 +160,21 @@ pub fn remote(cli: &Cli) -> Result<Option<Box<dyn haar_store::FieldStore>>, Fail
         opts.schema.clone(),
         opts.context.clone(),
     )?)))
+}
+
+/// A connection to one server as a `dist` lane: a server that is down now is a lane that
+/// fails over, not a refusal to start.
+fn lane(
+    addr: &str,
+    cfg: &haar_net::ClientConfig,
+) -> haar_store::Result<Box<dyn haar_store::FieldStore>> {
+    Ok(match haar_net::RemoteStore::connect(addr, cfg) {
+        Ok(r) => Box::new(r),
+        Err(e @ haar_store::Error::Io { .. }) => {
+            Box::new(DownLane(addr.to_string(), e.to_string()))
+        }
+        Err(e) => return Err(e),
+    })
 }
 
 /// A lane whose server could not be reached when the command started: every operation fails
@@ -224,16 +233,7 @@ pub fn field_store(cli: &Cli) -> Result<Box<dyn haar_store::FieldStore>, Failure
     };
     let cfg = client_config(cli)?;
     let opts = options(cli)?;
-    let connect = |addr: &str| -> haar_store::Result<Box<dyn haar_store::FieldStore>> {
-        // A server down now is a lane that fails over, not a refusal to start.
-        Ok(match haar_net::RemoteStore::connect(addr, &cfg) {
-            Ok(r) => Box::new(r),
-            Err(e @ haar_store::Error::Io { .. }) => {
-                Box::new(DownLane(addr.to_string(), e.to_string()))
-            }
-            Err(e) => return Err(e),
-        })
-    };
+    let connect = |addr: &str| lane(addr, &cfg);
     Ok(fe.open(&opts, &connect)?)
 }
 
