@@ -197,18 +197,35 @@ pub fn verify(buf: &[u8]) -> Result<Header, String> {
     Ok(h)
 }
 
-/// Adds a member field's values into running sums (`sum`, `sumsq`), point by point.
-pub fn accumulate(buf: &[u8], h: &Header, sum: &mut [f64], sumsq: &mut [f64]) {
-    let n = (h.nvalues as usize).min(sum.len()).min(sumsq.len());
-    let body = &buf[HEADER..HEADER + 2 * n];
-    let (sum, sumsq) = (&mut sum[..n], &mut sumsq[..n]);
-    let (r, sc) = (h.reference, h.scale);
-    // Indexed so the compiler sees equal lengths and vectorises.
-    for i in 0..n {
-        let v = r + sc * f64::from(u16::from_le_bytes([body[2 * i], body[2 * i + 1]]));
-        sum[i] += v;
-        sumsq[i] += v * v;
+/// Ensemble mean and (population) standard deviation, point by point, of member fields (each
+/// checked by [`verify`]): `n` points, computed in blocks so the running sums stay in L1 and
+/// every field is read once.
+pub fn ensemble_stats(members: &[(&[u8], Header)], n: usize) -> (Vec<f32>, Vec<f32>) {
+    const BLOCK: usize = 1024;
+    let (mut mean, mut sd) = (vec![0f32; n], vec![0f32; n]);
+    let m = members.len().max(1) as f64;
+    let (mut s, mut q) = ([0f64; BLOCK], [0f64; BLOCK]);
+    for start in (0..n).step_by(BLOCK) {
+        let len = BLOCK.min(n - start);
+        let (s, q) = (&mut s[..len], &mut q[..len]);
+        s.fill(0.0);
+        q.fill(0.0);
+        for (buf, h) in members {
+            let body = &buf[HEADER + 2 * start..HEADER + 2 * (start + len)];
+            let (r, sc) = (h.reference, h.scale);
+            for ((c, a), b) in body.chunks_exact(2).zip(s.iter_mut()).zip(q.iter_mut()) {
+                let v = r + sc * f64::from(u16::from_le_bytes([c[0], c[1]]));
+                *a += v;
+                *b += v * v;
+            }
+        }
+        for i in 0..len {
+            let mu = s[i] / m;
+            mean[start + i] = mu as f32;
+            sd[start + i] = (q[i] / m - mu * mu).max(0.0).sqrt() as f32;
+        }
     }
+    (mean, sd)
 }
 
 /// A product field (f32 values) of `size` bytes.
@@ -276,15 +293,30 @@ mod tests {
     }
 
     #[test]
-    fn accumulate_and_products() {
-        let mut t = template(64 + 8, 7);
-        let h = member_header(&t);
-        stamp(&mut t, &h);
-        let (mut s, mut q) = (vec![0.0; 4], vec![0.0; 4]);
-        accumulate(&t, &h, &mut s, &mut q);
-        let v0 = 250.5 + 0.001 * f64::from(packed(7, 0));
-        assert!((s[0] - v0).abs() < 1e-12);
-        assert!((q[0] - v0 * v0).abs() < 1e-9);
+    fn ensemble_stats_and_products() {
+        let n = 3000; // more than one block
+        let mut a = template(64 + 2 * n, 7);
+        let ha = member_header(&a);
+        stamp(&mut a, &ha);
+        let mut b = template(64 + 2 * n, 8);
+        let hb = Header {
+            reference: 240.0,
+            seed: 8,
+            body_crc: body_crc(&b),
+            ..member_header(&b)
+        };
+        stamp(&mut b, &hb);
+        let (mean, sd) = ensemble_stats(&[(&a, ha), (&b, hb)], n);
+        for i in [0, 1023, 1024, 2999] {
+            let va = 250.5 + 0.001 * f64::from(packed(7, i as u32));
+            let vb = 240.0 + 0.001 * f64::from(packed(8, i as u32));
+            assert!((f64::from(mean[i]) - (va + vb) / 2.0).abs() < 1e-4, "{i}");
+            assert!(
+                (f64::from(sd[i]) - (va - vb).abs() / 2.0).abs() < 1e-3,
+                "{i}"
+            );
+        }
+        let h = ha;
         let p = product(
             64 + 16,
             Header {

@@ -67,6 +67,16 @@ impl Layout {
         (PARAMS[(f % self.params) as usize], f / self.params + 1)
     }
 
+    /// The field index of `(param, level)`, if the layout has it.
+    pub fn field_index(&self, param: u32, level: u32) -> Option<u32> {
+        let p = PARAMS[..self.params as usize]
+            .iter()
+            .position(|&x| x == param)? as u32;
+        (1..=self.levels)
+            .contains(&level)
+            .then(|| (level - 1) * self.params + p)
+    }
+
     /// The `step` value of step index `s`.
     pub fn step_value(&self, s: u32) -> u32 {
         s * self.step_hours
@@ -134,6 +144,16 @@ impl Layout {
             self.time,
             self.step_value(s),
         )
+    }
+
+    /// A MARS request for every member field of every step.
+    pub fn request_all_steps(&self) -> String {
+        let first = self.request("pf", 0, None);
+        let steps = (0..self.steps)
+            .map(|s| self.step_value(s).to_string())
+            .collect::<Vec<_>>()
+            .join("/");
+        first.replace(",step=0,", &format!(",step={steps},"))
     }
 
     /// Refuses impossible shapes before anything starts.
@@ -321,6 +341,12 @@ mod tests {
         assert_eq!(l.total_fields(), 48);
         assert_eq!(l.field(0), (130, 1));
         assert_eq!(l.field(3), (131, 2));
+        for f in 0..l.fields_per_step() {
+            let (p, lv) = l.field(f);
+            assert_eq!(l.field_index(p, lv), Some(f));
+        }
+        assert_eq!(l.field_index(132, 1), None);
+        assert_eq!(l.field_index(130, 5), None);
         let k = l.key(2, 1, 3);
         assert_eq!(k.get("number"), Some("2"));
         assert_eq!(k.get("step"), Some("6"));

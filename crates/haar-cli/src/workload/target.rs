@@ -12,6 +12,9 @@ use crate::Failure;
 /// Receives retrieved fields; an error stops the retrieve.
 pub type FieldSink<'a> = dyn FnMut(&Key, &[u8]) -> Result<(), Failure> + 'a;
 
+/// Keys of flushed fields, as notified.
+pub type KeyStream = Box<dyn Iterator<Item = Result<Key, Failure>>>;
+
 /// The store under test.
 pub trait Target {
     /// What it is, for messages.
@@ -30,6 +33,11 @@ pub trait Target {
     ) -> Result<usize, Failure>;
     /// How many of `keys` (`req`) are flushed, without reading them.
     fn count(&mut self, req: &str, keys: &[Key]) -> Result<usize, Failure>;
+    /// A stream of the keys of fields matching `req` as they are flushed (those flushed
+    /// before first), or `None` where the store cannot notify.
+    fn watch(&mut self, _req: &str) -> Result<Option<KeyStream>, Failure> {
+        Ok(None)
+    }
     /// Returns once every field of `keys` (`req`) is flushed: a notification where the store
     /// has them, polling otherwise. Returns how many polls it took (0 for notifications).
     fn wait(&mut self, req: &str, keys: &[Key], timeout: Duration) -> Result<u64, Failure> {
@@ -118,6 +126,15 @@ impl Target for Haar {
     }
     fn count(&mut self, req: &str, _keys: &[Key]) -> Result<usize, Failure> {
         Ok(self.store.list(&parse(req)?)?.len())
+    }
+    fn watch(&mut self, req: &str) -> Result<Option<KeyStream>, Failure> {
+        let Some((servers, cfg)) = &self.servers else {
+            return Ok(None);
+        };
+        let w = haar_net::WatchAll::open(servers, cfg, &parse(req)?)?;
+        Ok(Some(Box::new(
+            w.map(|e| e.map(|(ev, _)| ev.key).map_err(Failure::from)),
+        )))
     }
     fn wait(&mut self, req: &str, keys: &[Key], timeout: Duration) -> Result<u64, Failure> {
         let Some((servers, cfg)) = &self.servers else {
