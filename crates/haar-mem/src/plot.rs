@@ -342,7 +342,7 @@ pub fn workflow_png(
 
     // A panel: frame, y grid with labels, axis titles; returns the y mapping's maximum.
     let panel = |left: i32, right: i32, ymax_data: f64, ylabel: &str, xlabel: &str| {
-        let (top, bottom) = (70, h - 110);
+        let (top, bottom) = (110, h - 110);
         let ticks = nice_ticks(ymax_data * 1.1);
         let ymax = ticks
             .last()
@@ -353,7 +353,7 @@ pub fn workflow_png(
         for &t in &ticks {
             let y = bottom - (t / ymax * (bottom - top) as f64) as i32;
             let _ = root.draw(&PathElement::new(vec![(left, y), (right, y)], grey));
-            let label = format!("{t}");
+            let label = tick_label(t);
             draw_text(
                 &root,
                 &label,
@@ -376,7 +376,7 @@ pub fn workflow_png(
         draw_text(
             &root,
             ylabel,
-            (left - 70, (top + bottom) / 2 + text_width(ylabel) / 2),
+            (left - 95, (top + bottom) / 2 + text_width(ylabel) / 2),
             &dark,
             true,
         );
@@ -384,7 +384,7 @@ pub fn workflow_png(
     };
 
     // Left: grouped bars.
-    let (l0, l1) = (100, 540);
+    let (l0, l1) = (120, 560);
     let bmax = bars
         .iter()
         .flat_map(|g| g.values.iter().copied())
@@ -406,10 +406,21 @@ pub fn workflow_png(
             ))
             .map_err(err)?;
         }
-        draw_text(&root, &g.name, (gx, bottom + 10), &dark, false);
+        let name: String = g
+            .name
+            .chars()
+            .take(((gw - 4) / ADVANCE).max(1) as usize)
+            .collect();
+        draw_text(
+            &root,
+            &name,
+            (gx + (gw - 30) / 2 - text_width(&name) / 2, bottom + 10),
+            &dark,
+            false,
+        );
     }
     for (bi, label) in bar_labels.iter().enumerate() {
-        let (lx, ly) = (l0 + 10, top - 40 + 18 * bi as i32 - 10);
+        let (lx, ly) = (l0 + 10, 50 + 18 * bi as i32);
         let c = COLORS[bi % COLORS.len()];
         root.draw(&Rectangle::new(
             [(lx, ly), (lx + 14, ly + 12)],
@@ -420,7 +431,7 @@ pub fn workflow_png(
     }
 
     // Right: lines.
-    let (r0, r1) = (700, w - 40);
+    let (r0, r1) = (720, w - 40);
     let pts: Vec<(f64, f64)> = lines
         .iter()
         .flat_map(|s| s.points.iter().copied())
@@ -457,7 +468,7 @@ pub fn workflow_png(
             root.draw(&Circle::new(p, 4, ShapeStyle::from(&c).filled()))
                 .map_err(err)?;
         }
-        let (lx, ly) = (r0 + 20, top - 40 + 18 * i as i32 - 10);
+        let (lx, ly) = (r0 + 20, 50 + 18 * i as i32);
         root.draw(&PathElement::new(
             vec![(lx, ly + 6), (lx + 24, ly + 6)],
             ShapeStyle::from(&c).stroke_width(3),
@@ -469,6 +480,15 @@ pub fn workflow_png(
     Ok(())
 }
 
+/// A tick value without float noise: `0.15`, not `0.15000000000000002`.
+fn tick_label(t: f64) -> String {
+    if t.fract() == 0.0 {
+        return format!("{t}");
+    }
+    let s = format!("{t:.3}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -477,6 +497,8 @@ mod tests {
     fn ticks_and_labels() {
         assert_eq!(nice_ticks(12.0), vec![0.0, 2.0, 4.0, 6.0, 8.0, 10.0, 12.0]);
         assert_eq!(short_bytes(1024.0), "1K");
+        assert_eq!(tick_label(0.15000000000000002), "0.15");
+        assert_eq!(tick_label(40.0), "40");
         assert_eq!(short_bytes(1.5 * 1048576.0), "1.5M");
         assert_eq!(short_bytes(8.0 * 1073741824.0), "8G");
         assert_ne!(glyph('A'), [0; 7]);

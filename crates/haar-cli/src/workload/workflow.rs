@@ -1144,7 +1144,7 @@ fn plot(path: &Path, rows: &[Row]) -> Result<(), Failure> {
     let bars: Vec<haar_mem::plot::BarGroup> = rows
         .iter()
         .map(|r| haar_mem::plot::BarGroup {
-            name: r.backend.clone(),
+            name: r.backend.replace("shared-posix", "posix dir"),
             values: vec![
                 r.alone.as_ref().map(|x| x.producer_wall_s).unwrap_or(0.0),
                 r.with.producer_wall_s,
