@@ -193,11 +193,7 @@ impl Fdb5 {
 
     /// Opens a reader for one key; returns (reader, size FDB5 reports).
     fn open_reader(&self, key: &Key) -> Result<(H, c_long), Failure> {
-        let strings: Vec<(CString, CString)> = key
-            .iter()
-            .filter(|(_, v)| !v.is_empty())
-            .map(|(k, v)| (cstr(k), cstr(v)))
-            .collect();
+        let strings = cstrings(key);
         // SAFETY: pointers come from CStrings that outlive the calls; objects are freed below.
         unsafe {
             let mut req = std::ptr::null_mut();
@@ -236,6 +232,14 @@ fn cstr(s: &str) -> CString {
     CString::new(s.replace('\0', "")).expect("NUL removed")
 }
 
+/// A key's non-empty keyword/value pairs as C strings.
+fn cstrings(key: &Key) -> Vec<(CString, CString)> {
+    key.iter()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(k, v)| (cstr(k), cstr(v)))
+        .collect()
+}
+
 impl Drop for Fdb5 {
     fn drop(&mut self) {
         if !self.handle.is_null() {
@@ -251,11 +255,7 @@ impl Target for Fdb5 {
     }
 
     fn archive(&mut self, key: &Key, data: &[u8]) -> Result<(), Failure> {
-        let strings: Vec<(CString, CString)> = key
-            .iter()
-            .filter(|(_, v)| !v.is_empty())
-            .map(|(k, v)| (cstr(k), cstr(v)))
-            .collect();
+        let strings = cstrings(key);
         // SAFETY: as in open_reader; `data` outlives the call.
         unsafe {
             let mut k = std::ptr::null_mut();

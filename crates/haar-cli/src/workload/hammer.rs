@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::field::{self, Header, Kind};
-use super::procs::{Group, Msg, Reporter};
+use super::procs::{Group, Reporter};
 use super::target::Target;
 use super::{Layout, WorkerSpec, monotonic_ns, parse_size, summary};
 use crate::Failure;
@@ -257,32 +257,13 @@ pub fn run(cli: &Cli, a: &HammerArgs) -> Result<(), Failure> {
     );
     let t0 = Instant::now();
     group.go()?;
-    let mut results: Vec<Option<Value>> = vec![None; group.count()];
-    let mut open = group.count();
-    while open > 0 {
-        match group.recv(Duration::from_secs(3600))? {
-            None => return Err(Failure::io("hammer: no word from the workers for an hour")),
-            Some(Msg::Line(i, l)) => {
-                if let Some(n) = l.strip_prefix("progress ") {
-                    bar.inc(n.parse().unwrap_or(0));
-                } else if let Some(j) = l.strip_prefix("result ") {
-                    results[i] = Some(serde_json::from_str(j).map_err(|e| {
-                        Failure::io(format!("{}: bad result line: {e}", group.name(i)))
-                    })?);
-                }
-            }
-            Some(Msg::Eof(i)) => {
-                group.reap(i)?;
-                if results[i].is_none() {
-                    return Err(group.fail(i, "exited without a result"));
-                }
-                open -= 1;
-            }
+    let results = group.results(Duration::from_secs(3600), |_, line| {
+        if let Some(n) = line.strip_prefix("progress ") {
+            bar.inc(n.parse().unwrap_or(0));
         }
-    }
+    })?;
     let wall = t0.elapsed().as_secs_f64();
     bar.finish_and_clear();
-    let results: Vec<Value> = results.into_iter().map(Option::unwrap).collect();
     let mut report = aggregate(&layout, a, wall, &results, grib_sizes);
     if let Some(dir) = &a.limits {
         let limits = raw_limits(dir)?;

@@ -148,11 +148,6 @@ impl Group {
         &self.workers[i].name
     }
 
-    /// Workers started.
-    pub fn count(&self) -> usize {
-        self.workers.len()
-    }
-
     /// The next message, or `None` after `timeout`; fails on Ctrl-C.
     pub fn recv(&self, timeout: Duration) -> Result<Option<Msg>, Failure> {
         let deadline = Instant::now() + timeout;
@@ -214,6 +209,44 @@ impl Group {
             }
         }
         Ok(())
+    }
+
+    /// Runs every worker to its end: passes each event line to `on_line` and returns each
+    /// worker's `result` JSON (in start order). A worker that fails, or ends without a result,
+    /// fails the run; so does silence from all of them for `idle`.
+    pub fn results(
+        &mut self,
+        idle: Duration,
+        mut on_line: impl FnMut(usize, &str),
+    ) -> Result<Vec<serde_json::Value>, Failure> {
+        let mut results: Vec<Option<serde_json::Value>> = vec![None; self.workers.len()];
+        let mut open = self.workers.len();
+        while open > 0 {
+            match self.recv(idle)? {
+                None => {
+                    return Err(Failure::io(format!(
+                        "no word from any worker for {} s",
+                        idle.as_secs()
+                    )));
+                }
+                Some(Msg::Line(i, line)) => match line.strip_prefix("result ") {
+                    Some(j) => {
+                        results[i] = Some(serde_json::from_str(j).map_err(|e| {
+                            Failure::io(format!("{}: bad result line: {e}", self.name(i)))
+                        })?);
+                    }
+                    None => on_line(i, &line),
+                },
+                Some(Msg::Eof(i)) => {
+                    self.reap(i)?;
+                    if results[i].is_none() {
+                        return Err(self.fail(i, "exited without a result"));
+                    }
+                    open -= 1;
+                }
+            }
+        }
+        Ok(results.into_iter().flatten().collect())
     }
 
     /// A worker's stdout closed: reaps it; `Ok` if it exited 0, else the failure.

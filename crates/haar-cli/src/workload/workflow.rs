@@ -17,7 +17,7 @@ use serde_json::{Value, json};
 
 use super::field::{self, Header, Kind};
 use super::hammer::{open_target, worker_command};
-use super::procs::{Group, Msg, Reporter, Servers};
+use super::procs::{Group, Reporter, Servers};
 use super::{Layout, WorkerSpec, monotonic_ns, parse_size, quantile};
 use crate::Failure;
 use crate::args::Cli;
@@ -769,71 +769,35 @@ fn run_once(
     let mut flushed = vec![Vec::new(); steps];
     let mut produced = vec![Vec::new(); steps];
     let mut triggered = vec![Vec::new(); steps];
-    let mut results: Vec<Option<Value>> = vec![None; group.count()];
-    let mut open = group.count();
     let mut fig = RunFigures {
         consumers,
         ..RunFigures::default()
     };
-    while open > 0 {
-        let msg = group.recv(Duration::from_secs(a.timeout + 60))?;
-        match msg {
-            None => {
-                return Err(Failure::io(format!(
-                    "{title}: no word from any worker for {} s",
-                    a.timeout + 60
-                )));
+    let results = group.results(Duration::from_secs(a.timeout + 60), |_, line| {
+        let parts: Vec<&str> = line.split(' ').collect();
+        let (kind, s, ns) = match parts.as_slice() {
+            [kind, s, ns, ..] => (*kind, s.parse::<usize>(), ns.parse::<i128>()),
+            _ => return,
+        };
+        let (Ok(s), Ok(ns)) = (s, ns) else { return };
+        let s = s.min(steps - 1);
+        match kind {
+            "flushed" => {
+                flushed[s].push(ns);
+                bar.inc(u64::from(l.fields_per_step()));
             }
-            Some(Msg::Line(i, line)) => {
-                let parts: Vec<&str> = line.split(' ').collect();
-                match parts.as_slice() {
-                    ["flushed", s, ns] => {
-                        let (s, ns) = (
-                            s.parse::<usize>().unwrap_or(0),
-                            ns.parse::<i128>().unwrap_or(0),
-                        );
-                        flushed[s.min(steps - 1)].push(ns);
-                        bar.inc(u64::from(l.fields_per_step()));
-                    }
-                    ["triggered", s, ns] => {
-                        let (s, ns) = (
-                            s.parse::<usize>().unwrap_or(0),
-                            ns.parse::<i128>().unwrap_or(0),
-                        );
-                        triggered[s.min(steps - 1)].push(ns);
-                    }
-                    ["product", s, ns, _delivered, _polls] => {
-                        let (s, ns) = (
-                            s.parse::<usize>().unwrap_or(0),
-                            ns.parse::<i128>().unwrap_or(0),
-                        );
-                        produced[s.min(steps - 1)].push(ns);
-                    }
-                    _ => {
-                        if let Some(j) = line.strip_prefix("result ") {
-                            results[i] = Some(serde_json::from_str(j).map_err(|e| {
-                                Failure::io(format!("{}: bad result line: {e}", group.name(i)))
-                            })?);
-                        }
-                    }
-                }
-            }
-            Some(Msg::Eof(i)) => {
-                group.reap(i)?;
-                if results[i].is_none() {
-                    return Err(group.fail(i, "exited without a result"));
-                }
-                open -= 1;
-            }
+            "triggered" => triggered[s].push(ns),
+            "product" => produced[s].push(ns),
+            _ => {}
         }
-    }
+    })?;
     bar.finish_and_clear();
-    for r in results.iter().take(l.members as usize).flatten() {
+    for r in results.iter().take(l.members as usize) {
         fig.producer_wall_s = fig.producer_wall_s.max(r["wall_s"].as_f64().unwrap_or(0.0));
         fig.producer_io_s = fig.producer_io_s.max(r["io_s"].as_f64().unwrap_or(0.0));
         fig.bytes += r["bytes"].as_u64().unwrap_or(0);
     }
-    for r in results.iter().skip(l.members as usize).flatten() {
+    for r in results.iter().skip(l.members as usize) {
         fig.delivered += r["delivered"].as_u64().unwrap_or(0);
         fig.polls += r["polls"].as_u64().unwrap_or(0);
         fig.consumer_wait_s += r["wait_s"].as_f64().unwrap_or(0.0);
@@ -874,22 +838,10 @@ fn run_once(
         )?;
         checker.wait_ready(Duration::from_secs(120))?;
         checker.go()?;
-        let mut result = None;
-        loop {
-            match checker.recv(Duration::from_secs(a.timeout))? {
-                Some(Msg::Line(_, line)) => {
-                    if let Some(j) = line.strip_prefix("result ") {
-                        result = serde_json::from_str::<Value>(j).ok();
-                    }
-                }
-                Some(Msg::Eof(i)) => {
-                    checker.reap(i)?;
-                    break;
-                }
-                None => return Err(Failure::io("product checker: no answer")),
-            }
-        }
-        let r = result.ok_or_else(|| Failure::io("product checker gave no result"))?;
+        let r = checker
+            .results(Duration::from_secs(a.timeout), |_, _| {})?
+            .pop()
+            .ok_or_else(|| Failure::io("product checker gave no result"))?;
         fig.products_checked = r["products"].as_u64().unwrap_or(0);
         fig.values_checked = r["values_checked"].as_u64().unwrap_or(0);
         let want = 2 * u64::from(l.steps) * u64::from(l.fields_per_step());
