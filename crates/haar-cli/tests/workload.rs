@@ -537,3 +537,59 @@ fn streaming_consumers_fed_by_per_field_notifications_make_the_same_products() {
     assert_eq!(with["step_latency_ms"].as_array().unwrap().len(), 3);
     assert!(entries(pmem.path()).is_empty());
 }
+
+#[test]
+fn cluster_starts_servers_whose_config_clients_use_and_stops_them_when_stdin_closes() {
+    use std::io::{BufRead, BufReader, Write};
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let root = dir.path().join("cl");
+    let mut child = Command::new(haar_bin())
+        .args(["--servers", "3", "--backend", "pmem", "--root"])
+        .arg(&root)
+        .arg("cluster")
+        .env_remove("HAAR_CONFIG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let (mut servers, mut config, mut token) = (String::new(), String::new(), String::new());
+    for line in lines.by_ref() {
+        let line = line.unwrap();
+        if let Some(s) = line.strip_prefix("servers: ") {
+            servers = s.to_string();
+        } else if let Some(c) = line.strip_prefix("config: ") {
+            config = c.to_string();
+        } else if let Some(t) = line.strip_prefix("token file: ") {
+            token = t.to_string();
+        } else if line.starts_with("(close stdin") {
+            break;
+        }
+    }
+    assert_eq!(servers.split(',').count(), 3, "{servers}");
+    let payload = dir.path().join("f.bin");
+    std::fs::write(&payload, b"a field").unwrap();
+    let key = "class=od,expver=0001,stream=oper,date=20261121,time=1200,domain=g,type=fc,levtype=sfc,step=0,param=167";
+    haar_ok([
+        "--config".as_ref(),
+        config.as_str().as_ref(),
+        "--token-file".as_ref(),
+        token.as_str().as_ref(),
+        "archive".as_ref(),
+        "--key".as_ref(),
+        key.as_ref(),
+        payload.as_os_str(),
+    ]);
+    let listed = haar_ok(["--servers", &servers, "--token-file", &token, "list", "class=od"]);
+    assert_eq!(listed.lines().count(), 1, "{listed}");
+    // Every server is a pmem pool under its own node directory.
+    for i in 0..3 {
+        assert!(root.join(format!("node{i}")).join("haar.pool").exists());
+    }
+    child.stdin.take().unwrap().write_all(b"").unwrap();
+    let status = child.wait().unwrap();
+    assert!(status.success());
+    let tag = root.to_str().unwrap().to_string();
+    wait_for("servers to stop", || processes_mentioning(&tag).is_empty());
+}

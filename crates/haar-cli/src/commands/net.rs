@@ -1,9 +1,8 @@
 //! The network subcommands: `serve`, `watch`, `wait`, `cluster`, and `info` against servers.
 //! Protocol and semantics live in haar-net; this module only parses, prints and sets exit codes.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use clap::Args;
@@ -14,6 +13,7 @@ use serde_json::json;
 use crate::Failure;
 use crate::args::{Cli, InfoArgs};
 use crate::open;
+use crate::workload::procs::Servers;
 
 /// `haar serve`.
 #[derive(Debug, Args)]
@@ -204,17 +204,6 @@ pub fn info(cli: &Cli, a: &InfoArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-struct Children(Vec<Child>);
-
-impl Drop for Children {
-    fn drop(&mut self) {
-        for c in &mut self.0 {
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-    }
-}
-
 /// `haar cluster --servers N --root DIR`: N local servers for development, stopped when stdin
 /// closes or on Ctrl-C.
 pub fn cluster(cli: &Cli, _a: &ClusterArgs) -> Result<(), Failure> {
@@ -228,67 +217,23 @@ pub fn cluster(cli: &Cli, _a: &ClusterArgs) -> Result<(), Failure> {
         .root
         .clone()
         .ok_or_else(|| Failure::usage("cluster needs --root DIR (each server gets DIR/nodeI)"))?;
-    std::fs::create_dir_all(&root)
-        .map_err(|e| Failure::io(format!("cannot create {}: {e}", root.display())))?;
-    let token_file = match &cli.token_file {
-        Some(f) => f.clone(),
-        None => {
-            let f = root.join("token");
-            if !f.exists() {
-                write_private(&f, &auth::nonce())?;
-            }
-            f
-        }
-    };
-    let exe = std::env::current_exe().map_err(|e| Failure::io(format!("cannot find haar: {e}")))?;
-    let mut children = Children(Vec::new());
-    let mut addrs = Vec::new();
-    for i in 0..n {
-        let dir = root.join(format!("node{i}"));
-        let mut cmd = Command::new(&exe);
-        cmd.arg("--root").arg(&dir);
-        if let Some(b) = &cli.backend {
-            cmd.arg("--backend").arg(b);
-        }
-        cmd.args(["serve", "--listen", "127.0.0.1:0", "--token-file"])
-            .arg(&token_file)
-            .env_remove("HAAR_CONFIG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped());
-        die_with_parent(&mut cmd);
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| Failure::io(format!("cannot start {}: {e}", exe.display())))?;
-        let mut line = String::new();
-        let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
-        stdout
-            .read_line(&mut line)
-            .map_err(|e| Failure::io(format!("server {i}: {e}")))?;
-        children.0.push(child);
-        let addr = line
-            .trim()
-            .strip_prefix("listening on ")
-            .ok_or_else(|| {
-                Failure::io(format!("server {i} did not start (see its message above)"))
-            })?
-            .to_string();
-        addrs.push(addr);
-    }
-    let list = addrs.join(",");
-    let mut config = String::from("type: dist\nreplicas: 1\nlanes:\n");
-    for a in &addrs {
-        config.push_str(&format!("  - {{type: remote, server: \"{a}\"}}\n"));
-    }
+    let servers = Servers::start(
+        n,
+        &root,
+        cli.backend.as_deref().unwrap_or("posix"),
+        None,
+        cli.token_file.as_deref(),
+    )?;
+    let list = servers.addrs.join(",");
+    let config = servers.dist_config(1, "database");
     let config_path = root.join("cluster.yaml");
     std::fs::write(&config_path, &config)
         .map_err(|e| Failure::io(format!("cannot write {}: {e}", config_path.display())))?;
+    let token_file = servers.token_file.display();
     println!("servers: {list}");
-    println!("token file: {}", token_file.display());
+    println!("token file: {token_file}");
     println!("config: {}", config_path.display());
-    println!(
-        "try: haar --servers {list} --token-file {} list",
-        token_file.display()
-    );
+    println!("try: haar --servers {list} --token-file {token_file} list");
     print!("{config}");
     println!("(close stdin or press Ctrl-C to stop the cluster)");
     std::io::stdout().flush().ok();
@@ -297,29 +242,6 @@ pub fn cluster(cli: &Cli, _a: &ClusterArgs) -> Result<(), Failure> {
     let mut sink = [0u8; 4096];
     let mut stdin = std::io::stdin();
     while matches!(stdin.read(&mut sink), Ok(k) if k > 0) {}
-    drop(children);
+    drop(servers);
     Ok(())
-}
-
-fn write_private(path: &std::path::Path, text: &str) -> Result<(), Failure> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let mut f = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(path)
-        .map_err(|e| Failure::io(format!("cannot create {}: {e}", path.display())))?;
-    f.write_all(text.as_bytes())
-        .map_err(|e| Failure::io(format!("cannot write {}: {e}", path.display())))
-}
-
-fn die_with_parent(cmd: &mut Command) {
-    use std::os::unix::process::CommandExt;
-    // SAFETY: prctl is async-signal-safe and touches no memory of the parent.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-            Ok(())
-        });
-    }
 }

@@ -378,18 +378,19 @@ pub struct Servers {
 
 impl Servers {
     /// Starts `n` servers with `backend` (pmem pools of `pool_size` bytes), server `i` under
-    /// `root/nodeI`, all with one new token in `root/token`.
+    /// `root/nodeI`, sharing the token in `token_file` (default: a new one in `root/token`).
     pub fn start(
         n: usize,
         root: &Path,
         backend: &str,
         pool_size: Option<u64>,
+        token_file: Option<&Path>,
     ) -> Result<Servers, Failure> {
         let exe = std::env::current_exe()
             .map_err(|e| Failure::io(format!("cannot find the haar executable: {e}")))?;
         std::fs::create_dir_all(root)
             .map_err(|e| Failure::io(format!("cannot create {}: {e}", root.display())))?;
-        let token_file = root.join("token");
+        let token_file = token_file.map_or_else(|| root.join("token"), Path::to_path_buf);
         if !token_file.exists() {
             write_private(&token_file, &haar_net::auth::nonce())?;
         }

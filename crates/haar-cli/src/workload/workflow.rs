@@ -697,7 +697,7 @@ fn prepare(
                 + 2 * u64::from(l.steps) * u64::from(l.fields_per_step()) * product_size(l) as u64;
             let per_node = volume * cli.replicas as u64 / a.nodes as u64;
             let pool = per_node + per_node / 3 + (64 << 20);
-            let servers = Servers::start(a.nodes, dir.path(), "pmem", Some(pool))?;
+            let servers = Servers::start(a.nodes, dir.path(), "pmem", Some(pool), None)?;
             let config = dir.path().join("dist.yaml");
             std::fs::write(&config, servers.dist_config(cli.replicas, "field"))
                 .map_err(|e| Failure::io(format!("cannot write {}: {e}", config.display())))?;
