@@ -122,7 +122,16 @@ pub fn watch(cli: &Cli, a: &WatchArgs) -> Result<(), Failure> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     for ev in WatchAll::open(&servers, &cfg, &reqs[0])? {
-        let (ev, m) = ev?;
+        let (ev, m) = match ev {
+            Ok(x) => x,
+            // A server went away: it is resubscribed when it returns, and its replay (minus
+            // what was already printed) covers what it flushed meanwhile.
+            Err(e @ haar_store::Error::Io { .. }) => {
+                eprintln!("haar watch: {e}; watching the other servers and retrying it");
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
         let line = if a.json {
             json!({"key": super::key_json(&ev.key), "length": ev.length, "seq": m.seq,
                    "replay": m.replay, "server": ev.origin})
