@@ -5,14 +5,53 @@ use std::sync::Arc;
 
 use haar_core::request::{Request, parse_requests};
 use haar_core::schema::Schema;
-use haar_store::{Config, Store, StoreOptions};
+use haar_store::{Config, FrontendConfig, Store, StoreOptions};
 
 use crate::Failure;
 use crate::args::Cli;
 
+/// The configuration file as a front-end, when it describes one (`type: remote | dist |
+/// select`); `None` for no file or a local store.
+pub fn frontend(cli: &Cli) -> Result<Option<FrontendConfig>, Failure> {
+    let Some(path) = &cli.config else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(path).map_err(|e| {
+        Failure::usage(format!("cannot read configuration {}: {e}", path.display()))
+    })?;
+    match FrontendConfig::from_yaml(&text, &path.display().to_string())? {
+        FrontendConfig::Local { .. } => Ok(None),
+        f => Ok(Some(f)),
+    }
+}
+
+/// The `host:port` of every `remote` in a front-end configuration.
+pub fn config_servers(f: &FrontendConfig) -> Vec<String> {
+    match f {
+        FrontendConfig::Local { .. } => Vec::new(),
+        FrontendConfig::Remote { server } => vec![server.clone()],
+        FrontendConfig::Dist { lanes, .. } => lanes.iter().flat_map(config_servers).collect(),
+        FrontendConfig::Select { routes } => routes
+            .iter()
+            .flat_map(|r| config_servers(&r.store))
+            .collect(),
+    }
+}
+
 /// The effective configuration: file (if any), then command-line overrides.
 pub fn config(cli: &Cli) -> Result<Config, Failure> {
     let mut cfg = match &cli.config {
+        // Servers described by the file, and a local root given on the command line (e.g.
+        // `haar serve --root` sharing the cluster's configuration).
+        Some(path) if frontend(cli)?.is_some() => {
+            if cli.root.is_none() {
+                return Err(Failure::usage(format!(
+                    "{} describes servers (a front-end), and this command needs a local store: give --root DIR",
+                    path.display()
+                )));
+            }
+            Config::default()
+        }
         Some(path) => {
             let text = std::fs::read_to_string(path).map_err(|e| {
                 Failure::usage(format!("cannot read configuration {}: {e}", path.display()))
@@ -70,8 +109,12 @@ pub fn requests(arg: Option<&str>) -> Result<Vec<Request>, Failure> {
         .map_err(|e| Failure::usage(format!("request {arg:?}: {e}")))
 }
 
-/// Schema and normalisation context from the configuration.
+/// Schema and normalisation context from the configuration (the default schema for a
+/// front-end file).
 pub fn options(cli: &Cli) -> Result<StoreOptions, Failure> {
+    if frontend(cli)?.is_some() {
+        return Ok(StoreOptions::default());
+    }
     let cfg = config(cli)?;
     let mut opts = StoreOptions::default();
     if let Some(path) = &cfg.schema {
@@ -114,7 +157,22 @@ pub fn client_config(cli: &Cli) -> Result<haar_net::ClientConfig, Failure> {
 /// (rendezvous hashing on the database key, `--replicas` copies).
 pub fn remote(cli: &Cli) -> Result<Option<Box<dyn haar_store::FieldStore>>, Failure> {
     let Some(list) = &cli.servers else {
-        return Ok(None);
+        // A configuration file that describes a front-end (e.g. written by `haar cluster` or
+        // scripts/slurm-serve.sh).
+        let Some(f) = frontend(cli)? else {
+            return Ok(None);
+        };
+        let cfg = client_config(cli)?;
+        let connect = |s: &str| -> haar_store::Result<Box<dyn haar_store::FieldStore>> {
+            match haar_net::RemoteStore::connect(s, &cfg) {
+                Ok(r) => Ok(Box::new(r)),
+                Err(e @ haar_store::Error::Io { .. }) => {
+                    Ok(Box::new(DownLane(s.to_string(), e.to_string())))
+                }
+                Err(e) => Err(e),
+            }
+        };
+        return Ok(Some(f.open(&StoreOptions::default(), &connect)?));
     };
     let servers = parse_servers(list);
     let cfg = client_config(cli)?;

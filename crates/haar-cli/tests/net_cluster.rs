@@ -840,3 +840,87 @@ fn tls_round_trip_and_an_untrusted_client_is_refused() {
         "plain client against a TLS server not told what to do: {err}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// The configuration file a cluster script writes.
+
+#[test]
+fn a_dist_configuration_file_reaches_the_servers_it_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let servers = cluster(&Net::Loopback, 3, dir.path());
+    let mut yaml = String::from("type: dist\nreplicas: 2\nlanes:\n");
+    for s in &servers {
+        yaml.push_str(&format!("  - {{type: remote, server: \"{}\"}}\n", s.addr));
+    }
+    let cfg = dir.path().join("cluster.yaml");
+    std::fs::write(&cfg, yaml).unwrap();
+    let cfg = cfg.to_str().unwrap();
+    let date = "20261105";
+    for m in 1..=MEMBERS {
+        let raw = dir.path().join(format!("f{m}.bin"));
+        std::fs::write(&raw, field(date, m, 0)).unwrap();
+        let o = haar(&[
+            "--config",
+            cfg,
+            "archive",
+            "--key",
+            &key(date, m, 0).to_string(),
+            raw.to_str().unwrap(),
+        ]);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    }
+    // Two copies of every field, on two different servers.
+    let req = Request::parse(&format!("class=od,date={date}")).unwrap();
+    let copies: usize = servers
+        .iter()
+        .map(|s| {
+            RemoteStore::connect(&s.addr, &rw())
+                .unwrap()
+                .list(&req)
+                .unwrap()
+                .len()
+        })
+        .sum();
+    assert_eq!(copies, 2 * MEMBERS as usize);
+    let o = haar(&["--config", cfg, "list", &format!("class=od,date={date}")]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert_eq!(
+        String::from_utf8_lossy(&o.stdout).lines().count(),
+        MEMBERS as usize
+    );
+    let steps = BTreeSet::from([0]);
+    let out = dir.path().join("out.bin");
+    let o = haar(&[
+        "--config",
+        cfg,
+        "retrieve",
+        &step_request(date, &steps),
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let got: BTreeSet<String> = std::fs::read(&out)
+        .unwrap()
+        .chunks(FIELD_BYTES)
+        .map(|c| {
+            let (d, m, s) = identify(c);
+            format!("{d}/{m}/{s}")
+        })
+        .collect();
+    assert_eq!(got, names(date, &steps));
+    // watch/wait take their servers from the file too.
+    let o = haar(&[
+        "--config",
+        cfg,
+        "wait",
+        &step_request(date, &steps),
+        "--timeout",
+        "10",
+    ]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    // A command that needs a local store says so.
+    let o = haar(&["--config", cfg, "serve"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("--root"), "{err}");
+}

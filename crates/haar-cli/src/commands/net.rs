@@ -59,10 +59,11 @@ pub struct WaitArgs {
 pub struct ClusterArgs {}
 
 fn servers(cli: &Cli) -> Result<Vec<String>, Failure> {
-    match &cli.servers {
-        Some(s) => Ok(open::parse_servers(s)),
-        None => Err(Failure::usage(
-            "notifications come from servers: give --servers HOST:PORT,... (start them with `haar serve` or `haar cluster`)",
+    match (&cli.servers, open::frontend(cli)?) {
+        (Some(s), _) => Ok(open::parse_servers(s)),
+        (None, Some(f)) if !open::config_servers(&f).is_empty() => Ok(open::config_servers(&f)),
+        _ => Err(Failure::usage(
+            "notifications come from servers: give --servers HOST:PORT,... or a --config that names them (start them with `haar serve` or `haar cluster`)",
         )),
     }
 }
