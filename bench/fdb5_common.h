@@ -144,6 +144,18 @@ static void fdb_setup_root(const char *root_in, int fresh) {
              "---\ntype: local\nengine: toc\nschema: %s/schema\n"
              "spaces:\n  - handler: Default\n    roots:\n      - path: %s/db\n",
              root, root);
+    /* FDB5_PEER_REMOTE=HOST:PORT: go through a running fdb-server (FDB5's remote front-end)
+     * instead of the local root. */
+    const char *remote = getenv("FDB5_PEER_REMOTE");
+    if (remote) {
+        char host[1024];
+        const char *colon = strrchr(remote, ':');
+        if (!colon || colon == remote || (size_t)(colon - remote) >= sizeof host)
+            die("FDB5_PEER_REMOTE=%s: expected HOST:PORT", remote);
+        memcpy(host, remote, (size_t)(colon - remote));
+        host[colon - remote] = 0;
+        snprintf(cfg, sizeof cfg, "---\ntype: remote\nhost: %s\nport: %s\n", host, colon + 1);
+    }
     snprintf(p, sizeof p, "%s/fdb5-config.yaml", root);
     write_text(p, cfg);
     setenv("FDB5_CONFIG_FILE", p, 1);

@@ -11,6 +11,7 @@ dpkg -s libfdb5-dev >/dev/null 2>&1 || need_apt+=(libfdb5-dev)
 dpkg -s pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 command -v gcc >/dev/null 2>&1 || need_apt+=(gcc)
 command -v make >/dev/null 2>&1 || need_apt+=(make)
+command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)  # network-namespace cluster tests
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""

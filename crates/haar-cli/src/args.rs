@@ -98,7 +98,8 @@ pub enum Command {
     /// --token-file); --read-token-file adds a read-only token.
     Serve(crate::commands::net::ServeArgs),
     /// Print one line per flushed field matching a request: first those already flushed, then
-    /// each new flush (needs --servers).
+    /// each new flush; once per field even with replicas, and across a server's restart (needs
+    /// --servers).
     Watch(crate::commands::net::WatchArgs),
     /// Return when every field a request names is flushed (exit 0), or exit 2 after --timeout
     /// naming what is missing (needs --servers).

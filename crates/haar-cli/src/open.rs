@@ -10,8 +10,8 @@ use haar_store::{Config, FrontendConfig, Store, StoreOptions};
 use crate::Failure;
 use crate::args::Cli;
 
-/// The configuration file's front-end, if it names one (`type: remote|dist|select`); a file
-/// without `type` configures the local store (see [`config`]).
+/// The configuration file as a front-end, when it describes one (`type: remote | dist |
+/// select`); `None` for no file or a local store.
 pub fn frontend(cli: &Cli) -> Result<Option<FrontendConfig>, Failure> {
     let Some(path) = &cli.config else {
         return Ok(None);
@@ -21,20 +21,44 @@ pub fn frontend(cli: &Cli) -> Result<Option<FrontendConfig>, Failure> {
     })?;
     match FrontendConfig::from_yaml(&text, &path.display().to_string())? {
         FrontendConfig::Local { .. } => Ok(None),
-        fe => Ok(Some(fe)),
+        f => Ok(Some(f)),
     }
 }
 
-/// The effective local-store configuration: file (if any), then command-line overrides.
+/// The `host:port` of every `remote` in a front-end configuration.
+pub fn config_servers(f: &FrontendConfig) -> Vec<String> {
+    match f {
+        FrontendConfig::Local { .. } => Vec::new(),
+        FrontendConfig::Remote { server } => vec![server.clone()],
+        FrontendConfig::Dist { lanes, .. } => lanes.iter().flat_map(config_servers).collect(),
+        FrontendConfig::Select { routes } => routes
+            .iter()
+            .flat_map(|r| config_servers(&r.store))
+            .collect(),
+    }
+}
+
+/// The effective configuration: file (if any), then command-line overrides.
 pub fn config(cli: &Cli) -> Result<Config, Failure> {
     let mut cfg = match &cli.config {
-        Some(path) if frontend(cli)?.is_none() => {
+        // Servers described by the file, and a local root given on the command line (e.g.
+        // `haar serve --root` sharing the cluster's configuration).
+        Some(path) if frontend(cli)?.is_some() => {
+            if cli.root.is_none() {
+                return Err(Failure::usage(format!(
+                    "{} describes servers (a front-end), and this command needs a local store: give --root DIR",
+                    path.display()
+                )));
+            }
+            Config::default()
+        }
+        Some(path) => {
             let text = std::fs::read_to_string(path).map_err(|e| {
                 Failure::usage(format!("cannot read configuration {}: {e}", path.display()))
             })?;
             Config::from_yaml(&text, &path.display().to_string())?
         }
-        _ => Config::default(),
+        None => Config::default(),
     };
     if let Some(root) = &cli.root {
         cfg.roots = vec![root.clone()];
@@ -85,8 +109,12 @@ pub fn requests(arg: Option<&str>) -> Result<Vec<Request>, Failure> {
         .map_err(|e| Failure::usage(format!("request {arg:?}: {e}")))
 }
 
-/// Schema and normalisation context from the configuration.
+/// Schema and normalisation context from the configuration (the default schema for a
+/// front-end file).
 pub fn options(cli: &Cli) -> Result<StoreOptions, Failure> {
+    if frontend(cli)?.is_some() {
+        return Ok(StoreOptions::default());
+    }
     let cfg = config(cli)?;
     let mut opts = StoreOptions::default();
     if let Some(path) = &cfg.schema {
@@ -129,7 +157,14 @@ pub fn client_config(cli: &Cli) -> Result<haar_net::ClientConfig, Failure> {
 /// (rendezvous hashing on the database key, `--replicas` copies).
 pub fn remote(cli: &Cli) -> Result<Option<Box<dyn haar_store::FieldStore>>, Failure> {
     let Some(list) = &cli.servers else {
-        return Ok(None);
+        // A configuration file that describes a front-end (e.g. written by `haar cluster` or
+        // scripts/slurm-serve.sh).
+        let Some(f) = frontend(cli)? else {
+            return Ok(None);
+        };
+        let cfg = client_config(cli)?;
+        let connect = |s: &str| lane(s, &cfg);
+        return Ok(Some(f.open(&StoreOptions::default(), &connect)?));
     };
     let servers = parse_servers(list);
     let cfg = client_config(cli)?;
@@ -177,6 +212,16 @@ fn lane(
     })
 }
 
+/// The servers `--servers` or the configuration's front-end names (for notifications), if any.
+pub fn servers(cli: &Cli) -> Result<Option<Vec<String>>, Failure> {
+    if let Some(s) = &cli.servers {
+        return Ok(Some(parse_servers(s)));
+    }
+    Ok(frontend(cli)?
+        .map(|f| config_servers(&f))
+        .filter(|v| !v.is_empty()))
+}
+
 /// A lane whose server could not be reached when the command started: every operation fails
 /// with the connect error, so `dist` skips it (archive) or falls back (reads).
 struct DownLane(String, String);
@@ -222,39 +267,10 @@ impl haar_store::FieldStore for DownLane {
     }
 }
 
-/// The front-end data commands use: the servers of `--servers`, else the front-end of the
-/// configuration file (`type: remote|dist|select`), else the local store.
+/// The front-end data commands use: the servers of `--servers`, else the local store.
 pub fn field_store(cli: &Cli) -> Result<Box<dyn haar_store::FieldStore>, Failure> {
-    if let Some(r) = remote(cli)? {
-        return Ok(r);
+    match remote(cli)? {
+        Some(r) => Ok(r),
+        None => Ok(Box::new(store(cli)?)),
     }
-    let Some(fe) = frontend(cli)? else {
-        return Ok(Box::new(store(cli)?));
-    };
-    let cfg = client_config(cli)?;
-    let opts = options(cli)?;
-    let connect = |addr: &str| lane(addr, &cfg);
-    Ok(fe.open(&opts, &connect)?)
-}
-
-/// The servers a configuration or `--servers` names (for notifications), if any.
-pub fn servers(cli: &Cli) -> Result<Option<Vec<String>>, Failure> {
-    if let Some(s) = &cli.servers {
-        return Ok(Some(parse_servers(s)));
-    }
-    fn collect(fe: &FrontendConfig, out: &mut Vec<String>) {
-        match fe {
-            FrontendConfig::Local { .. } => {}
-            FrontendConfig::Remote { server } => out.push(server.clone()),
-            FrontendConfig::Dist { lanes, .. } => lanes.iter().for_each(|l| collect(l, out)),
-            FrontendConfig::Select { routes } => routes.iter().for_each(|r| collect(&r.store, out)),
-        }
-    }
-    Ok(frontend(cli)?
-        .map(|fe| {
-            let mut v = Vec::new();
-            collect(&fe, &mut v);
-            v
-        })
-        .filter(|v| !v.is_empty()))
 }

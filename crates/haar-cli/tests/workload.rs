@@ -581,7 +581,14 @@ fn cluster_starts_servers_whose_config_clients_use_and_stops_them_when_stdin_clo
         key.as_ref(),
         payload.as_os_str(),
     ]);
-    let listed = haar_ok(["--servers", &servers, "--token-file", &token, "list", "class=od"]);
+    let listed = haar_ok([
+        "--servers",
+        &servers,
+        "--token-file",
+        &token,
+        "list",
+        "class=od",
+    ]);
     assert_eq!(listed.lines().count(), 1, "{listed}");
     // Every server is a pmem pool under its own node directory.
     for i in 0..3 {

@@ -88,12 +88,28 @@ pub fn remote_archive_gbps(
     fields: usize,
     size: usize,
 ) -> haar_store::Result<f64> {
+    remote_archive_flushing_gbps(addr, cfg, fields, size, fields)
+}
+
+/// Archives `fields` fields of `size` bytes to `addr`, flushing after every `flush_every`
+/// and at the end (as FDB5's peer benchmark does); GB/s including the flushes.
+pub fn remote_archive_flushing_gbps(
+    addr: &str,
+    cfg: &ClientConfig,
+    fields: usize,
+    size: usize,
+    flush_every: usize,
+) -> haar_store::Result<f64> {
     let mut r = RemoteStore::connect(addr, cfg)?;
     let data: Vec<u8> = (0..size).map(|i| (i * 7 + 3) as u8).collect();
     let keys: Vec<Key> = (0..fields).map(bench_key).collect();
+    let every = flush_every.max(1);
     let start = Instant::now();
-    for k in &keys {
+    for (i, k) in keys.iter().enumerate() {
         r.archive(k, &data)?;
+        if (i + 1) % every == 0 && i + 1 < fields {
+            r.flush()?;
+        }
     }
     r.flush()?;
     Ok((fields * size) as f64 / start.elapsed().as_secs_f64() / 1e9)

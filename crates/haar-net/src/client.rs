@@ -8,6 +8,7 @@ use std::cell::{Cell, RefCell};
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 use std::io;
 use std::net::{TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
@@ -146,6 +147,22 @@ fn connect(addr: &str, cfg: &ClientConfig) -> Result<Session> {
     };
     let mut wire = Wire::new(conn);
     let hs = |e: WireError| match e {
+        WireError::Io(ref io)
+            if io.get_ref().is_some_and(|x| {
+                matches!(
+                    x.downcast_ref::<rustls::Error>(),
+                    Some(rustls::Error::InvalidCertificate(_))
+                )
+            }) =>
+        {
+            io_error(
+                "TLS handshake with",
+                addr,
+                format!(
+                    "{e}: the server's certificate is not trusted by this client; give --tls-ca the CA certificate that signed it (and check the server's name or IP address is in it)"
+                ),
+            )
+        }
         WireError::Frame(protocol::FrameError::BadMagic(_)) => io_error(
             "handshake with",
             addr,
@@ -723,46 +740,151 @@ impl Iterator for Watch {
     }
 }
 
-/// WATCH streams of several servers merged (each on its own thread), in arrival order.
+/// WATCH streams of several servers merged (each on its own thread), in arrival order, with
+/// every version of a field (key + CRC-32C) reported once: replicas flush the same field on
+/// several servers, and a server that comes back replays what it holds.
+///
+/// A server that cannot be reached (an `Io` error) is retried every second until it answers
+/// again; its failure arrives as an `Err(Error::Io)` item naming it, and the stream goes on.
+/// Nothing flushed is missed across a reconnection: the new subscription replays every field
+/// the server holds. Any other error (a refused token, a bad request) is final for that server.
+/// The de-duplication remembers every field seen (about 100 bytes each).
 pub struct WatchAll {
     rx: mpsc::Receiver<Result<(Event, EventMeta)>>,
+    seen: HashSet<(Key, u64, Option<u32>)>,
+    stop: Arc<AtomicBool>,
 }
 
+/// Pause between attempts to reach a server that failed.
+const RECONNECT: Duration = Duration::from_secs(1);
+
 impl WatchAll {
-    /// Subscribes on every server first (so connection errors surface here), then streams.
+    /// Subscribes on every server (a refusal or bad request surfaces here, and so does a
+    /// failure to reach any server at all), then streams. A server that is down now is
+    /// reported by the first item and subscribed to when it comes up.
     pub fn open(servers: &[String], cfg: &ClientConfig, req: &Request) -> Result<WatchAll> {
-        let watches = servers
-            .iter()
-            .map(|s| Watch::open(s, cfg, req))
-            .collect::<Result<Vec<_>>>()?;
         let (tx, rx) = mpsc::channel();
-        for mut w in watches {
-            let tx = tx.clone();
+        let stop = Arc::new(AtomicBool::new(false));
+        let mut first: Vec<(String, Result<Watch>)> = Vec::new();
+        for s in servers {
+            match Watch::open(s, cfg, req) {
+                Err(e) if !matches!(e, Error::Io { .. }) => return Err(e),
+                r => first.push((s.clone(), r)),
+            }
+        }
+        if first.iter().all(|(_, r)| r.is_err()) {
+            let why: Vec<String> = first
+                .iter()
+                .filter_map(|(_, r)| r.as_ref().err().map(|e| e.to_string()))
+                .collect();
+            return Err(io_error(
+                "watch on",
+                &servers.join(","),
+                format!("no server could be reached: {}", why.join("; ")),
+            ));
+        }
+        for (server, w) in first {
+            let (tx, cfg, req, stop) = (tx.clone(), cfg.clone(), req.clone(), stop.clone());
             std::thread::Builder::new()
                 .name("haar-watch".into())
-                .spawn(move || {
-                    while let Some(ev) = w.next_event() {
-                        if tx.send(ev).is_err() {
-                            return;
-                        }
-                    }
-                })
+                .spawn(move || follow(server, w, &cfg, &req, &tx, &stop))
                 .map_err(|e| io_error("spawn", "watch thread", e))?;
         }
-        Ok(WatchAll { rx })
+        Ok(WatchAll {
+            rx,
+            seen: HashSet::new(),
+            stop,
+        })
+    }
+
+    /// True for the first sight of a field version; errors always pass.
+    fn first_sight(&mut self, item: &Result<(Event, EventMeta)>) -> bool {
+        match item {
+            Ok((ev, m)) => self.seen.insert((ev.key.clone(), ev.length, m.crc)),
+            Err(_) => true,
+        }
     }
 
     /// The next event, waiting at most until `deadline`; `None` on timeout.
-    pub fn next_before(&self, deadline: Instant) -> Option<Result<(Event, EventMeta)>> {
-        let left = deadline.saturating_duration_since(Instant::now());
-        self.rx.recv_timeout(left).ok()
+    pub fn next_before(&mut self, deadline: Instant) -> Option<Result<(Event, EventMeta)>> {
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let item = self.rx.recv_timeout(left).ok()?;
+            if self.first_sight(&item) {
+                return Some(item);
+            }
+        }
+    }
+}
+
+impl Drop for WatchAll {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
+/// One server's thread: forwards its events; on an `Io` failure reports it once and
+/// resubscribes every [`RECONNECT`] until the server answers again or the [`WatchAll`] is
+/// dropped.
+fn follow(
+    server: String,
+    mut current: Result<Watch>,
+    cfg: &ClientConfig,
+    req: &Request,
+    tx: &mpsc::Sender<Result<(Event, EventMeta)>>,
+    stop: &AtomicBool,
+) {
+    let mut reported = false;
+    loop {
+        match current {
+            Ok(mut w) => {
+                reported = false;
+                while let Some(item) = w.next_event() {
+                    let failed = match &item {
+                        Ok(_) => None,
+                        Err(e) => Some(matches!(e, Error::Io { .. })),
+                    };
+                    if tx.send(item).is_err() {
+                        return;
+                    }
+                    match failed {
+                        None => {}
+                        Some(true) => {
+                            reported = true;
+                            break;
+                        }
+                        Some(false) => return,
+                    }
+                }
+            }
+            Err(e @ Error::Io { .. }) => {
+                if !reported && tx.send(Err(e)).is_err() {
+                    return;
+                }
+                reported = true;
+            }
+            Err(e) => {
+                let _ = tx.send(Err(e));
+                return;
+            }
+        }
+        std::thread::sleep(RECONNECT);
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        current = Watch::open(&server, cfg, req);
     }
 }
 
 impl Iterator for WatchAll {
     type Item = Result<(Event, EventMeta)>;
     fn next(&mut self) -> Option<Self::Item> {
-        self.rx.recv().ok()
+        loop {
+            let item = self.rx.recv().ok()?;
+            if self.first_sight(&item) {
+                return Some(item);
+            }
+        }
     }
 }
 
@@ -822,7 +944,7 @@ pub fn wait(
         }
         p
     };
-    let watch = WatchAll::open(servers, cfg, req)?;
+    let mut watch = WatchAll::open(servers, cfg, req)?;
     while !missing.is_empty() {
         match watch.next_before(deadline) {
             None => {
@@ -833,6 +955,9 @@ pub fn wait(
                         .collect(),
                 });
             }
+            // A server that went away is resubscribed when it returns (its replay covers
+            // what it flushed meanwhile); anything else ends the wait.
+            Some(Err(Error::Io { .. })) => {}
             Some(Err(e)) => return Err(e),
             Some(Ok((ev, _))) => {
                 missing.remove(&project(&ev.key));

@@ -546,6 +546,11 @@ pub struct EventMeta {
     /// True for fields flushed before the subscription (sent first).
     #[serde(default)]
     pub replay: bool,
+    /// CRC-32C of the field bytes: with the key it names one version of a field, so a client
+    /// watching replicas (or a restarted server's replay) reports it once. Absent from
+    /// servers older than this field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crc: Option<u32>,
 }
 
 /// `ERROR`.

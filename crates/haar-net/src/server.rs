@@ -90,6 +90,7 @@ pub struct ServerConfig {
 struct Ev {
     key: Key,
     length: u64,
+    crc: u32,
 }
 
 struct LogInner {
@@ -111,10 +112,14 @@ struct EventLog {
 }
 
 impl EventLog {
-    fn append(&self, evs: impl IntoIterator<Item = (Key, u64)>) {
+    fn append(&self, evs: impl IntoIterator<Item = Pending>) {
         let mut g = self.inner.lock().unwrap();
-        for (key, length) in evs {
-            g.events.push_back(Arc::new(Ev { key, length }));
+        for p in evs {
+            g.events.push_back(Arc::new(Ev {
+                key: p.key,
+                length: p.length,
+                crc: p.crc,
+            }));
         }
         while g.events.len() > EVENT_LOG_CAPACITY {
             g.events.pop_front();
@@ -384,10 +389,36 @@ fn handshake(shared: &Shared, wire: &mut Wire) -> Result<Option<Access>, WireErr
     Ok(Some(access))
 }
 
+/// True when the first byte from the peer is the start of a plain haar frame (`H` of `HAR1`)
+/// rather than of a TLS record.
+fn plain_haar_client(stream: &TcpStream) -> bool {
+    let mut first = [0u8; 1];
+    matches!(stream.peek(&mut first), Ok(1)) && first[0] == protocol::MAGIC[0]
+}
+
 fn connection(shared: &Arc<Shared>, stream: TcpStream) -> Result<(), WireError> {
     stream.set_nodelay(true)?;
     stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
     let conn: Box<dyn Conn> = match &shared.config.tls {
+        Some(_) if plain_haar_client(&stream) => {
+            // A TLS record starts with 0x16; a plain HELLO with the magic's 'H'. Tell the
+            // client what to do instead of failing its handshake with a bare end of file.
+            let mut wire = Wire::new(Box::new(stream));
+            let mut f = Frame::default();
+            let id = match wire.read(Limits::HANDSHAKE, &mut f) {
+                Ok(()) => f.id,
+                Err(_) => 0,
+            };
+            refuse(
+                &mut wire,
+                id,
+                format!(
+                    "server {} accepts TLS only: connect with --tls-ca (the CA certificate that signed the server's)",
+                    shared.name
+                ),
+            )?;
+            return Ok(());
+        }
         Some(tls) => {
             let sc = rustls::ServerConnection::new(tls.clone())
                 .map_err(|e| io::Error::other(format!("TLS: {e}")))?;
@@ -413,13 +444,21 @@ fn connection(shared: &Arc<Shared>, stream: TcpStream) -> Result<(), WireError> 
     .run()
 }
 
+/// A field archived on a connection and not yet flushed.
+struct Pending {
+    /// The key as it will be listed.
+    key: Key,
+    length: u64,
+    crc: u32,
+}
+
 struct Session {
     shared: Arc<Shared>,
     wire: Wire,
     access: Access,
     handle: Handle,
-    /// Fields archived since the last flush (key as listed, length): the next flush's events.
-    pending: Vec<(Key, u64)>,
+    /// Fields archived since the last flush: the next flush's events.
+    pending: Vec<Pending>,
     /// ARCHIVE failures since the last flush (reported by the next FLUSH).
     deferred: Vec<String>,
     deferred_code: i32,
@@ -515,7 +554,11 @@ impl Session {
             .handle
             .archive(&self.shared, &meta.key, &f.data, meta.crc)
         {
-            Ok(full) => self.pending.push((full, f.data.len() as u64)),
+            Ok(full) => self.pending.push(Pending {
+                key: full,
+                length: f.data.len() as u64,
+                crc: meta.crc,
+            }),
             Err(e) => self.defer(e.to_string(), e.exit_code()),
         }
     }
@@ -523,12 +566,12 @@ impl Session {
     fn flush(&mut self, id: u64) -> Result<(), ErrorMeta> {
         // A key archived twice before one flush is one flushed field: one event (the last).
         let mut last: std::collections::HashMap<&Key, usize> = std::collections::HashMap::new();
-        for (i, (k, _)) in self.pending.iter().enumerate() {
-            last.insert(k, i);
+        for (i, p) in self.pending.iter().enumerate() {
+            last.insert(&p.key, i);
         }
         if last.len() < self.pending.len() {
             let keep: Vec<bool> = (0..self.pending.len())
-                .map(|i| last.get(&self.pending[i].0) == Some(&i))
+                .map(|i| last.get(&self.pending[i].key) == Some(&i))
                 .collect();
             let mut it = keep.into_iter();
             self.pending.retain(|_| it.next().unwrap_or(true));
@@ -724,6 +767,7 @@ impl Session {
                 length: field.data.length,
                 seq: start,
                 replay: true,
+                crc: Some(field.data.crc),
             };
             self.wire.send(Kind::Event, 0, id, &to_meta(&m), &[])?;
         }
@@ -768,6 +812,7 @@ impl Session {
                         length: ev.length,
                         seq: *seq,
                         replay: false,
+                        crc: Some(ev.crc),
                     };
                     self.wire.send(Kind::Event, 0, id, &to_meta(&m), &[])?;
                 }

@@ -406,6 +406,7 @@ fn run_in(a: &BenchArgs, dir: &Path) -> Result<(), Failure> {
     }
     let vis_n = if a.quick { 200 } else { 1000 };
     let vis = visibility(&dir.join("visibility"), vis_n)?;
+    let network = super::bench_net::run(dir, n_large, a.flush_every, peer.as_deref(), a.quick)?;
 
     let machine = machine_description();
     let report = json!({
@@ -420,8 +421,9 @@ fn run_in(a: &BenchArgs, dir: &Path) -> Result<(), Failure> {
         "results": results,
         "visibility_us": {"n": vis.len(), "p50": pct(&vis, 0.5), "p99": pct(&vis, 0.99), "max": pct(&vis, 1.0)},
         "flush_every": a.flush_every,
+        "network": network,
     });
-    let text = render(&report);
+    let text = render(&report) + &super::bench_net::render(&report["network"]);
     print!("{text}");
     std::fs::write(
         &a.json,

@@ -59,12 +59,11 @@ pub struct WaitArgs {
 pub struct ClusterArgs {}
 
 fn servers(cli: &Cli) -> Result<Vec<String>, Failure> {
-    match &cli.servers {
-        Some(s) => Ok(open::parse_servers(s)),
-        None => Err(Failure::usage(
-            "notifications come from servers: give --servers HOST:PORT,... (start them with `haar serve` or `haar cluster`)",
-        )),
-    }
+    open::servers(cli)?.ok_or_else(|| {
+        Failure::usage(
+            "notifications come from servers: give --servers HOST:PORT,... or a --config that names them (start them with `haar serve` or `haar cluster`)",
+        )
+    })
 }
 
 /// `haar serve`: binds, prints `listening on ADDR`, serves until killed.
@@ -122,7 +121,16 @@ pub fn watch(cli: &Cli, a: &WatchArgs) -> Result<(), Failure> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     for ev in WatchAll::open(&servers, &cfg, &reqs[0])? {
-        let (ev, m) = ev?;
+        let (ev, m) = match ev {
+            Ok(x) => x,
+            // A server went away: it is resubscribed when it returns, and its replay (minus
+            // what was already printed) covers what it flushed meanwhile.
+            Err(e @ haar_store::Error::Io { .. }) => {
+                eprintln!("haar watch: {e}; watching the other servers and retrying it");
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
         let line = if a.json {
             json!({"key": super::key_json(&ev.key), "length": ev.length, "seq": m.seq,
                    "replay": m.replay, "server": ev.origin})
