@@ -540,14 +540,15 @@ impl DbWriter for PmemWriter {
     fn append(&mut self, bytes: &[u8]) -> Result<DataRef> {
         let off = self.pool.alloc(bytes.len() as u64)?;
         // SAFETY: `off..off+len` was just allocated to this writer and is not published.
-        unsafe { self.pool.map.write_nt(off as usize, bytes) }
+        // The checksum is computed in the same pass as the copy (one read of the field).
+        let crc = unsafe { self.pool.map.write_nt_crc32c(off as usize, bytes) }
             .map_err(|e| Error::io("write", &self.pool.path, e))?;
         self.unpersisted.push((off, bytes.len() as u64));
         Ok(DataRef {
             object: 0,
             offset: off,
             length: bytes.len() as u64,
-            crc: crc32c::crc32c(bytes),
+            crc,
         })
     }
 
