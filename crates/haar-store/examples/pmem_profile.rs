@@ -1,6 +1,6 @@
 //! Where time goes in the pmem backend (developer tool, for `perf record`): archive N fields of
 //! SIZE bytes with a flush every 100 (as `haar bench` does), then retrieve them one at a time
-//! with a fresh store handle. `ROUNDS` repeats both phases so a profile has enough samples.
+//! with a fresh store handle (zero-copy `retrieve_key_with`, as `haar bench` does). `ROUNDS` repeats both phases so a profile has enough samples.
 use haar_store::pmem::PmemOptions;
 use haar_store::{PmemBackend, Store, StoreOptions};
 use std::sync::Arc;
@@ -61,11 +61,10 @@ fn main() {
             Arc::new(PmemBackend::open(dir, opts()).unwrap()),
             StoreOptions::default(),
         );
-        let mut buf = Vec::with_capacity(size);
         let t0 = Instant::now();
         for k in &keys {
-            buf.clear();
-            assert!(store.retrieve_key(k, &mut buf).unwrap());
+            let n = store.retrieve_key_with(k, |b| b.len()).unwrap();
+            assert_eq!(n, Some(size));
         }
         let r = t0.elapsed().as_secs_f64();
         println!(

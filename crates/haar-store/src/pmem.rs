@@ -13,7 +13,9 @@ use std::sync::{Arc, Mutex};
 
 use haar_core::Key;
 
-use crate::backend::{Backend, Capabilities, Committed, DbReader, DbWriter, Exclusive};
+use crate::backend::{
+    Backend, Capabilities, Committed, DbReader, DbWriter, Exclusive, FieldBytes, LendBytes,
+};
 use crate::error::{Error, Result};
 use crate::format::{self, DataRef};
 use crate::persist::{PersistMode, PoolMapping};
@@ -399,6 +401,12 @@ impl Pool {
     }
 }
 
+impl LendBytes for Pool {
+    fn lend(&self, off: usize, len: usize) -> Option<&[u8]> {
+        self.map.slice(off, len)
+    }
+}
+
 impl Backend for PmemBackend {
     fn describe(&self) -> String {
         format!("pmem:{}", self.pool.path.display())
@@ -637,23 +645,24 @@ impl DbReader for PmemReader {
     }
 
     fn read(&self, data: &DataRef, out: &mut Vec<u8>) -> Result<()> {
+        out.extend_from_slice(&self.read_bytes(data, Vec::new())?);
+        Ok(())
+    }
+
+    fn read_bytes(&self, data: &DataRef, _scratch: Vec<u8>) -> Result<FieldBytes> {
+        // Zero-copy: committed ranges are immutable (PoolMapping contract rule 1) and the pool
+        // never shrinks, so the mapping itself can be lent for as long as the Arc lives.
         let (off, len) = (data.offset as usize, data.length as usize);
-        let mut s = self.pool.map.slice(off, len);
-        if s.is_none() {
-            let _ = self.pool.map.refresh_len();
-            s = self.pool.map.slice(off, len);
+        let lender: Arc<dyn LendBytes> = self.pool.clone();
+        if let Some(b) = FieldBytes::lent(lender.clone(), off, len) {
+            return Ok(b);
         }
-        match s {
-            Some(b) => {
-                out.extend_from_slice(b);
-                Ok(())
-            }
-            None => Err(Error::Corrupt {
-                what: "field reference",
-                path: self.pool.path.clone(),
-                detail: format!("{len} bytes at {off} lie beyond the pool"),
-            }),
-        }
+        let _ = self.pool.map.refresh_len();
+        FieldBytes::lent(lender, off, len).ok_or_else(|| Error::Corrupt {
+            what: "field reference",
+            path: self.pool.path.clone(),
+            detail: format!("{len} bytes at {off} lie beyond the pool"),
+        })
     }
 
     fn locate(&self, data: &DataRef) -> String {
