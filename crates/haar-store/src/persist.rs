@@ -291,9 +291,9 @@ unsafe fn copy_nt_with(features: &CpuFeatures, dst: *mut u8, src: &[u8]) {
 /// Equal to `crc32c::crc32c(src)` (design §3's checksum, unchanged), but each source line is
 /// loaded once: it is fed to the `CRC32` instruction from the same registers or L1 line that
 /// the non-temporal store takes it from, so the checksum runs in the shadow of the store
-/// bandwidth instead of as a second pass over the field. Three independent CRC streams hide
-/// the instruction's latency, joined with shift tables (the `crc32c` crate's scheme, fused with
-/// the copy). Without SSE 4.2 (or off x86_64) it is [`copy_nt`] followed by `crc32c`.
+/// bandwidth instead of as a second pass over the field. The field is split into thirds, one
+/// independent CRC stream each to hide the instruction's latency, joined by shifting over a
+/// third's length with power-of-two shift tables. Without SSE 4.2 (or off x86_64) it is [`copy_nt`] followed by `crc32c`.
 ///
 /// The same fence rule as [`copy_nt`] applies before publishing the bytes.
 ///
@@ -337,27 +337,16 @@ mod fused {
     };
     use std::sync::OnceLock;
 
-    /// Bytes per stream in a long chunk (three streams per chunk).
-    const LONG: usize = 8192;
-    /// Bytes per stream in a short chunk.
-    const SHORT: usize = 256;
+    /// Largest third, in lines, that one pass splits a field into (64 MiB per stream).
+    const MAX_THIRD_LINES_LOG2: usize = 20;
 
-    /// Advances a raw CRC-32C register over `n` zero bytes, byte-sliced (4 lookups).
+    /// Advances a raw CRC-32C register over a fixed number of zero bytes, byte-sliced
+    /// (4 lookups).
     pub(super) struct ZeroShift([[u32; 256]; 4]);
 
     impl ZeroShift {
-        /// Tables for `n` zero bytes (`n` a multiple of 8), built from the 32 single-bit
-        /// registers by linearity.
-        #[target_feature(enable = "sse4.2")]
-        fn new(n: usize) -> ZeroShift {
-            let mut bit = [0u32; 32];
-            for (j, out) in bit.iter_mut().enumerate() {
-                let mut r = 1u64 << j;
-                for _ in 0..n / 8 {
-                    r = _mm_crc32_u64(r, 0);
-                }
-                *out = r as u32;
-            }
+        /// Tables for the linear map that sends single bit `j` to `bit[j]`.
+        fn from_bits(bit: &[u32; 32]) -> ZeroShift {
             let mut t = [[0u32; 256]; 4];
             for (i, row) in t.iter_mut().enumerate() {
                 for (b, v) in row.iter_mut().enumerate() {
@@ -370,7 +359,7 @@ mod fused {
         }
 
         #[inline(always)]
-        fn apply(&self, r: u64) -> u64 {
+        pub(super) fn apply(&self, r: u64) -> u64 {
             let t = &self.0;
             u64::from(
                 t[0][(r & 0xff) as usize]
@@ -381,10 +370,47 @@ mod fused {
         }
     }
 
-    fn tables() -> &'static (ZeroShift, ZeroShift) {
-        static T: OnceLock<(ZeroShift, ZeroShift)> = OnceLock::new();
+    /// `tables()[k]` advances a register over `64 · 2^k` zero bytes, so a shift over any
+    /// whole number of lines is one lookup round per set bit of that number.
+    pub(super) fn tables() -> &'static [ZeroShift] {
+        static T: OnceLock<Vec<ZeroShift>> = OnceLock::new();
         // SAFETY: only reached from the fused loops, which require SSE 4.2.
-        T.get_or_init(|| unsafe { (ZeroShift::new(LONG), ZeroShift::new(SHORT)) })
+        T.get_or_init(|| unsafe { build_tables() })
+    }
+
+    #[target_feature(enable = "sse4.2")]
+    fn build_tables() -> Vec<ZeroShift> {
+        let mut bit = [0u32; 32];
+        for (j, out) in bit.iter_mut().enumerate() {
+            let mut r = 1u64 << j;
+            for _ in 0..CACHE_LINE / 8 {
+                r = _mm_crc32_u64(r, 0);
+            }
+            *out = r as u32;
+        }
+        let mut tables = vec![ZeroShift::from_bits(&bit)];
+        for _ in 0..MAX_THIRD_LINES_LOG2 {
+            let t = tables.last().expect("one table");
+            // Twice the distance: the previous map applied twice to each single bit.
+            bit = std::array::from_fn(|j| t.apply(t.apply(1 << j)) as u32);
+            tables.push(ZeroShift::from_bits(&bit));
+        }
+        tables
+    }
+
+    /// Advances raw register `r` over `lines` zero lines.
+    #[inline]
+    fn shift_lines(tables: &[ZeroShift], mut r: u64, lines: usize) -> u64 {
+        let mut m = lines;
+        let mut k = 0;
+        while m != 0 {
+            if m & 1 == 1 {
+                r = tables[k].apply(r);
+            }
+            m >>= 1;
+            k += 1;
+        }
+        r
     }
 
     /// CRC of unaligned bytes, one at a time (heads and tails only: under 64 bytes).
@@ -404,7 +430,7 @@ mod fused {
             /// supported.
             #[target_feature(enable = $features)]
             pub(super) unsafe fn $name(kind: FlushKind, dst: *mut u8, src: &[u8]) -> u32 {
-                let (long, short) = tables();
+                let tables = tables();
                 let len = src.len();
                 let s = src.as_ptr();
                 let head = ((dst as usize).wrapping_neg() % CACHE_LINE).min(len);
@@ -420,19 +446,20 @@ mod fused {
                     }
                     let mut at = head;
                     let end = head + lines * CACHE_LINE;
-                    for (block, shift) in [(LONG, long), (SHORT, short)] {
-                        while end - at >= 3 * block {
-                            let (mut r0, mut r1, mut r2) = (r, 0u64, 0u64);
-                            for i in (0..block).step_by(CACHE_LINE) {
-                                let o = at + i;
-                                $store(dst.add(o), s.add(o), &mut r0);
-                                $store(dst.add(o + block), s.add(o + block), &mut r1);
-                                $store(dst.add(o + 2 * block), s.add(o + 2 * block), &mut r2);
-                            }
-                            r = shift.apply(r0) ^ r1;
-                            r = shift.apply(r) ^ r2;
-                            at += 3 * block;
+                    // Thirds of the whole body (up to 64 MiB each) as three CRC streams, joined
+                    // by shifting over a third's length: two short shift chains per field.
+                    while end - at >= 3 * CACHE_LINE {
+                        let third = ((end - at) / CACHE_LINE / 3).min(1 << MAX_THIRD_LINES_LOG2);
+                        let block = third * CACHE_LINE;
+                        let (mut r0, mut r1, mut r2) = (r, 0u64, 0u64);
+                        for o in (at..at + block).step_by(CACHE_LINE) {
+                            $store(dst.add(o), s.add(o), &mut r0);
+                            $store(dst.add(o + block), s.add(o + block), &mut r1);
+                            $store(dst.add(o + 2 * block), s.add(o + 2 * block), &mut r2);
                         }
+                        r = shift_lines(tables, r0, third) ^ r1;
+                        r = shift_lines(tables, r, third) ^ r2;
+                        at += 3 * block;
                     }
                     while at < end {
                         $store(dst.add(at), s.add(at), &mut r);
@@ -1421,6 +1448,26 @@ mod tests {
                         "wrote past end"
                     );
                 }
+            }
+        }
+    }
+
+    #[test]
+    #[cfg(target_arch = "x86_64")]
+    fn every_shift_table_matches_crc32c_over_zeros() {
+        if !CpuFeatures::detect().sse42 {
+            return;
+        }
+        let tables = fused::tables();
+        let zeros = vec![0u8; CACHE_LINE << (tables.len() - 1)];
+        for (k, t) in tables.iter().enumerate() {
+            for c in [0u32, 1, 0x1234_5678, u32::MAX] {
+                let want = crc32c::crc32c_append(c, &zeros[..CACHE_LINE << k]);
+                assert_eq!(
+                    !(t.apply(u64::from(!c)) as u32),
+                    want,
+                    "table {k} crc {c:#x}"
+                );
             }
         }
     }
