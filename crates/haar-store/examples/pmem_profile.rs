@@ -1,55 +1,79 @@
-//! Where archive time goes in the pmem backend (developer tool).
-use haar_store::conformance::field_key;
+//! Where time goes in the pmem backend (developer tool, for `perf record`): archive N fields of
+//! SIZE bytes with a flush every 100 (as `haar bench` does), then retrieve them one at a time
+//! with a fresh store handle (zero-copy `retrieve_key_with`, as `haar bench` does). `ROUNDS` repeats both phases so a profile has enough samples.
 use haar_store::pmem::PmemOptions;
 use haar_store::{PmemBackend, Store, StoreOptions};
 use std::sync::Arc;
 use std::time::Instant;
 
+fn env(name: &str, default: usize) -> usize {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+fn key(round: usize, i: usize) -> haar_core::Key {
+    haar_core::Key::new()
+        .with("class", "od")
+        .with("expver", "0001")
+        .with("stream", "oper")
+        .with("date", (20261101 + round).to_string())
+        .with("time", "1200")
+        .with("domain", "g")
+        .with("type", "fc")
+        .with("levtype", "pl")
+        .with("levelist", (i % 100 + 1).to_string())
+        .with("step", (i / 100).to_string())
+        .with("param", "130")
+}
+
 fn main() {
     let dir = std::path::Path::new("/dev/shm/haar-pmem-profile");
+    let size = env("SIZE", 800 * 1024);
+    let n = env("N", 500);
+    let rounds = env("ROUNDS", 1);
+    let data: Vec<u8> = (0..size).map(|i| (i * 31 + 7) as u8).collect();
+    let gib = (n * size) as f64 / (1u64 << 30) as f64;
+    // One pool provisioned for every round, so a profile of the rounds holds no set-up.
     let _ = std::fs::remove_dir_all(dir);
-    let size: usize = std::env::var("SIZE")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(800 * 1024);
-    let n: usize = std::env::var("N")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(500);
-    let t = Instant::now();
-    let b = PmemBackend::open(
-        dir,
-        PmemOptions {
-            initial_size: (n * size + (128 << 20)) as u64,
-            ..Default::default()
-        },
-    )
-    .unwrap();
-    println!("open+provision {:?}", t.elapsed());
-    let mut store = Store::with_options(Arc::new(b), StoreOptions::default());
-    let data = vec![5u8; size];
-    let keys: Vec<_> = (0..n)
-        .map(|i| field_key("20260101", (i / 100) as u32, (i % 100) as u32 + 1, "130"))
-        .collect();
-    let (mut ts, mut ta, mut tf) = (0.0, 0.0, 0.0);
-    let t0 = Instant::now();
-    for (i, k) in keys.iter().enumerate() {
-        let t = Instant::now();
-        let split = store.split(k).unwrap();
-        ts += t.elapsed().as_secs_f64();
-        let t = Instant::now();
-        store.archive_split(split, &data).unwrap();
-        ta += t.elapsed().as_secs_f64();
-        if (i + 1) % 100 == 0 {
-            let t = Instant::now();
-            store.flush().unwrap();
-            tf += t.elapsed().as_secs_f64();
+    let opts = || PmemOptions {
+        initial_size: (rounds * (n * size + n * size / 8) + (64 << 20)) as u64,
+        ..Default::default()
+    };
+    // The creating process pre-faulted the pool, as `haar bench`'s writer does.
+    let writer = Arc::new(PmemBackend::open(dir, opts()).unwrap());
+    for round in 0..rounds {
+        let keys: Vec<_> = (0..n).map(|i| key(round, i)).collect();
+        let mut store = Store::with_options(writer.clone(), StoreOptions::default());
+        let t0 = Instant::now();
+        for (i, k) in keys.iter().enumerate() {
+            store.archive(k, &data).unwrap();
+            if (i + 1) % 100 == 0 {
+                store.flush().unwrap();
+            }
         }
+        store.flush().unwrap();
+        let w = t0.elapsed().as_secs_f64();
+        drop(store);
+        // Readers map the pool afresh, as `haar bench`'s reader does.
+        let store = Store::with_options(
+            Arc::new(PmemBackend::open(dir, opts()).unwrap()),
+            StoreOptions::default(),
+        );
+        let t0 = Instant::now();
+        for k in &keys {
+            let n = store.retrieve_key_with(k, |b| b.len()).unwrap();
+            assert_eq!(n, Some(size));
+        }
+        let r = t0.elapsed().as_secs_f64();
+        println!(
+            "write {:.0} fields/s {:.2} GiB/s; read {:.0} fields/s {:.2} GiB/s",
+            n as f64 / w,
+            gib / w,
+            n as f64 / r,
+            gib / r
+        );
     }
-    let total = t0.elapsed().as_secs_f64();
-    println!(
-        "total {total:.3}s = {:.2} GiB/s; split {ts:.3} archive {ta:.3} flush {tf:.3}",
-        (n * size) as f64 / total / (1u64 << 30) as f64
-    );
     let _ = std::fs::remove_dir_all(dir);
 }

@@ -6,6 +6,9 @@
 //! checks every backend against it.
 
 use std::collections::HashSet;
+use std::fmt;
+use std::ops::Deref;
+use std::sync::Arc;
 
 use haar_core::Key;
 
@@ -107,6 +110,77 @@ pub trait DbReader: Send {
     /// Appends the bytes of a committed field to `out`. The caller checks the crc.
     fn read(&self, data: &DataRef, out: &mut Vec<u8>) -> Result<()>;
 
+    /// The bytes of a committed field, without a copy where the backend can lend them (pmem
+    /// lends its mapping); otherwise read into `scratch` (cleared first), which the result
+    /// then owns. The caller checks the crc.
+    fn read_bytes(&self, data: &DataRef, mut scratch: Vec<u8>) -> Result<FieldBytes> {
+        scratch.clear();
+        self.read(data, &mut scratch)?;
+        Ok(FieldBytes::Owned(scratch))
+    }
+
     /// A name for the location of `data`, for error messages.
     fn locate(&self, data: &DataRef) -> String;
+}
+
+/// Memory a backend can lend field bytes from (a pool mapping). Published ranges are
+/// immutable and stay mapped while any holder of the `Arc` lives.
+pub trait LendBytes: Send + Sync {
+    /// The bytes at `off..off + len`, or `None` if they lie outside the lender.
+    fn lend(&self, off: usize, len: usize) -> Option<&[u8]>;
+}
+
+/// The bytes of one field as [`DbReader::read_bytes`] returns them: owned, or lent by the
+/// backend (zero-copy) and kept valid by the value itself, not by the reader or any lock.
+pub enum FieldBytes {
+    /// Read into a buffer.
+    Owned(Vec<u8>),
+    /// A range of memory lent by the backend; checked against the lender when created.
+    Lent {
+        /// Whatever keeps the memory mapped.
+        lender: Arc<dyn LendBytes>,
+        /// Start of the range.
+        off: usize,
+        /// Length of the range.
+        len: usize,
+    },
+}
+
+impl FieldBytes {
+    /// A lent range, if `lender` holds all of it.
+    pub fn lent(lender: Arc<dyn LendBytes>, off: usize, len: usize) -> Option<FieldBytes> {
+        lender.lend(off, len)?;
+        Some(FieldBytes::Lent { lender, off, len })
+    }
+
+    /// The buffer back for reuse (empty if the bytes were lent).
+    pub fn into_buffer(self) -> Vec<u8> {
+        match self {
+            FieldBytes::Owned(v) => v,
+            FieldBytes::Lent { .. } => Vec::new(),
+        }
+    }
+}
+
+impl Deref for FieldBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            FieldBytes::Owned(v) => v,
+            FieldBytes::Lent { lender, off, len } => lender
+                .lend(*off, *len)
+                .expect("a lender never shrinks below a range it lent"),
+        }
+    }
+}
+
+impl fmt::Debug for FieldBytes {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match self {
+            FieldBytes::Owned(_) => "owned",
+            FieldBytes::Lent { .. } => "lent",
+        };
+        write!(f, "FieldBytes({kind}, {} bytes)", self.len())
+    }
 }

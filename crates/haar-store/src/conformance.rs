@@ -73,6 +73,7 @@ pub fn run_all(f: Factory<'_>) {
     concurrent_writers_same_database(f);
     hostile_values_round_trip(f);
     many_databases_and_sizes(f);
+    retrieve_key_with_lends_verified_bytes(f);
 }
 
 /// Nothing is visible before flush; after flush a reader that already looked sees it.
@@ -370,4 +371,44 @@ pub fn many_databases_and_sizes(f: Factory<'_>) {
         assert_eq!(got.len(), 1, "{k}");
         assert_eq!(got[0].1, payload(&k, 3, n), "{k} ({n} bytes)");
     }
+}
+
+/// `retrieve_key_with` hands `f` exactly the flushed bytes (lent or owned), `None` for a
+/// missing key, and `f` may call back into the store.
+pub fn retrieve_key_with_lends_verified_bytes(f: Factory<'_>) {
+    let mut w = store(f);
+    let keys: Vec<Key> = (0..3)
+        .map(|i| field_key("20260505", i, 850, "130"))
+        .collect();
+    for (i, k) in keys.iter().enumerate() {
+        w.archive(k, &payload(k, 0, 1 << (10 + 4 * i))).unwrap();
+    }
+    w.flush().unwrap();
+    let r = store(f);
+    for (i, k) in keys.iter().enumerate() {
+        let got = r.retrieve_key_with(k, |b| b.to_vec()).unwrap();
+        assert_eq!(
+            got,
+            Some(payload(k, 0, 1 << (10 + 4 * i))),
+            "bytes differ for {k}"
+        );
+        let mut copy = Vec::new();
+        assert!(r.retrieve_key(k, &mut copy).unwrap());
+        assert_eq!(
+            Some(copy),
+            got,
+            "retrieve_key and retrieve_key_with disagree for {k}"
+        );
+    }
+    let missing = field_key("20260505", 99, 850, "130");
+    assert_eq!(r.retrieve_key_with(&missing, |b| b.len()).unwrap(), None);
+    // The callback runs outside the store's locks: calling back in must not deadlock.
+    let listed = r
+        .retrieve_key_with(&keys[0], |_| {
+            r.list(&Request::parse("date=20260505").unwrap())
+                .unwrap()
+                .len()
+        })
+        .unwrap();
+    assert_eq!(listed, Some(keys.len()));
 }

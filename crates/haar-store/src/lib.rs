@@ -20,7 +20,9 @@ pub mod pmem;
 pub mod posix;
 pub mod store;
 
-pub use backend::{Backend, Capabilities, Committed, DbReader, DbWriter, Exclusive};
+pub use backend::{
+    Backend, Capabilities, Committed, DbReader, DbWriter, Exclusive, FieldBytes, LendBytes,
+};
 pub use config::{BackendKind, Config, FrontendConfig, Route};
 pub use error::{Error, Result};
 pub use frontend::{Event, FieldStore, Sink};

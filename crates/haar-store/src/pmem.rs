@@ -13,14 +13,19 @@ use std::sync::{Arc, Mutex};
 
 use haar_core::Key;
 
-use crate::backend::{Backend, Capabilities, Committed, DbReader, DbWriter, Exclusive};
+use crate::backend::{
+    Backend, Capabilities, Committed, DbReader, DbWriter, Exclusive, FieldBytes, LendBytes,
+};
 use crate::error::{Error, Result};
 use crate::format::{self, DataRef};
 use crate::persist::{PersistMode, PoolMapping};
 use crate::posix::flock;
 
 const MAGIC: &[u8; 8] = b"HAARPOOL";
-const VERSION: u32 = 1;
+/// Version written into new pools: 2 has slot-array extensions (design §5.1).
+const VERSION: u32 = 2;
+/// The version before extensions, still read and written (without them).
+const VERSION_NO_EXTENSIONS: u32 = 1;
 const HEADER: usize = 4096;
 const OFF_LEN: usize = 16;
 const OFF_HEAP_START: usize = 24;
@@ -28,6 +33,11 @@ const OFF_HEAP_TOP: usize = 32;
 const OFF_NSLOTS: usize = 40;
 const OFF_TAIL: usize = 48;
 const OFF_CRC: usize = 56;
+/// Version 2: link to the first slot-array extension.
+const OFF_LINK0: usize = 64;
+const ARRAY_MAGIC: &[u8; 4] = b"HPSA";
+const ARRAY_HEADER: u64 = 64;
+const ARRAY_OFF_LINK: u64 = 32;
 const RECORD_MAGIC: &[u8; 4] = b"HPSR";
 const RECORD_HEADER: usize = 16;
 const ALIGN: u64 = 64;
@@ -61,13 +71,31 @@ impl Default for PmemOptions {
     }
 }
 
+/// One array of commit slots: the primary one in the header area or an extension in the heap.
+#[derive(Debug, Clone, Copy)]
+struct SlotArray {
+    /// Global index of its first slot.
+    first: u64,
+    /// Pool offset of its first slot.
+    slots_off: u64,
+    /// Pool offset of its link to the next extension (`None` in version 1 pools).
+    link_off: Option<u64>,
+    /// Pool offset of the link word that points to it (`None` for the primary array).
+    linked_from: Option<u64>,
+}
+
 struct Pool {
     map: PoolMapping,
     path: PathBuf,
     file: File,
     max_size: u64,
     heap_start: u64,
+    /// Slots per array (primary and every extension).
     nslots: u64,
+    /// Layout version of the pool file.
+    version: u32,
+    /// Slot arrays found so far by this process, in chain order (never shrinks).
+    arrays: Mutex<Vec<SlotArray>>,
     /// Blocks of POPULATE_BLOCK already pre-faulted by this process.
     populated: Mutex<HashSet<usize>>,
     /// Databases seen in the commit log, and how far it was scanned.
@@ -110,7 +138,7 @@ impl PmemBackend {
         flock(&file, libc::LOCK_EX).map_err(|e| Error::io("lock", &path, e))?;
         let res = Self::init_or_check(&map, &path, &opts);
         let _ = flock(&file, libc::LOCK_UN);
-        let (heap_start, nslots, provisioned) = res?;
+        let (heap_start, nslots, version, provisioned) = res?;
         // The creating process faulted in every page; others pre-fault block by block.
         let populated: HashSet<usize> = if provisioned {
             (0..map.file_len().div_ceil(POPULATE_BLOCK)).collect()
@@ -125,6 +153,13 @@ impl PmemBackend {
                 max_size: opts.max_size,
                 heap_start,
                 nslots,
+                version,
+                arrays: Mutex::new(vec![SlotArray {
+                    first: 0,
+                    slots_off: HEADER as u64,
+                    link_off: (version >= VERSION).then_some(OFF_LINK0 as u64),
+                    linked_from: None,
+                }]),
                 populated: Mutex::new(populated),
                 dbs: Mutex::new((0, HashMap::new())),
             }),
@@ -136,10 +171,11 @@ impl PmemBackend {
         map: &PoolMapping,
         path: &Path,
         opts: &PmemOptions,
-    ) -> Result<(u64, u64, bool)> {
+    ) -> Result<(u64, u64, u32, bool)> {
         let len = map.refresh_len().map_err(|e| Error::io("stat", path, e))?;
         if len == 0 {
-            let heap_start = (HEADER as u64 + 8 * opts.slots).next_multiple_of(4096);
+            let slots = opts.slots.max(1);
+            let heap_start = (HEADER as u64 + 8 * slots).next_multiple_of(4096);
             let size = opts.initial_size.max(heap_start + (16 << 20));
             map.grow(size as usize)
                 .map_err(|e| pool_grow_error(path, size, e))?;
@@ -153,7 +189,7 @@ impl PmemBackend {
             h[OFF_LEN..OFF_LEN + 8].copy_from_slice(&size.to_le_bytes());
             h[OFF_HEAP_START..OFF_HEAP_START + 8].copy_from_slice(&heap_start.to_le_bytes());
             h[OFF_HEAP_TOP..OFF_HEAP_TOP + 8].copy_from_slice(&heap_start.to_le_bytes());
-            h[OFF_NSLOTS..OFF_NSLOTS + 8].copy_from_slice(&opts.slots.to_le_bytes());
+            h[OFF_NSLOTS..OFF_NSLOTS + 8].copy_from_slice(&slots.to_le_bytes());
             let crc = header_crc(&h);
             h[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_le_bytes());
             // Everything but the magic first, persisted; then the magic: a crash in between
@@ -167,7 +203,7 @@ impl PmemBackend {
             unsafe { std::ptr::copy_nonoverlapping(h.as_ptr(), p, 8) };
             map.persist(0, 8)
                 .map_err(|e| Error::io("persist", path, e))?;
-            return Ok((heap_start, opts.slots, true));
+            return Ok((heap_start, slots, VERSION, true));
         }
         let h = map.slice(0, 64).ok_or_else(|| {
             corrupt(
@@ -185,10 +221,12 @@ impl PmemBackend {
             return Err(corrupt(path, "not a haar pool (bad magic)"));
         }
         let version = u32::from_le_bytes(h[8..12].try_into().unwrap());
-        if version != VERSION {
+        if version != VERSION && version != VERSION_NO_EXTENSIONS {
             return Err(corrupt(
                 path,
-                format!("pool version {version}; this haar reads version {VERSION}"),
+                format!(
+                    "pool version {version}; this haar reads versions {VERSION_NO_EXTENSIONS} and {VERSION}"
+                ),
             ));
         }
         let stored = u32::from_le_bytes(h[OFF_CRC..OFF_CRC + 4].try_into().unwrap());
@@ -198,10 +236,13 @@ impl PmemBackend {
         let heap_start =
             u64::from_le_bytes(h[OFF_HEAP_START..OFF_HEAP_START + 8].try_into().unwrap());
         let nslots = u64::from_le_bytes(h[OFF_NSLOTS..OFF_NSLOTS + 8].try_into().unwrap());
+        if nslots == 0 {
+            return Err(corrupt(path, "zero commit slots"));
+        }
         if heap_start < HEADER as u64 + 8 * nslots || heap_start as usize > len {
             return Err(corrupt(path, "heap start outside the pool"));
         }
-        Ok((heap_start, nslots, false))
+        Ok((heap_start, nslots, version, false))
     }
 
     fn lock_file(&self, db: &Key) -> Result<File> {
@@ -254,8 +295,110 @@ fn pool_grow_error(path: &Path, size: u64, e: io::Error) -> Error {
 }
 
 impl Pool {
-    fn slot_off(&self, i: u64) -> usize {
-        HEADER + 8 * i as usize
+    /// The array holding global slot `i`, following links from the arrays known so far.
+    /// With `extend`, a missing extension is created (the caller persists the link before it
+    /// publishes a slot behind it). `Ok(None)`: the chain does not reach `i`, or, for a
+    /// reader, ends at a damaged extension.
+    fn array_for(&self, i: u64, extend: bool) -> Result<Option<SlotArray>> {
+        let mut arrays = self.arrays.lock().unwrap();
+        loop {
+            let k = (i / self.nslots) as usize;
+            if let Some(a) = arrays.get(k) {
+                return Ok(Some(*a));
+            }
+            let last = *arrays.last().expect("the primary array is always known");
+            let Some(link_off) = last.link_off else {
+                return Ok(None); // version 1: no extensions
+            };
+            let first = last.first + self.nslots;
+            let link = self.map.atomic_u64(link_off as usize);
+            let mut next = link.load(Ordering::Acquire);
+            if next == 0 {
+                if !extend {
+                    return Ok(None);
+                }
+                next = self.extend(link, first)?;
+            }
+            match self.load_extension(next, first, link_off) {
+                Ok(a) => arrays.push(a),
+                Err(detail) if extend => {
+                    return Err(Error::Corrupt {
+                        what: "commit slot array",
+                        path: self.path.clone(),
+                        detail,
+                    });
+                }
+                Err(_) => return Ok(None),
+            }
+        }
+    }
+
+    /// Creates an extension for global slots `first..first + nslots` and links it behind
+    /// `link`; returns the extension that won the link (ours, or a racing writer's).
+    fn extend(&self, link: &std::sync::atomic::AtomicU64, first: u64) -> Result<u64> {
+        let size = ARRAY_HEADER + 8 * self.nslots;
+        let off = self.alloc(size)?;
+        let p = self
+            .map
+            .ptr_mut(off as usize, size as usize)
+            .expect("allocation lies inside the pool");
+        let mut h = [0u8; ARRAY_HEADER as usize];
+        h[0..4].copy_from_slice(ARRAY_MAGIC);
+        h[8..16].copy_from_slice(&first.to_le_bytes());
+        h[16..24].copy_from_slice(&self.nslots.to_le_bytes());
+        let crc = crc32c::crc32c(&h[0..24]);
+        h[24..28].copy_from_slice(&crc.to_le_bytes());
+        // SAFETY: freshly allocated to this writer and unpublished until the link below.
+        unsafe {
+            std::ptr::write_bytes(p, 0, size as usize);
+            std::ptr::copy_nonoverlapping(h.as_ptr(), p, h.len());
+        }
+        self.map
+            .persist(off as usize, size as usize)
+            .map_err(|e| Error::io("persist", &self.path, e))?;
+        Ok(
+            match link.compare_exchange(0, off, Ordering::AcqRel, Ordering::Acquire) {
+                Ok(_) => off,
+                Err(winner) => winner, // ours stays unreferenced: leaked space
+            },
+        )
+    }
+
+    /// Checks the extension at `off` (magic, crc, place in the chain, inside the pool).
+    fn load_extension(
+        &self,
+        off: u64,
+        first: u64,
+        linked_from: u64,
+    ) -> std::result::Result<SlotArray, String> {
+        let size = (ARRAY_HEADER + 8 * self.nslots) as usize;
+        if self.map.slice(off as usize, size).is_none() {
+            let _ = self.map.refresh_len();
+        }
+        if self.map.slice(off as usize, size).is_none() || !off.is_multiple_of(ALIGN) {
+            return Err(format!(
+                "slot array extension at {off} lies outside the pool"
+            ));
+        }
+        // Only the immutable first 32 bytes: the link word after them changes atomically.
+        let h = self.map.slice(off as usize, 32).expect("checked above");
+        let stored = u32::from_le_bytes(h[24..28].try_into().unwrap());
+        let field = |r: std::ops::Range<usize>| u64::from_le_bytes(h[r].try_into().unwrap());
+        if &h[0..4] != ARRAY_MAGIC
+            || stored != crc32c::crc32c(&h[0..24])
+            || field(8..16) != first
+            || field(16..24) != self.nslots
+        {
+            return Err(format!(
+                "slot array extension at {off} (for slots from {first}) is damaged"
+            ));
+        }
+        Ok(SlotArray {
+            first,
+            slots_off: off + ARRAY_HEADER,
+            link_off: Some(off + ARRAY_OFF_LINK),
+            linked_from: Some(linked_from),
+        })
     }
 
     /// Ensures `off..off+len` is inside the file, growing it (under the pool lock) if needed.
@@ -376,26 +519,34 @@ impl Pool {
         self.map.atomic_u64(OFF_TAIL).load(Ordering::Acquire)
     }
 
-    /// Visits committed slots from `from`; returns the next slot to visit.
+    /// Visits committed slots from global index `from`, across arrays; returns the next slot
+    /// to visit.
     fn walk(&self, from: u64, mut visit: impl FnMut(u64, u64)) -> u64 {
         let tail = self.tail();
         let mut i = from;
-        while i < self.nslots {
-            let v = self
-                .map
-                .atomic_u64(self.slot_off(i))
-                .load(Ordering::Acquire);
-            if v == 0 {
-                if i < tail {
-                    i += 1; // a hole left by a power cut (design §5.3)
-                    continue;
+        while let Ok(Some(a)) = self.array_for(i, false) {
+            let end = a.first + self.nslots;
+            while i < end {
+                let off = a.slots_off + 8 * (i - a.first);
+                let v = self.map.atomic_u64(off as usize).load(Ordering::Acquire);
+                if v == 0 {
+                    if i < tail {
+                        i += 1; // a hole left by a power cut (design §5.3)
+                        continue;
+                    }
+                    return i;
                 }
-                break;
+                visit(i, v);
+                i += 1;
             }
-            visit(i, v);
-            i += 1;
         }
         i
+    }
+}
+
+impl LendBytes for Pool {
+    fn lend(&self, off: usize, len: usize) -> Option<&[u8]> {
+        self.map.slice(off, len)
     }
 }
 
@@ -489,8 +640,10 @@ impl Backend for PmemBackend {
             "pool": self.pool.path,
             "pool_bytes": m.file_len(),
             "heap_used_bytes": top - self.pool.heap_start,
-            "commit_slots": self.pool.nslots,
+            "pool_version": self.pool.version,
+            "commit_slots_per_array": self.pool.nslots,
             "commit_slots_used": self.pool.tail(),
+            "commit_slot_arrays": self.pool.arrays.lock().unwrap().len(),
             "persist_mode": format!("{:?}", m.mode()),
             "dax": m.is_dax(),
         })
@@ -540,14 +693,15 @@ impl DbWriter for PmemWriter {
     fn append(&mut self, bytes: &[u8]) -> Result<DataRef> {
         let off = self.pool.alloc(bytes.len() as u64)?;
         // SAFETY: `off..off+len` was just allocated to this writer and is not published.
-        unsafe { self.pool.map.write_nt(off as usize, bytes) }
+        // The checksum is computed in the same pass as the copy (one read of the field).
+        let crc = unsafe { self.pool.map.write_nt_crc32c(off as usize, bytes) }
             .map_err(|e| Error::io("write", &self.pool.path, e))?;
         self.unpersisted.push((off, bytes.len() as u64));
         Ok(DataRef {
             object: 0,
             offset: off,
             length: bytes.len() as u64,
-            crc: crc32c::crc32c(bytes),
+            crc,
         })
     }
 
@@ -582,27 +736,35 @@ impl DbWriter for PmemWriter {
         self.persist(rec, total)?;
         // 3. claim a slot: the one 8-byte store that publishes the segment.
         let mut i = pool.tail();
-        loop {
-            if i >= pool.nslots {
+        let slot_off = loop {
+            let Some(a) = pool.array_for(i, true)? else {
                 return Err(Error::PoolFull {
                     path: pool.path.clone(),
                     detail: format!(
-                        "all {} commit slots are used; run `haar purge` or start a new pool",
+                        "all {} commit slots of this version {VERSION_NO_EXTENSIONS} pool are used \
+                         (version {VERSION_NO_EXTENSIONS} pools cannot grow their slot array); \
+                         move its databases to a new pool, which has no such limit",
                         pool.nslots
                     ),
                 });
+            };
+            if let Some(link) = a.linked_from {
+                // Whoever linked this array, the link must be durable before a slot behind
+                // it is published, or a power cut could strand the commit (design §5.3).
+                self.persist(link, 8)?;
             }
-            let slot = pool.map.atomic_u64(pool.slot_off(i));
+            let off = a.slots_off + 8 * (i - a.first);
+            let slot = pool.map.atomic_u64(off as usize);
             if slot
                 .compare_exchange(0, rec, Ordering::AcqRel, Ordering::Acquire)
                 .is_ok()
             {
-                break;
+                break off;
             }
             i += 1;
-        }
+        };
         // 4. persist the slot, then advance and persist the tail hint.
-        self.persist(pool.slot_off(i) as u64, 8)?;
+        self.persist(slot_off, 8)?;
         pool.map
             .atomic_u64(OFF_TAIL)
             .fetch_max(i + 1, Ordering::AcqRel);
@@ -636,23 +798,24 @@ impl DbReader for PmemReader {
     }
 
     fn read(&self, data: &DataRef, out: &mut Vec<u8>) -> Result<()> {
+        out.extend_from_slice(&self.read_bytes(data, Vec::new())?);
+        Ok(())
+    }
+
+    fn read_bytes(&self, data: &DataRef, _scratch: Vec<u8>) -> Result<FieldBytes> {
+        // Zero-copy: committed ranges are immutable (PoolMapping contract rule 1) and the pool
+        // never shrinks, so the mapping itself can be lent for as long as the Arc lives.
         let (off, len) = (data.offset as usize, data.length as usize);
-        let mut s = self.pool.map.slice(off, len);
-        if s.is_none() {
-            let _ = self.pool.map.refresh_len();
-            s = self.pool.map.slice(off, len);
+        let lender: Arc<dyn LendBytes> = self.pool.clone();
+        if let Some(b) = FieldBytes::lent(lender.clone(), off, len) {
+            return Ok(b);
         }
-        match s {
-            Some(b) => {
-                out.extend_from_slice(b);
-                Ok(())
-            }
-            None => Err(Error::Corrupt {
-                what: "field reference",
-                path: self.pool.path.clone(),
-                detail: format!("{len} bytes at {off} lie beyond the pool"),
-            }),
-        }
+        let _ = self.pool.map.refresh_len();
+        FieldBytes::lent(lender, off, len).ok_or_else(|| Error::Corrupt {
+            what: "field reference",
+            path: self.pool.path.clone(),
+            detail: format!("{len} bytes at {off} lie beyond the pool"),
+        })
     }
 
     fn locate(&self, data: &DataRef) -> String {

@@ -13,7 +13,7 @@ use haar_core::request::{Request, Values};
 use haar_core::schema::{Schema, SplitKey};
 use haar_core::value::Context;
 
-use crate::backend::{Backend, Committed, DbReader, DbWriter};
+use crate::backend::{Backend, Committed, DbReader, DbWriter, FieldBytes};
 use crate::error::{Error, Result};
 use crate::format::{self, DataRef, Entry, FLAG_SNAPSHOT, SegmentBuilder};
 
@@ -176,6 +176,52 @@ impl Catalogue {
         Ok(())
     }
 
+    /// The verified bytes of one field, lent by the backend where it can (no copy), else read
+    /// into `scratch`; `None` if the field is not there. A vanished file (concurrent purge) is
+    /// retried once after a refresh.
+    fn fetch(
+        &mut self,
+        db: &Key,
+        index: &Key,
+        datum: &Key,
+        mut scratch: Vec<u8>,
+    ) -> Result<Option<FieldBytes>> {
+        for attempt in 0..2 {
+            let Some(data) = self.fields.get(&(index.clone(), datum.clone())).copied() else {
+                return Ok(None);
+            };
+            match self.reader.read_bytes(&data, scratch) {
+                Ok(bytes) => {
+                    let crc = crc32c::crc32c(&bytes);
+                    if crc != data.crc {
+                        return Err(self.crc_error(db, index, datum, &data, crc));
+                    }
+                    return Ok(Some(bytes));
+                }
+                Err(Error::Io { source, .. })
+                    if attempt == 0 && source.kind() == io::ErrorKind::NotFound =>
+                {
+                    self.refresh(db)?;
+                    scratch = Vec::new();
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(None)
+    }
+
+    fn crc_error(&self, db: &Key, index: &Key, datum: &Key, data: &DataRef, crc: u32) -> Error {
+        Error::Corrupt {
+            what: "field",
+            path: self.reader.locate(data).into(),
+            detail: format!(
+                "key {} has crc {crc:#010x}, index says {:#010x}; other fields are unaffected",
+                db.joined(index).joined(datum),
+                data.crc
+            ),
+        }
+    }
+
     /// Reads and verifies one field; a vanished file (concurrent purge) is retried once after
     /// a refresh.
     fn read(&mut self, db: &Key, index: &Key, datum: &Key, out: &mut Vec<u8>) -> Result<bool> {
@@ -189,15 +235,7 @@ impl Catalogue {
                     let crc = crc32c::crc32c(&out[start..]);
                     if crc != data.crc {
                         out.truncate(start);
-                        return Err(Error::Corrupt {
-                            what: "field",
-                            path: self.reader.locate(&data).into(),
-                            detail: format!(
-                                "key {} has crc {crc:#010x}, index says {:#010x}; other fields are unaffected",
-                                db.joined(index).joined(datum),
-                                data.crc
-                            ),
-                        });
+                        return Err(self.crc_error(db, index, datum, &data, crc));
                     }
                     return Ok(true);
                 }
@@ -539,6 +577,34 @@ impl Store {
             .unwrap_or(false))
     }
 
+    /// Calls `f` with the verified bytes of the field with exactly this (complete) key and
+    /// returns its result; `Ok(None)` if no such field is flushed. The bytes are lent by the
+    /// backend where it can (pmem: straight from the pool mapping, no copy), so this is the
+    /// fastest way to read one field. `f` runs after the store's locks are released and may
+    /// call back into the store.
+    pub fn retrieve_key_with<T>(&self, key: &Key, f: impl FnOnce(&[u8]) -> T) -> Result<Option<T>> {
+        let split = self.split(key)?;
+        let bytes = self
+            .with_catalogue(&split.db, |cat| {
+                cat.fetch(&split.db, &split.index, &split.datum, Vec::new())
+            })?
+            .flatten();
+        Ok(bytes.map(|b| f(&b)))
+    }
+
+    /// The verified bytes of one field of a split key (lent where the backend can).
+    fn fetch(
+        &self,
+        db: &Key,
+        index: &Key,
+        datum: &Key,
+        scratch: Vec<u8>,
+    ) -> Result<Option<FieldBytes>> {
+        Ok(self
+            .with_catalogue(db, |cat| cat.fetch(db, index, datum, scratch))?
+            .flatten())
+    }
+
     /// Delivers every field of `req` to `sink` in request-expansion order (first keyword
     /// slowest). Combinations with no field are listed in the report; the caller decides
     /// whether that is an error.
@@ -559,15 +625,14 @@ impl Store {
             .any(|p| matches!(p.values, Values::All));
         if has_all {
             for f in self.list_resolved(&resolved)? {
-                buf.clear();
                 let key = f.key();
-                let found = self
-                    .with_catalogue(&f.db, |cat| cat.read(&f.db, &f.index, &f.datum, &mut buf))?
-                    .unwrap_or(false);
-                if found {
+                if let Some(bytes) =
+                    self.fetch(&f.db, &f.index, &f.datum, std::mem::take(&mut buf))?
+                {
                     report.found += 1;
-                    report.bytes += buf.len() as u64;
-                    sink(&key, &buf)?;
+                    report.bytes += bytes.len() as u64;
+                    sink(&key, &bytes)?;
+                    buf = bytes.into_buffer();
                 }
             }
             return Ok(report);
@@ -575,19 +640,19 @@ impl Store {
         let mut listed: Option<Vec<Field>> = None;
         for key in resolved.expand() {
             // Fast path: the combination is a complete key of a schema rule.
-            if let Ok(split) = self.schema.split(&key, &self.ctx) {
-                buf.clear();
-                let found = self
-                    .with_catalogue(&split.db, |cat| {
-                        cat.read(&split.db, &split.index, &split.datum, &mut buf)
-                    })?
-                    .unwrap_or(false);
-                if found {
-                    report.found += 1;
-                    report.bytes += buf.len() as u64;
-                    sink(&split.full(), &buf)?;
-                    continue;
-                }
+            if let Ok(split) = self.schema.split(&key, &self.ctx)
+                && let Some(bytes) = self.fetch(
+                    &split.db,
+                    &split.index,
+                    &split.datum,
+                    std::mem::take(&mut buf),
+                )?
+            {
+                report.found += 1;
+                report.bytes += bytes.len() as u64;
+                sink(&split.full(), &bytes)?;
+                buf = bytes.into_buffer();
+                continue;
             }
             // Partial key: every stored field that agrees with it, in key order.
             if listed.is_none() {
@@ -596,17 +661,15 @@ impl Store {
             let mut any = false;
             for f in listed.as_ref().unwrap() {
                 let full = f.key();
-                if key.iter().all(|(k, v)| full.get(k) == Some(v)) {
-                    buf.clear();
-                    let found = self
-                        .with_catalogue(&f.db, |cat| cat.read(&f.db, &f.index, &f.datum, &mut buf))?
-                        .unwrap_or(false);
-                    if found {
-                        any = true;
-                        report.found += 1;
-                        report.bytes += buf.len() as u64;
-                        sink(&full, &buf)?;
-                    }
+                if key.iter().all(|(k, v)| full.get(k) == Some(v))
+                    && let Some(bytes) =
+                        self.fetch(&f.db, &f.index, &f.datum, std::mem::take(&mut buf))?
+                {
+                    any = true;
+                    report.found += 1;
+                    report.bytes += bytes.len() as u64;
+                    sink(&full, &bytes)?;
+                    buf = bytes.into_buffer();
                 }
             }
             if !any {

@@ -94,3 +94,117 @@ fn assert_nothing_escaped(outer: &std::path::Path) {
 fn nested_root(outer: &std::path::Path) -> std::path::PathBuf {
     outer.join("a/b/store")
 }
+
+/// Two slots per array: every check of the suite runs across slot-array extensions
+/// (design §5.1), including concurrent writers racing to extend the chain.
+#[test]
+fn pmem_backend_with_tiny_slot_arrays_conforms() {
+    let dir = tempfile::tempdir_in(shm()).unwrap();
+    let root = nested_root(dir.path());
+    conformance::run_all(&|| {
+        let opts = PmemOptions {
+            slots: 2,
+            ..pmem_opts()
+        };
+        Arc::new(PmemBackend::open(&root, opts).unwrap()) as Arc<dyn Backend>
+    });
+}
+
+fn tiny_slot_pool(root: &std::path::Path) -> Arc<dyn Backend> {
+    Arc::new(
+        PmemBackend::open(
+            root,
+            PmemOptions {
+                slots: 3,
+                ..pmem_opts()
+            },
+        )
+        .unwrap(),
+    )
+}
+
+/// The commit log outgrows its slot array many times over: a reader opened before, and a
+/// fresh process-level handle after, both see every flush; `info` counts the arrays.
+#[test]
+fn pmem_commit_log_is_not_limited_by_the_slot_array() {
+    use haar_store::conformance::{field_key, payload};
+    use haar_store::{Store, StoreOptions};
+    let dir = tempfile::tempdir_in(shm()).unwrap();
+    let root = dir.path().join("store");
+    let mut w = Store::with_options(tiny_slot_pool(&root), StoreOptions::default());
+    let key = |db: u32, flush: u32| field_key(&format!("2026030{db}"), flush, 850, "130");
+    w.archive(&key(1, 0), b"GRIB-first-7777").unwrap();
+    w.flush().unwrap();
+    let early = Store::with_options(tiny_slot_pool(&root), StoreOptions::default());
+    let mut probe = Vec::new();
+    assert!(early.retrieve_key(&key(1, 0), &mut probe).unwrap());
+    for flush in 1..40 {
+        for db in 1..4 {
+            w.archive(&key(db, flush), &payload(&key(db, flush), 0, 3000))
+                .unwrap();
+        }
+        w.flush().unwrap();
+    }
+    let fresh = Store::with_options(tiny_slot_pool(&root), StoreOptions::default());
+    for s in [&early, &fresh] {
+        for flush in 1..40 {
+            for db in 1..4 {
+                let got = s
+                    .retrieve_key_with(&key(db, flush), |b| b.to_vec())
+                    .unwrap();
+                assert_eq!(
+                    got,
+                    Some(payload(&key(db, flush), 0, 3000)),
+                    "db {db} flush {flush}"
+                );
+            }
+        }
+    }
+    let info = fresh.backend().info();
+    assert_eq!(info["pool_version"], 2, "{info}");
+    assert!(
+        info["commit_slots_used"].as_u64().unwrap() > 39 * 3, // the first flush and 39 × 3
+        "{info}"
+    );
+    assert!(info["commit_slot_arrays"].as_u64().unwrap() >= 40, "{info}");
+}
+
+/// A version 1 pool (no extension link) is still read and written, and a full slot array
+/// stays an error that says what to do, with everything committed intact.
+#[test]
+fn pmem_version_1_pool_keeps_its_slot_limit_and_its_data() {
+    use haar_store::conformance::field_key;
+    use haar_store::{Error, Store, StoreOptions};
+    let dir = tempfile::tempdir_in(shm()).unwrap();
+    let root = dir.path().join("store");
+    drop(tiny_slot_pool(&root)); // creates an empty version 2 pool
+    // Rewrite it as version 1: version field, then the header crc that covers it.
+    let pool = root.join("haar.pool");
+    let mut bytes = std::fs::read(&pool).unwrap();
+    bytes[8..12].copy_from_slice(&1u32.to_le_bytes());
+    let mut covered = bytes[0..16].to_vec();
+    covered.extend_from_slice(&bytes[24..32]);
+    covered.extend_from_slice(&bytes[40..48]);
+    let crc = crc32c::crc32c(&covered);
+    bytes[56..60].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&pool, &bytes).unwrap();
+
+    let mut w = Store::with_options(tiny_slot_pool(&root), StoreOptions::default());
+    let key = |i: u32| field_key("20260401", i, 850, "130");
+    for i in 0..3 {
+        w.archive(&key(i), b"GRIB-v1-7777").unwrap();
+        w.flush().unwrap();
+    }
+    w.archive(&key(3), b"GRIB-v1-7777").unwrap();
+    let e = w.flush().unwrap_err();
+    assert!(matches!(e, Error::PoolFull { .. }), "{e}");
+    assert!(e.to_string().contains("version 1"), "{e}");
+    let r = Store::with_options(tiny_slot_pool(&root), StoreOptions::default());
+    for i in 0..3 {
+        assert_eq!(
+            r.retrieve_key_with(&key(i), |b| b.to_vec()).unwrap(),
+            Some(b"GRIB-v1-7777".to_vec())
+        );
+    }
+    assert_eq!(r.backend().info()["pool_version"], 1);
+}

@@ -276,6 +276,14 @@ fn flipped_byte_in_pmem_pool_names_pool_and_key() {
         msg.contains(&pool.display().to_string()) && msg.contains("step=1"),
         "{msg}"
     );
+    // The zero-copy path checks the same checksum before lending a byte.
+    let e = r.retrieve_key_with(&ks[1], |_| ()).unwrap_err().to_string();
+    assert!(e.contains("step=1") && e.contains("crc"), "{e}");
+    let req = haar_core::Request::parse(&ks[1].to_string()).unwrap();
+    assert!(
+        r.retrieve(&req, |_, _| Ok(())).is_err(),
+        "retrieve lent damaged bytes"
+    );
     assert!(read(&r, &ks[0]).unwrap() == Some(payload(&ks[0], 0, 5000)));
     assert!(read(&r, &ks[2]).unwrap() == Some(payload(&ks[2], 0, 5000)));
 }
