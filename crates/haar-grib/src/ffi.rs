@@ -36,6 +36,7 @@ pub(crate) const BUFFER_TOO_SMALL: c_int = -3;
 
 unsafe extern "C" {
     fn codes_get_api_version() -> c_long;
+    fn codes_definition_path(c: *const CodesContext) -> *mut c_char;
     fn codes_get_error_message(code: c_int) -> *const c_char;
 
     fn codes_handle_new_from_message(
@@ -104,6 +105,23 @@ unsafe extern "C" {
 pub(crate) fn api_version() -> i64 {
     // SAFETY: no arguments, returns a constant.
     i64::from(unsafe { codes_get_api_version() })
+}
+
+/// The directories ecCodes reads its definition files from (`ECCODES_DEFINITION_PATH` or
+/// the built-in path), in search order.
+pub(crate) fn definition_path() -> Vec<std::path::PathBuf> {
+    // SAFETY: null means the default context; the result is a string owned by the context
+    // (or null), valid for the life of the process.
+    let p = unsafe { codes_definition_path(std::ptr::null()) };
+    if p.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: non-null, NUL-terminated.
+    let text = unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned();
+    text.split(':')
+        .filter(|d| !d.is_empty())
+        .map(std::path::PathBuf::from)
+        .collect()
 }
 
 /// ecCodes' text for an error code.
