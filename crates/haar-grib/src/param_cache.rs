@@ -59,56 +59,68 @@ pub(crate) fn parse_conditions(
     text: &str,
     into: &mut BTreeMap<String, Compare>,
 ) -> Result<(), Unsupported> {
-    let mut body = String::with_capacity(text.len());
+    // One condition per line (a condition split over lines is reported, turning the cache
+    // off); comments start at '#', which no value here contains.
     for line in text.lines() {
-        // Comments start at '#' outside quotes; values here never contain '#'.
-        body.push_str(line.split('#').next().unwrap_or(""));
-        body.push('\n');
-    }
-    for piece in body.split([';', '{', '}']) {
-        let Some((lhs, rhs)) = piece.split_once('=') else {
-            if piece.trim().is_empty() {
-                continue;
+        let line = line.split('#').next().unwrap_or("");
+        for piece in line.split([';', '{', '}']) {
+            let Some((lhs, rhs)) = piece.split_once('=') else {
+                if piece.trim().is_empty() {
+                    continue;
+                }
+                return Err(Unsupported(format!("unexpected text {:?}", piece.trim())));
+            };
+            let (lhs, rhs) = (lhs.trim(), rhs.trim());
+            if lhs.starts_with('\'') || lhs.starts_with('"') {
+                continue; // an entry's name: `'130' =`
             }
-            return Err(Unsupported(format!("unexpected text {:?}", piece.trim())));
-        };
-        let (lhs, rhs) = (lhs.trim(), rhs.trim());
-        if lhs.starts_with('\'') || lhs.starts_with('"') {
-            continue; // an entry's name: `'130' =`
-        }
-        if lhs.is_empty() || !lhs.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
-            return Err(Unsupported(format!("condition key {lhs:?}")));
-        }
-        let integer = {
-            let digits = rhs.strip_prefix('-').unwrap_or(rhs);
-            !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
-        };
-        let c = into.entry(lhs.to_owned()).or_default();
-        if integer || rhs.replace(' ', "") == "missing()" {
-            c.long = true;
-        } else if rhs.len() >= 2 && rhs.starts_with('"') && rhs.ends_with('"') {
-            c.text = true;
-        } else {
-            return Err(Unsupported(format!("condition {lhs} = {rhs}")));
+            if lhs.is_empty() || !lhs.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_') {
+                return Err(Unsupported(format!("condition key {lhs:?}")));
+            }
+            let integer = {
+                let digits = rhs.strip_prefix('-').unwrap_or(rhs);
+                !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+            };
+            let c = match into.get_mut(lhs) {
+                Some(c) => c,
+                None => into.entry(lhs.to_owned()).or_default(),
+            };
+            if integer || rhs == "missing()" || rhs.replace(' ', "") == "missing()" {
+                c.long = true;
+            } else if rhs.len() >= 2 && rhs.starts_with('"') && rhs.ends_with('"') {
+                c.text = true;
+            } else {
+                return Err(Unsupported(format!("condition {lhs} = {rhs}")));
+            }
         }
     }
     Ok(())
 }
 
-fn concept_files(dir: &Path, out: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            concept_files(&p, out);
-        } else if p.file_name().is_some_and(|n| {
+/// The `paramId*.def` files of one edition's tree: `grib<N>/` itself and each
+/// `grib<N>/localConcepts/<centre>/`, the only places ecCodes' `paramId` concepts read from
+/// (`conceptsMasterDir`, `conceptsLocalDirAll`, `conceptsLocalDirECMF` in `section.1.def`).
+fn concept_files(edition_dir: &Path, out: &mut Vec<PathBuf>) {
+    let is_table = |p: &Path| {
+        p.file_name().is_some_and(|n| {
             let n = n.to_string_lossy();
             n.starts_with("paramId") && n.ends_with(".def")
-        }) {
-            out.push(p);
+        })
+    };
+    let files_in = |dir: &Path, out: &mut Vec<PathBuf>| {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            if e.file_type().is_ok_and(|t| !t.is_dir()) && is_table(&e.path()) {
+                out.push(e.path());
+            }
         }
+    };
+    files_in(edition_dir, out);
+    for e in std::fs::read_dir(edition_dir.join("localConcepts"))
+        .into_iter()
+        .flatten()
+        .flatten()
+    {
+        files_in(&e.path(), out);
     }
 }
 
