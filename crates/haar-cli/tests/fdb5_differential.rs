@@ -689,3 +689,106 @@ fn import_fdb5_of_a_request_by_root() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no-such-fdb"));
 }
+
+/// A GRIB1 message from ecCodes' `GRIB1` sample with local definition 191 whose `freeFormData`
+/// holds an embedded MARS request (eckit `Stream` bytes: `int` 1, `string` verb, `int` n, then
+/// per keyword `string` name, `int` number of values, `string` values), made by `grib_filter`.
+fn embedded_request_message(path: &Path, pairs: &[(&str, &[&str])]) {
+    let int = |n: i32| [&[5u8][..], &n.to_be_bytes()].concat();
+    let string = |t: &str| [&[15u8][..], &(t.len() as u32).to_be_bytes(), t.as_bytes()].concat();
+    let mut bytes = int(1);
+    bytes.extend(string("retrieve"));
+    bytes.extend(int(pairs.len() as i32));
+    for (k, vals) in pairs {
+        bytes.extend(string(k));
+        bytes.extend(int(vals.len() as i32));
+        for v in *vals {
+            bytes.extend(string(v));
+        }
+    }
+    let list: Vec<String> = bytes.iter().map(u8::to_string).collect();
+    let rules = path.with_extension("rules");
+    std::fs::write(
+        &rules,
+        format!(
+            "set localDefinitionNumber=191;\nset numberOfBytesOfFreeFormatData={};\n\
+             set freeFormData={{{}}};\nwrite \"{}\";\n",
+            bytes.len(),
+            list.join(","),
+            path.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new("grib_filter")
+        .arg(&rules)
+        .arg("/usr/share/eccodes/samples/GRIB1.tmpl")
+        .output()
+        .expect("grib_filter (libeccodes-tools)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Messages with `localDefinitionNumber` 191 carry a MARS request in `freeFormData`, which FDB5
+/// (metkit) applies over the GRIB keys: haar archives such a message under the same keys as
+/// `fdb-write`, and both refuse an embedded request with a keyword of several values (metkit
+/// asserts one value), haar with an error naming file, message and the reason.
+#[test]
+fn embedded_request_keys_like_fdb5() {
+    if !fdb5_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let good = tmp.path().join("l191.grib");
+    embedded_request_message(&good, &[("TYPE", &["FC"]), ("STEP", &["24"])]);
+    let fdb = Fdb5::new(tmp.path().join("fdb"));
+    fdb.run_ok("fdb-write", &[good.as_os_str()]);
+    let theirs = fdb.list(None, false);
+    let root = tmp.path().join("haar");
+    haar_ok([
+        OsStr::new("--root"),
+        root.as_os_str(),
+        OsStr::new("archive"),
+        good.as_os_str(),
+    ]);
+    let ours: Vec<String> = haar_ok([
+        OsStr::new("--root"),
+        root.as_os_str(),
+        OsStr::new("list"),
+        OsStr::new("--fdb"),
+    ])
+    .lines()
+    .map(String::from)
+    .collect();
+    assert_eq!(theirs.len(), 1, "{theirs:?}");
+    assert_eq!(key_set(&ours), key_set(&theirs));
+    let keys = fdb_line_keys(&theirs[0]);
+    // The sample says type=an, step=0; the embedded request wins.
+    assert_eq!((keys["type"].as_str(), keys["step"].as_str()), ("fc", "24"));
+
+    let bad = tmp.path().join("l191-two-values.grib");
+    embedded_request_message(&bad, &[("STEP", &["24", "48"])]);
+    let scratch = Fdb5::new(tmp.path().join("fdb-bad"));
+    assert!(
+        !scratch
+            .run("fdb-write", &[bad.as_os_str()])
+            .status
+            .success()
+    );
+    let out = haar([
+        OsStr::new("--root"),
+        root.as_os_str(),
+        OsStr::new("archive"),
+        bad.as_os_str(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("message 1 (1-based) at byte offset 0")
+            && stderr.contains("localDefinitionNumber 191")
+            && stderr.contains("step has 2 values"),
+        "{stderr}"
+    );
+}

@@ -60,6 +60,12 @@ unsafe extern "C" {
     fn codes_get_size(h: *const CodesHandle, key: *const c_char, size: *mut usize) -> c_int;
     fn codes_get_long(h: *const CodesHandle, key: *const c_char, value: *mut c_long) -> c_int;
     fn codes_get_double(h: *const CodesHandle, key: *const c_char, value: *mut f64) -> c_int;
+    fn codes_get_long_array(
+        h: *const CodesHandle,
+        key: *const c_char,
+        vals: *mut c_long,
+        length: *mut usize,
+    ) -> c_int;
     fn codes_get_string(
         h: *const CodesHandle,
         key: *const c_char,
@@ -246,6 +252,21 @@ impl<'a> Handle<'a> {
             codes_get_long(self.raw(), k.as_ptr(), &mut v)
         })?;
         Ok(i64::from(v))
+    }
+
+    /// `key` as an array of longs (e.g. `freeFormData`, one byte per element).
+    #[allow(clippy::useless_conversion)] // c_long is 32-bit on some targets
+    pub(crate) fn get_long_array(&self, key: &str) -> Result<Vec<i64>, CodesError> {
+        let n = self.size(key)?;
+        let k = cstring(key)?;
+        let mut v: Vec<c_long> = vec![0; n];
+        let mut len = n;
+        // SAFETY: v holds n writable longs; ecCodes writes at most len and updates it.
+        check("codes_get_long_array", Some(key), unsafe {
+            codes_get_long_array(self.raw(), k.as_ptr(), v.as_mut_ptr(), &mut len)
+        })?;
+        v.truncate(len);
+        Ok(v.into_iter().map(i64::from).collect())
     }
 
     /// `key` as a double.
