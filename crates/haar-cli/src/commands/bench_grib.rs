@@ -316,6 +316,12 @@ pub fn render(g: &Value) -> String {
             f(&g["haar_provision_s"]),
             f(&g["ratio_with_provisioning"]),
         ));
+        if g["messages"].as_u64().is_some_and(|n| n < 100) {
+            s.push_str(
+                "(a --quick size: both programs' start-up (ecCodes definitions, store) weighs as much as the \
+                 archive itself; the target is for the full size)\n",
+            );
+        }
     } else {
         s.push_str(&format!(
             "\n(FDB5 not measured: {})\n",
