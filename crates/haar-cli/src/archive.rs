@@ -63,8 +63,10 @@ fn load(path: &Path) -> Result<Bytes, String> {
     if meta.is_file() && meta.len() > 0 {
         // SAFETY: the mapping is read-only and private to this process; the documented
         // condition is that the file is not truncated or rewritten while it is archived
-        // (the same condition under which `read` would return consistent bytes).
-        if let Ok(m) = unsafe { memmap2::MmapOptions::new().populate().map(&file) } {
+        // (the same condition under which `read` would return consistent bytes). Not
+        // populated: on a disk that would read whole files (LOOKAHEAD of them) before the
+        // first message is keyed; fault-around and read-ahead cost as little on tmpfs.
+        if let Ok(m) = unsafe { memmap2::MmapOptions::new().map(&file) } {
             #[cfg(unix)]
             let _ = m.advise(memmap2::Advice::Sequential);
             return Ok(Bytes::Mapped(m));
