@@ -21,9 +21,8 @@
 //!   refused while `class,expver` are the minimum keys).
 //! - Optional schema keywords a field lacks (`levelist?` for surface fields, `number?` for a
 //!   control forecast, `quantile?`, `direction?`, `frequency?`) are OMITTED: `{step=0,param=167}`.
-//!   haar prints them with an empty value (`{step=0,levelist=,param=167}`): see
-//!   `fdb_layout_matches_fdb_list_line_for_line` (a reported haar bug). The key comparisons
-//!   below drop empty values on haar's side and say so.
+//!   `haar list --fdb` omits them too (`fdb_layout_matches_fdb_list_line_for_line`); the key
+//!   comparisons below still drop empty values, so they compare keys, not layout.
 //! - `date=aug-01` (a climatological date with no year, earthkit-data's `t_year_missing.grib`)
 //!   is archived and listed by FDB5 as is (its schema types `date` as `Date`, whose
 //!   `TypeDate::tidy` keeps values not starting with `0` or `-`), but `fdb-read` of it fails
@@ -295,9 +294,8 @@ impl World {
     }
 }
 
-/// The keys of `fdb-list`/`haar list --fdb` lines, empty values dropped (FDB5 omits absent
-/// optional keywords, haar prints them empty: the one layout difference, tested strictly in
-/// `fdb_layout_matches_fdb_list_line_for_line`).
+/// The keys of `fdb-list`/`haar list --fdb` lines, empty values dropped (the layout itself is
+/// tested strictly in `fdb_layout_matches_fdb_list_line_for_line`).
 fn key_set(lines: &[String]) -> BTreeSet<Keys> {
     lines
         .iter()
@@ -504,10 +502,9 @@ fn whole_store_reads_the_same_bytes_in_the_same_order() {
     );
 }
 
-/// haar's `list --fdb` must print exactly FDB5's lines. It does not: haar prints optional
-/// schema keywords a field lacks with an empty value (`{step=0,levelist=,param=167}`,
-/// also `number=`, `quantile=`, `direction=`, `frequency=`), FDB5 5.10.8 omits them
-/// (`{step=0,param=167}`); about 60% of the lines of this store differ.
+/// haar's `list --fdb` prints exactly FDB5's lines: optional schema keywords a field lacks
+/// (`levelist`, `number`, `quantile`, `direction`, `frequency`) are omitted, as FDB5 5.10.8
+/// does (`{step=0,param=167}`), and the climatological date is listed as `date=aug-01`.
 #[test]
 fn fdb_layout_matches_fdb_list_line_for_line() {
     let Some(w) = world() else { return };
