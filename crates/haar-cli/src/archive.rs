@@ -1,17 +1,26 @@
 //! `haar archive`: GRIB files (keys from ecCodes) or raw files with `--key`.
 //!
 //! Policy (documented in `haar archive --help`): a file with any fault archives nothing; the
-//! other files are archived; one flush at the end. Key extraction runs on every core while the
-//! previous file is copied into the store.
+//! other files are archived; one flush at the end.
+//!
+//! Pipeline: files are memory-mapped (no copy into the process) and framed in Rust; one key
+//! worker per core reads the messages' MARS keys through ecCodes, in file and message order,
+//! running ahead into the next files while the main thread copies a finished file's fields
+//! into the store. The main thread extracts keys too while it waits, so every core stays busy.
+//! A file's fields are stored only once all of its messages have their keys, which is what
+//! keeps the policy above; files are opened at most [`LOOKAHEAD`] ahead of the one being stored.
 
-use std::ops::Range;
+use std::collections::VecDeque;
+use std::ops::{Deref, Range};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::time::Instant;
 
 use haar_core::Key;
 use haar_core::request::Request;
-use haar_core::schema::SplitKey;
+use haar_core::schema::{Schema, SplitKey};
+use haar_core::value::Context;
 use haar_store::Store;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 use serde_json::json;
@@ -20,11 +29,9 @@ use crate::Failure;
 use crate::args::{ArchiveArgs, Cli};
 use crate::open;
 
-/// A file ready to archive: every field's split key and byte range.
-struct Prepared {
-    fields: Vec<(SplitKey, Range<usize>)>,
-    skipped: usize,
-}
+/// Files opened (mapped and framed) ahead of the one being stored, so key workers never wait
+/// for the main thread while it copies.
+const LOOKAHEAD: usize = 4;
 
 fn resolve_filter(store: &Store, text: &Option<String>) -> Result<Option<Request>, Failure> {
     let Some(text) = text else { return Ok(None) };
@@ -32,95 +39,244 @@ fn resolve_filter(store: &Store, text: &Option<String>) -> Result<Option<Request
     Ok(Some(store.resolve(&req)?.0))
 }
 
-fn prepare(
-    store: &Store,
-    path: &Path,
-    bytes: &[u8],
-    overrides: &Key,
-    include: &Option<Request>,
-    exclude: &Option<Request>,
-) -> Result<Prepared, String> {
-    let name = path.display();
+/// An input file's bytes: mapped read-only, or read into memory when it cannot be mapped
+/// (a pipe, an empty file). A mapped file must not be truncated while it is archived.
+enum Bytes {
+    Mapped(memmap2::Mmap),
+    Read(Vec<u8>),
+}
+
+impl Deref for Bytes {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Bytes::Mapped(m) => m,
+            Bytes::Read(v) => v,
+        }
+    }
+}
+
+fn load(path: &Path) -> Result<Bytes, String> {
+    let cannot = |e: std::io::Error| format!("{}: cannot read: {e}", path.display());
+    let file = std::fs::File::open(path).map_err(cannot)?;
+    let meta = file.metadata().map_err(cannot)?;
+    if meta.is_file() && meta.len() > 0 {
+        // SAFETY: the mapping is read-only and private to this process; the documented
+        // condition is that the file is not truncated or rewritten while it is archived
+        // (the same condition under which `read` would return consistent bytes). Not
+        // populated: on a disk that would read whole files (LOOKAHEAD of them) before the
+        // first message is keyed; fault-around and read-ahead cost as little on tmpfs.
+        if let Ok(m) = unsafe { memmap2::MmapOptions::new().map(&file) } {
+            #[cfg(unix)]
+            let _ = m.advise(memmap2::Advice::Sequential);
+            return Ok(Bytes::Mapped(m));
+        }
+    }
+    std::fs::read(path).map(Bytes::Read).map_err(cannot)
+}
+
+/// What a file's fields are filtered and keyed with: the same for every message.
+struct Keying<'a> {
+    schema: &'a Schema,
+    ctx: &'a Context,
+    overrides: &'a Key,
+    include: &'a Option<Request>,
+    exclude: &'a Option<Request>,
+}
+
+/// Outcome of one message: its split key, `None` when a filter leaves it out, or the fault.
+type Outcome = Result<Option<SplitKey>, String>;
+
+impl Keying<'_> {
+    fn message(&self, name: &str, msg: &[u8], number: usize, offset: usize) -> Outcome {
+        let at = || format!("{name}: message {number} (1-based) at byte offset {offset}");
+        let pairs = haar_grib::mars_keys(msg).map_err(|e| format!("{}: {e}", at()))?;
+        let mut key: Key = pairs.into_iter().collect();
+        for (k, v) in self.overrides.iter() {
+            key.push(k, v);
+        }
+        let split = self
+            .schema
+            .split(&key, self.ctx)
+            .map_err(|e| format!("{}: key {key}: {e}", at()))?;
+        let full = split.full();
+        let keep = self.include.as_ref().is_none_or(|r| r.matches(&full))
+            && !self.exclude.as_ref().is_some_and(|r| r.matches(&full));
+        Ok(keep.then_some(split))
+    }
+}
+
+/// One opened GRIB file whose messages are being keyed.
+struct Job {
+    name: String,
+    bytes: Bytes,
+    /// (0-based message number, byte offset, length) of every framed message.
+    msgs: Vec<(usize, usize, usize)>,
+    /// Next message to claim.
+    next: AtomicUsize,
+    /// Messages finished (keyed, filtered out, failed or skipped after a fault).
+    done: AtomicUsize,
+    /// Lowest message position that failed; messages after it are skipped, not keyed.
+    first_fault: AtomicUsize,
+    outcomes: Vec<OnceLock<Outcome>>,
+}
+
+impl Job {
+    fn complete(&self) -> bool {
+        self.done.load(Ordering::Acquire) == self.msgs.len()
+    }
+
+    /// Claims and keys one message; false when none is left to claim.
+    fn work_one(&self, keying: &Keying, shared: &Shared) -> bool {
+        let i = self.next.fetch_add(1, Ordering::Relaxed);
+        let Some(&(index, offset, len)) = self.msgs.get(i) else {
+            return false;
+        };
+        if i < self.first_fault.load(Ordering::Relaxed) {
+            let r = keying.message(
+                &self.name,
+                &self.bytes[offset..offset + len],
+                index + 1,
+                offset,
+            );
+            if r.is_err() {
+                self.first_fault.fetch_min(i, Ordering::Relaxed);
+            }
+            let _ = self.outcomes[i].set(r);
+        }
+        if self.done.fetch_add(1, Ordering::AcqRel) + 1 == self.msgs.len() {
+            // Under the lock, so a waiter that checked `complete` cannot miss the wake-up.
+            let _guard = shared.queue.lock().unwrap();
+            shared.wake.notify_all();
+        }
+        true
+    }
+
+    /// The file's fields in message order, or its first fault.
+    fn fields(&self) -> Result<Prepared, String> {
+        let mut fields = Vec::with_capacity(self.msgs.len());
+        let mut skipped = 0;
+        for (slot, &(_, offset, len)) in self.outcomes.iter().zip(&self.msgs) {
+            match slot.get() {
+                Some(Ok(Some(split))) => fields.push((split.clone(), offset..offset + len)),
+                Some(Ok(None)) => skipped += 1,
+                Some(Err(e)) => return Err(e.clone()),
+                None => unreachable!("messages before the first fault are all keyed"),
+            }
+        }
+        Ok(Prepared { fields, skipped })
+    }
+}
+
+/// State shared by the main thread and the key workers.
+struct Shared {
+    /// Opened files whose messages are not all claimed yet, oldest first; `None` when no more
+    /// files will come.
+    queue: Mutex<Option<VecDeque<Arc<Job>>>>,
+    wake: Condvar,
+}
+
+impl Shared {
+    /// The oldest job with a message left to claim, or `None` once no more will come.
+    fn next_job(&self) -> Option<Arc<Job>> {
+        let mut q = self.queue.lock().unwrap();
+        loop {
+            let jobs = q.as_mut()?;
+            while jobs
+                .front()
+                .is_some_and(|j| j.next.load(Ordering::Relaxed) >= j.msgs.len())
+            {
+                jobs.pop_front();
+            }
+            if let Some(j) = jobs.front() {
+                return Some(j.clone());
+            }
+            q = self.wake.wait(q).unwrap();
+        }
+    }
+}
+
+/// A file ready to archive: every field's split key and byte range.
+struct Prepared {
+    fields: Vec<(SplitKey, Range<usize>)>,
+    skipped: usize,
+}
+
+/// A file after opening: GRIB messages to key, raw bytes to store whole, or a fault.
+enum Opened {
+    Grib(Arc<Job>),
+    Raw(Bytes, SplitKey),
+    Failed(String),
+}
+
+fn open_file(store: &Store, path: &Path, overrides: &Key) -> Opened {
+    let name = path.display().to_string();
+    let bytes = match load(path) {
+        Ok(b) => b,
+        Err(e) => return Opened::Failed(e),
+    };
     let mut msgs = Vec::new();
-    for m in haar_grib::messages(bytes) {
+    for m in haar_grib::messages(&bytes) {
         match m {
             Ok(m) => msgs.push((m.index, m.offset as usize, m.bytes.len())),
             // No GRIB message at all: raw bytes, archived whole under --key.
             Err(haar_grib::FrameError::NotGrib { .. }) if msgs.is_empty() => {
                 if overrides.is_empty() {
-                    return Err(format!(
+                    return Opened::Failed(format!(
                         "{name}: not a GRIB file (no GRIB message found); to archive raw bytes give their key with --key k=v,..."
                     ));
                 }
-                let split = store.split(overrides).map_err(|e| format!("{name}: {e}"))?;
-                return Ok(Prepared {
-                    fields: vec![(split, 0..bytes.len())],
-                    skipped: 0,
-                });
+                return match store.split(overrides) {
+                    Ok(split) => Opened::Raw(bytes, split),
+                    Err(e) => Opened::Failed(format!("{name}: {e}")),
+                };
             }
-            Err(e) => return Err(format!("{name}: {e}")),
+            Err(e) => return Opened::Failed(format!("{name}: {e}")),
         }
     }
     if msgs.is_empty() {
-        return Err(format!("{name}: no complete GRIB message"));
+        return Opened::Failed(format!("{name}: no complete GRIB message"));
     }
-    // Key extraction (≈1.7 ms per message in ecCodes) on every core.
-    let (schema, ctx) = (store.schema(), store.context());
-    let threads = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1)
-        .min(msgs.len());
-    let next = AtomicUsize::new(0);
-    let mut results: Vec<Option<Result<Option<SplitKey>, String>>> = Vec::new();
-    results.resize_with(msgs.len(), || None);
-    type Outcome = (usize, Result<Option<SplitKey>, String>);
-    let chunks: Vec<Vec<Outcome>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|_| {
-                s.spawn(|| {
-                    let mut out = Vec::new();
-                    loop {
-                        let i = next.fetch_add(1, Ordering::Relaxed);
-                        let Some(&(index, offset, len)) = msgs.get(i) else { break };
-                        let msg = &bytes[offset..offset + len];
-                        let r = haar_grib::mars_keys(msg)
-                            .map_err(|e| format!("{name}: message {} (1-based) at byte offset {offset}: {e}", index + 1))
-                            .and_then(|pairs| {
-                                let mut key: Key = pairs.into_iter().collect();
-                                for (k, v) in overrides.iter() {
-                                    key.push(k, v);
-                                }
-                                let split = schema.split(&key, ctx).map_err(|e| {
-                                    format!("{name}: message {} (1-based) at byte offset {offset}: key {key}: {e}", index + 1)
-                                })?;
-                                let full = split.full();
-                                let keep = include.as_ref().is_none_or(|r| r.matches(&full))
-                                    && !exclude.as_ref().is_some_and(|r| r.matches(&full));
-                                Ok(keep.then_some(split))
-                            });
-                        out.push((i, r));
-                    }
-                    out
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("key worker panicked"))
-            .collect()
-    });
-    for (i, r) in chunks.into_iter().flatten() {
-        results[i] = Some(r);
+    let outcomes = (0..msgs.len()).map(|_| OnceLock::new()).collect();
+    Opened::Grib(Arc::new(Job {
+        name,
+        bytes,
+        first_fault: AtomicUsize::new(msgs.len()),
+        msgs,
+        next: AtomicUsize::new(0),
+        done: AtomicUsize::new(0),
+        outcomes,
+    }))
+}
+
+/// Closes the work queue when dropped: the key workers finish their message and return.
+struct StopWorkers<'a>(&'a Shared);
+
+impl Drop for StopWorkers<'_> {
+    fn drop(&mut self) {
+        let mut q = self.0.queue.lock().unwrap_or_else(|e| e.into_inner());
+        *q = None;
+        self.0.wake.notify_all();
     }
-    let mut fields = Vec::with_capacity(msgs.len());
-    let mut skipped = 0;
-    for (r, &(_, offset, len)) in results.into_iter().zip(&msgs) {
-        match r.expect("every message processed")? {
-            Some(split) => fields.push((split, offset..offset + len)),
-            None => skipped += 1,
-        }
+}
+
+/// The bytes of a file being stored, whether keyed GRIB or raw.
+trait AsBytes: Send + Sync {
+    fn as_bytes(&self) -> &[u8];
+}
+
+impl AsBytes for Job {
+    fn as_bytes(&self) -> &[u8] {
+        &self.bytes
     }
-    Ok(Prepared { fields, skipped })
+}
+
+struct RawBytes(Bytes);
+
+impl AsBytes for RawBytes {
+    fn as_bytes(&self) -> &[u8] {
+        &self.0
+    }
 }
 
 /// Runs `haar archive`.
@@ -153,40 +309,103 @@ pub fn run(cli: &Cli, a: &ArchiveArgs) -> Result<(), Failure> {
     let mut summary = Vec::new();
     let mut failed = Vec::new();
     let (mut n_fields, mut n_bytes) = (0usize, 0u64);
-    for path in &a.files {
-        let bytes = match std::fs::read(path) {
-            Ok(b) => b,
-            Err(e) => {
-                failed.push(format!("{}: cannot read: {e}", path.display()));
-                continue;
-            }
-        };
-        match prepare(&store, path, &bytes, &overrides, &include, &exclude) {
-            Err(msg) => failed.push(msg),
-            Ok(p) => {
-                let mut fbytes = 0u64;
-                for (split, range) in &p.fields {
-                    match &mut remote {
-                        Some(r) => r.archive(&split.full(), &bytes[range.clone()])?,
-                        None => store.archive_split(split.clone(), &bytes[range.clone()])?,
-                    }
-                    fbytes += range.len() as u64;
-                    n_fields += 1;
-                    let secs = start.elapsed().as_secs_f64().max(1e-9);
-                    bar.set_message(format!(
-                        "{n_fields} fields, {:.0} fields/s",
-                        n_fields as f64 / secs
-                    ));
+
+    // The workers key with their own copies of the schema and context, so the store stays free
+    // for the main thread to archive into.
+    let (schema, ctx) = (store.schema().clone(), store.context().clone());
+    let keying = Keying {
+        schema: &schema,
+        ctx: &ctx,
+        overrides: &overrides,
+        include: &include,
+        exclude: &exclude,
+    };
+    let shared = Shared {
+        queue: Mutex::new(Some(VecDeque::new())),
+        wake: Condvar::new(),
+    };
+    let workers = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    std::thread::scope(|s| -> Result<(), Failure> {
+        for _ in 0..workers {
+            s.spawn(|| {
+                while let Some(job) = shared.next_job() {
+                    job.work_one(&keying, &shared);
                 }
-                n_bytes += fbytes;
-                summary.push(json!({
-                    "file": path.display().to_string(), "fields": p.fields.len(),
-                    "skipped": p.skipped, "bytes": fbytes,
-                }));
-            }
+            });
         }
-        bar.inc(bytes.len() as u64);
-    }
+        // However this closure ends (an archive error returns early), the workers stop.
+        let _stop = StopWorkers(&shared);
+        let mut opened: VecDeque<Opened> = VecDeque::new();
+        let mut to_open = a.files.iter();
+        for path in &a.files {
+            while opened.len() < LOOKAHEAD {
+                let Some(p) = to_open.next() else { break };
+                let o = open_file(&store, p, &overrides);
+                if let Opened::Grib(job) = &o {
+                    let mut q = shared.queue.lock().unwrap();
+                    q.as_mut()
+                        .expect("open until the end")
+                        .push_back(job.clone());
+                    shared.wake.notify_all();
+                }
+                opened.push_back(o);
+            }
+            let (prepared, bytes) = match opened.pop_front().expect("opened in order") {
+                Opened::Failed(msg) => {
+                    failed.push(msg);
+                    continue;
+                }
+                Opened::Raw(bytes, split) => {
+                    let len = bytes.len();
+                    let fields = vec![(split, 0..len)];
+                    (
+                        Prepared { fields, skipped: 0 },
+                        Arc::new(RawBytes(bytes)) as Arc<dyn AsBytes>,
+                    )
+                }
+                Opened::Grib(job) => {
+                    // Help key this file's messages, then wait for the workers' last ones.
+                    while job.work_one(&keying, &shared) {}
+                    let mut q = shared.queue.lock().unwrap();
+                    while !job.complete() {
+                        q = shared.wake.wait(q).unwrap();
+                    }
+                    drop(q);
+                    match job.fields() {
+                        Ok(p) => (p, job as Arc<dyn AsBytes>),
+                        Err(msg) => {
+                            failed.push(msg);
+                            continue;
+                        }
+                    }
+                }
+            };
+            let bytes = bytes.as_bytes();
+            let mut fbytes = 0u64;
+            for (split, range) in &prepared.fields {
+                match &mut remote {
+                    Some(r) => r.archive(&split.full(), &bytes[range.clone()])?,
+                    None => store.archive_split(split.clone(), &bytes[range.clone()])?,
+                }
+                fbytes += range.len() as u64;
+                n_fields += 1;
+                let secs = start.elapsed().as_secs_f64().max(1e-9);
+                bar.set_message(format!(
+                    "{n_fields} fields, {:.0} fields/s",
+                    n_fields as f64 / secs
+                ));
+            }
+            n_bytes += fbytes;
+            summary.push(json!({
+                "file": path.display().to_string(), "fields": prepared.fields.len(),
+                "skipped": prepared.skipped, "bytes": fbytes,
+            }));
+            bar.inc(bytes.len() as u64);
+        }
+        Ok(())
+    })?;
     match &mut remote {
         Some(r) => r.flush()?,
         None => store.flush()?,

@@ -21,13 +21,14 @@
 //!   refused while `class,expver` are the minimum keys).
 //! - Optional schema keywords a field lacks (`levelist?` for surface fields, `number?` for a
 //!   control forecast, `quantile?`, `direction?`, `frequency?`) are OMITTED: `{step=0,param=167}`.
-//!   haar prints them with an empty value (`{step=0,levelist=,param=167}`): see
-//!   `fdb_layout_matches_fdb_list_line_for_line` (a reported haar bug). The key comparisons
-//!   below drop empty values on haar's side and say so.
+//!   `haar list --fdb` omits them too (`fdb_layout_matches_fdb_list_line_for_line`); the key
+//!   comparisons below still drop empty values, so they compare keys, not layout.
 //! - `date=aug-01` (a climatological date with no year, earthkit-data's `t_year_missing.grib`)
-//!   is archived and listed by FDB5 as is, but `fdb-read` of it fails ("BadValue: Invalid date
-//!   aug-01"); haar refuses the message at archive. See
-//!   `climatological_date_archives_like_fdb5` (a reported disagreement).
+//!   is archived and listed by FDB5 as is (its schema types `date` as `Date`, whose
+//!   `TypeDate::tidy` keeps values not starting with `0` or `-`), but `fdb-read` of it fails
+//!   ("BadValue: Invalid date aug-01"). haar archives and lists it the same way and can also
+//!   retrieve it: see `climatological_date_archives_like_fdb5`. The byte comparisons with
+//!   `fdb-read` leave that one field out.
 //! - FDB5 5.10's request expansion (metkit) fails with "TypeParam: cannot find a context to
 //!   expand 'param'" for any `param` in a request with `class=ea` (ERA5): requests on ERA5 data
 //!   are given to `fdb-list`/`fdb-read` with `--raw` (no expansion), so they use explicit value
@@ -163,7 +164,7 @@ struct World {
 }
 
 /// Files FDB5 archives and haar refuses (reported disagreements, each with its own test).
-const KNOWN_DISAGREEMENTS: &[&str] = &["t_year_missing.grib"];
+const KNOWN_DISAGREEMENTS: &[&str] = &[];
 
 fn world() -> Option<&'static World> {
     static W: OnceLock<Option<World>> = OnceLock::new();
@@ -293,9 +294,8 @@ impl World {
     }
 }
 
-/// The keys of `fdb-list`/`haar list --fdb` lines, empty values dropped (FDB5 omits absent
-/// optional keywords, haar prints them empty: the one layout difference, tested strictly in
-/// `fdb_layout_matches_fdb_list_line_for_line`).
+/// The keys of `fdb-list`/`haar list --fdb` lines, empty values dropped (the layout itself is
+/// tested strictly in `fdb_layout_matches_fdb_list_line_for_line`).
 fn key_set(lines: &[String]) -> BTreeSet<Keys> {
     lines
         .iter()
@@ -360,24 +360,23 @@ fn both_accept_the_same_files_and_list_the_same_keys() {
     );
     assert!(w.accepted.len() >= 140, "{}", w.accepted.len());
 
-    // The whole store: same keys, except the disagreeing files' fields.
+    // The whole store: the same keys (the climatological date included).
     let fdb = w.fdb.list(None, false);
     let ours = w.haar_list(None);
-    let mut fdb_keys = key_set(&fdb);
+    let fdb_keys = key_set(&fdb);
     let haar_keys = key_set(&ours);
-    let only_fdb: Vec<Keys> = fdb_keys.difference(&haar_keys).cloned().collect();
-    assert!(
-        only_fdb.iter().all(|k| k["date"] == "aug-01"),
-        "fields FDB5 lists and haar does not: {only_fdb:#?}"
+    assert_eq!(
+        fdb_keys.difference(&haar_keys).collect::<Vec<_>>(),
+        Vec::<&Keys>::new(),
+        "fields FDB5 lists and haar does not"
     );
-    assert_eq!(only_fdb.len(), 1);
-    fdb_keys.retain(|k| k["date"] != "aug-01");
     assert_eq!(
         haar_keys.difference(&fdb_keys).collect::<Vec<_>>(),
         Vec::<&Keys>::new(),
         "fields haar lists and FDB5 does not"
     );
-    assert_eq!(fdb.len(), fdb_keys.len() + 1, "fdb-list repeats a key");
+    assert!(fdb_keys.iter().any(|k| k["date"] == "aug-01"));
+    assert_eq!(fdb.len(), fdb_keys.len(), "fdb-list repeats a key");
     assert_eq!(ours.len(), haar_keys.len(), "haar list repeats a key");
     assert!(haar_keys.len() >= 1000, "{}", haar_keys.len());
 }
@@ -471,7 +470,7 @@ fn whole_store_reads_the_same_bytes_in_the_same_order() {
         .fdb
         .list(None, false)
         .into_iter()
-        // haar refuses this file's date (reported; see climatological_date_archives_like_fdb5).
+        // fdb-read cannot read this date back (see climatological_date_archives_like_fdb5).
         .filter(|l| !l.contains("date=aug-01"))
         .collect();
     let mut text = String::from("# every field fdb-list lists, one request each\n");
@@ -503,19 +502,13 @@ fn whole_store_reads_the_same_bytes_in_the_same_order() {
     );
 }
 
-/// haar's `list --fdb` must print exactly FDB5's lines. It does not: haar prints optional
-/// schema keywords a field lacks with an empty value (`{step=0,levelist=,param=167}`,
-/// also `number=`, `quantile=`, `direction=`, `frequency=`), FDB5 5.10.8 omits them
-/// (`{step=0,param=167}`); about 60% of the lines of this store differ.
+/// haar's `list --fdb` prints exactly FDB5's lines: optional schema keywords a field lacks
+/// (`levelist`, `number`, `quantile`, `direction`, `frequency`) are omitted, as FDB5 5.10.8
+/// does (`{step=0,param=167}`), and the climatological date is listed as `date=aug-01`.
 #[test]
 fn fdb_layout_matches_fdb_list_line_for_line() {
     let Some(w) = world() else { return };
-    let fdb: BTreeSet<String> = w
-        .fdb
-        .list(None, false)
-        .into_iter()
-        .filter(|l| !l.contains("date=aug-01"))
-        .collect();
+    let fdb: BTreeSet<String> = w.fdb.list(None, false).into_iter().collect();
     let ours: BTreeSet<String> = w.haar_list(None).into_iter().collect();
     let differ: Vec<_> = ours.difference(&fdb).take(5).collect();
     assert!(
@@ -527,30 +520,35 @@ fn fdb_layout_matches_fdb_list_line_for_line() {
 }
 
 /// earthkit-data's `t_year_missing.grib` has `date=aug-01` (a climatological date: month and
-/// day, no year). FDB5 5.10.8 archives, lists and retrieves it under `date=aug-01`; haar
-/// refuses the message ("invalid value \"aug-01\" for date"). FDB5 data holding such dates
-/// cannot be moved to haar.
+/// day, no year). FDB5 5.10.8 archives and lists it under `date=aug-01` (its `Date` type keeps
+/// the value as ecCodes gives it) but its `fdb-read` fails on it ("Invalid date aug-01"). haar
+/// archives and lists it with the same key, and retrieves it byte-identical, also when the
+/// request spells the date `Aug-1`.
 #[test]
-#[ignore = "haar disagrees with FDB5 (reported): date=aug-01 is refused, FDB5 archives it"]
 fn climatological_date_archives_like_fdb5() {
     let Some(w) = world() else { return };
     let file = data("earthkit-data/t_year_missing.grib");
     let fdb = w.fdb.list(Some("class=od,expver=0001,date=aug-01"), false);
     assert_eq!(fdb.len(), 1, "FDB5 lists the climatological field");
-    let root = w.work.join("aug");
-    let out = haar([
-        OsStr::new("--config"),
-        w.haar_config.as_os_str(),
-        OsStr::new("--root"),
-        root.as_os_str(),
-        OsStr::new("archive"),
-        file.as_os_str(),
-    ]);
-    assert!(
-        out.status.success(),
-        "haar refuses what FDB5 archives: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let ours = w.haar_list(Some("class=od,expver=0001,date=aug-01"));
+    assert_eq!(key_set(&ours), key_set(&fdb), "haar list vs fdb-list");
+    // fdb-read cannot, haar can: the message comes back byte-identical.
+    let req = w.work.join("aug.req");
+    let body: Vec<String> = parse_fdb_line(&fdb[0])
+        .unwrap()
+        .iter()
+        .flatten()
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(k, v)| {
+            if k == "date" {
+                "date=Aug-1".to_string()
+            } else {
+                format!("{k}={v}")
+            }
+        })
+        .collect();
+    std::fs::write(&req, format!("retrieve,{}\n", body.join(","))).unwrap();
+    assert_eq!(w.haar_retrieve(&req), std::fs::read(&file).unwrap());
 }
 
 /// `haar import-fdb5` of the whole FDB5 store written by `fdb-write`: every field FDB5 can read
@@ -687,4 +685,107 @@ fn import_fdb5_of_a_request_by_root() {
     ]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no-such-fdb"));
+}
+
+/// A GRIB1 message from ecCodes' `GRIB1` sample with local definition 191 whose `freeFormData`
+/// holds an embedded MARS request (eckit `Stream` bytes: `int` 1, `string` verb, `int` n, then
+/// per keyword `string` name, `int` number of values, `string` values), made by `grib_filter`.
+fn embedded_request_message(path: &Path, pairs: &[(&str, &[&str])]) {
+    let int = |n: i32| [&[5u8][..], &n.to_be_bytes()].concat();
+    let string = |t: &str| [&[15u8][..], &(t.len() as u32).to_be_bytes(), t.as_bytes()].concat();
+    let mut bytes = int(1);
+    bytes.extend(string("retrieve"));
+    bytes.extend(int(pairs.len() as i32));
+    for (k, vals) in pairs {
+        bytes.extend(string(k));
+        bytes.extend(int(vals.len() as i32));
+        for v in *vals {
+            bytes.extend(string(v));
+        }
+    }
+    let list: Vec<String> = bytes.iter().map(u8::to_string).collect();
+    let rules = path.with_extension("rules");
+    std::fs::write(
+        &rules,
+        format!(
+            "set localDefinitionNumber=191;\nset numberOfBytesOfFreeFormatData={};\n\
+             set freeFormData={{{}}};\nwrite \"{}\";\n",
+            bytes.len(),
+            list.join(","),
+            path.display()
+        ),
+    )
+    .unwrap();
+    let out = Command::new("grib_filter")
+        .arg(&rules)
+        .arg("/usr/share/eccodes/samples/GRIB1.tmpl")
+        .output()
+        .expect("grib_filter (libeccodes-tools)");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Messages with `localDefinitionNumber` 191 carry a MARS request in `freeFormData`, which FDB5
+/// (metkit) applies over the GRIB keys: haar archives such a message under the same keys as
+/// `fdb-write`, and both refuse an embedded request with a keyword of several values (metkit
+/// asserts one value), haar with an error naming file, message and the reason.
+#[test]
+fn embedded_request_keys_like_fdb5() {
+    if !fdb5_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let good = tmp.path().join("l191.grib");
+    embedded_request_message(&good, &[("TYPE", &["FC"]), ("STEP", &["24"])]);
+    let fdb = Fdb5::new(tmp.path().join("fdb"));
+    fdb.run_ok("fdb-write", &[good.as_os_str()]);
+    let theirs = fdb.list(None, false);
+    let root = tmp.path().join("haar");
+    haar_ok([
+        OsStr::new("--root"),
+        root.as_os_str(),
+        OsStr::new("archive"),
+        good.as_os_str(),
+    ]);
+    let ours: Vec<String> = haar_ok([
+        OsStr::new("--root"),
+        root.as_os_str(),
+        OsStr::new("list"),
+        OsStr::new("--fdb"),
+    ])
+    .lines()
+    .map(String::from)
+    .collect();
+    assert_eq!(theirs.len(), 1, "{theirs:?}");
+    assert_eq!(key_set(&ours), key_set(&theirs));
+    let keys = fdb_line_keys(&theirs[0]);
+    // The sample says type=an, step=0; the embedded request wins.
+    assert_eq!((keys["type"].as_str(), keys["step"].as_str()), ("fc", "24"));
+
+    let bad = tmp.path().join("l191-two-values.grib");
+    embedded_request_message(&bad, &[("STEP", &["24", "48"])]);
+    let scratch = Fdb5::new(tmp.path().join("fdb-bad"));
+    assert!(
+        !scratch
+            .run("fdb-write", &[bad.as_os_str()])
+            .status
+            .success()
+    );
+    let out = haar([
+        OsStr::new("--root"),
+        root.as_os_str(),
+        OsStr::new("archive"),
+        bad.as_os_str(),
+    ]);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("message 1 (1-based) at byte offset 0")
+            && stderr.contains("localDefinitionNumber 191")
+            && stderr.contains("step has 2 values"),
+        "{stderr}"
+    );
 }

@@ -9,7 +9,7 @@
 //!
 //! | type | accepted | canonical |
 //! |------|----------|-----------|
-//! | `Date` | `20240105`, `2024-01-05`, `0`, `-1` (today minus N days) | `20240105` |
+//! | `Date` | `20240105`, `2024-01-05`, `0`, `-1` (today minus N days); a climatological month-day `aug-01`, `Aug-1` | `20240105`; `aug-01` |
 //! | `Time` | `0`, `6`, `12`, `123`, `1200`, `12:00`, `120000`, `12:00:00` | `HHMM`: `0000`, `0600`, `1200`, `0123` |
 //! | `Step` | `12`, `12h`, `30m`, `1h30m`, `90m`, `2d`, ranges `0-24` | metkit's `StepRange` text: `12`, `30m`, `1h30m`, `0-24` |
 //! | `Expver` | 1 to 4 characters | left-padded with `0` to 4: `1` → `0001`, `abcd` kept |
@@ -377,10 +377,10 @@ impl ValueType {
                     .to_string())
             }
             ValueType::Grid => Ok(v.replace('/', "+")),
-            ValueType::Date => {
-                let days = parse_date(v, ctx).ok_or_else(|| err(DATE_EXPECTED))?;
-                Ok(format_date(days))
-            }
+            ValueType::Date => match parse_date(v, ctx) {
+                Some(days) => Ok(format_date(days)),
+                None => climatological_date(v).ok_or_else(|| err(DATE_EXPECTED)),
+            },
             ValueType::Time => {
                 let minutes = parse_time(v).ok_or_else(|| err(TIME_EXPECTED))?;
                 Ok(format_time(minutes))
@@ -446,8 +446,8 @@ fn already_canonical(ty: &ValueType, v: &str) -> bool {
     }
 }
 
-const DATE_EXPECTED: &str =
-    "a date as YYYYMMDD or YYYY-MM-DD, or 0, -1, -2 ... for today and the days before";
+const DATE_EXPECTED: &str = "a date as YYYYMMDD or YYYY-MM-DD, 0, -1, -2 ... for today and the days before, \
+     or a month and day without a year (aug-01)";
 const TIME_EXPECTED: &str =
     "a time of day as H, HH, HHMM, HH:MM or HHMMSS (e.g. 0, 6, 12, 1230, 12:30)";
 const STEP_EXPECTED: &str =
@@ -530,6 +530,24 @@ pub(crate) fn parse_date(v: &str, ctx: &Context) -> Option<i64> {
         return ymd_days(y.parse().ok()?, m.parse().ok()?, d.parse().ok()?);
     }
     None
+}
+
+/// A climatological date (month and day, no year), as ecCodes writes the MARS `date` of a
+/// message whose year is missing (`aug-01`): canonical `mmm-dd`, lower case, two-digit day.
+///
+/// FDB5 5.10's `Date` type (`TypeDate::tidy`) keeps any value that does not start with `0` or
+/// `-` as it is, so it archives and lists such fields under ecCodes' text `aug-01`; haar does
+/// the same, and also accepts `Aug-1` in requests. (FDB5's `fdb-read` then fails on it with
+/// "Invalid date"; haar retrieves it.)
+fn climatological_date(v: &str) -> Option<String> {
+    let (name, day) = v.split_once('-')?;
+    let m = MONTHS.iter().position(|x| x.eq_ignore_ascii_case(name))? as u32 + 1;
+    if day.is_empty() || day.len() > 2 || !day.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let d: u32 = day.parse().ok()?;
+    // Any year: 29 February is a valid climatological day.
+    (d >= 1 && d <= days_in_month(2000, m)).then(|| format!("{}-{d:02}", MONTHS[m as usize - 1]))
 }
 
 /// `YYYYMMDD` of a day number.
@@ -739,6 +757,28 @@ mod tests {
         for bad in ["20240230", "2024013", "x", "2024-13-01", "--1", "+1", "1"] {
             let e = n(ValueType::Date, bad).unwrap_err();
             assert!(e.to_string().contains("YYYYMMDD"), "{e}");
+        }
+    }
+
+    /// ecCodes' `date` of a GRIB message without a year (earthkit-data's
+    /// `t_year_missing.grib`: `aug-01`), which FDB5 archives as it is.
+    #[test]
+    fn climatological_dates_are_kept_as_eccodes_writes_them() {
+        for (given, want) in [
+            ("aug-01", "aug-01"),
+            ("Aug-1", "aug-01"),
+            ("FEB-29", "feb-29"),
+            ("dec-31", "dec-31"),
+        ] {
+            assert_eq!(n(ValueType::Date, given).unwrap(), want, "{given}");
+            // A fixed point, as every canonical value must be.
+            assert_eq!(n(ValueType::Date, want).unwrap(), want);
+        }
+        for bad in [
+            "aug-32", "feb-30", "aug-", "aug-001", "au-01", "aug-x1", "aug",
+        ] {
+            let e = n(ValueType::Date, bad).unwrap_err();
+            assert!(e.to_string().contains("aug-01"), "{bad}: {e}");
         }
     }
 

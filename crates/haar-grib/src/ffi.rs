@@ -36,6 +36,7 @@ pub(crate) const BUFFER_TOO_SMALL: c_int = -3;
 
 unsafe extern "C" {
     fn codes_get_api_version() -> c_long;
+    fn codes_definition_path(c: *const CodesContext) -> *mut c_char;
     fn codes_get_error_message(code: c_int) -> *const c_char;
 
     fn codes_handle_new_from_message(
@@ -59,6 +60,12 @@ unsafe extern "C" {
     fn codes_get_size(h: *const CodesHandle, key: *const c_char, size: *mut usize) -> c_int;
     fn codes_get_long(h: *const CodesHandle, key: *const c_char, value: *mut c_long) -> c_int;
     fn codes_get_double(h: *const CodesHandle, key: *const c_char, value: *mut f64) -> c_int;
+    fn codes_get_long_array(
+        h: *const CodesHandle,
+        key: *const c_char,
+        vals: *mut c_long,
+        length: *mut usize,
+    ) -> c_int;
     fn codes_get_string(
         h: *const CodesHandle,
         key: *const c_char,
@@ -104,6 +111,23 @@ unsafe extern "C" {
 pub(crate) fn api_version() -> i64 {
     // SAFETY: no arguments, returns a constant.
     i64::from(unsafe { codes_get_api_version() })
+}
+
+/// The directories ecCodes reads its definition files from (`ECCODES_DEFINITION_PATH` or
+/// the built-in path), in search order.
+pub(crate) fn definition_path() -> Vec<std::path::PathBuf> {
+    // SAFETY: null means the default context; the result is a string owned by the context
+    // (or null), valid for the life of the process.
+    let p = unsafe { codes_definition_path(std::ptr::null()) };
+    if p.is_null() {
+        return Vec::new();
+    }
+    // SAFETY: non-null, NUL-terminated.
+    let text = unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned();
+    text.split(':')
+        .filter(|d| !d.is_empty())
+        .map(std::path::PathBuf::from)
+        .collect()
 }
 
 /// ecCodes' text for an error code.
@@ -228,6 +252,21 @@ impl<'a> Handle<'a> {
             codes_get_long(self.raw(), k.as_ptr(), &mut v)
         })?;
         Ok(i64::from(v))
+    }
+
+    /// `key` as an array of longs (e.g. `freeFormData`, one byte per element).
+    #[allow(clippy::useless_conversion)] // c_long is 32-bit on some targets
+    pub(crate) fn get_long_array(&self, key: &str) -> Result<Vec<i64>, CodesError> {
+        let n = self.size(key)?;
+        let k = cstring(key)?;
+        let mut v: Vec<c_long> = vec![0; n];
+        let mut len = n;
+        // SAFETY: v holds n writable longs; ecCodes writes at most len and updates it.
+        check("codes_get_long_array", Some(key), unsafe {
+            codes_get_long_array(self.raw(), k.as_ptr(), v.as_mut_ptr(), &mut len)
+        })?;
+        v.truncate(len);
+        Ok(v.into_iter().map(i64::from).collect())
     }
 
     /// `key` as a double.

@@ -31,17 +31,27 @@
 //! 6. **`param` is `paramId`.** After the loop, if `paramId` is defined and
 //!    not missing, `param` is set to its string value (replacing ecCodes'
 //!    `param`, which may be `130.128`-style or a short name; appended at the end
-//!    if the namespace had no `param`).
+//!    if the namespace had no `param`). `paramId` is by far the dearest key to read (a
+//!    concept: ecCodes matches the message against its whole parameter tables), so its value
+//!    is cached per *signature* — exactly the key values those tables' conditions read; see
+//!    `param_cache.rs` for why that is exact. `param`'s own value is read only when there is
+//!    no `paramId`.
 //! 7. **`expver` is four characters.** FDB5's schema types `expver` as
 //!    `Expver` (`fdb5/types/TypeExpver.cc`, `TypeExpver::tidy`): the value is
 //!    trimmed and left-padded with `0` to width 4 (`1` → `0001`; longer values
 //!    are kept). ecCodes already gives four characters for ECMWF local
 //!    sections; the rule matters for messages without one.
 //!
-//! Not mirrored: metkit also reads a MARS request embedded in messages with
-//! `localDefinitionNumber` 191 (`freeFormData`, an eckit stream). Such messages
-//! are rare (ECMWF-internal); [`mars_keys`] refuses them with
-//! [`KeyError::EmbeddedRequest`] rather than return different keys than FDB5.
+//! 8. **Embedded request.** A message with `localDefinitionNumber` 191 may carry a MARS
+//!    request in `freeFormData` (ECMWF GRIB1 local definition 191, "free format data"),
+//!    serialised as an eckit `Stream`. metkit decodes it after rule 6 and sets each of its
+//!    keywords, lower-cased, to its value, lower-cased (replacing or appending, as
+//!    `fdb5::Key::set`): FDB5 archives such a message under the embedded keys (checked with
+//!    `fdb-write`/`fdb-list` 5.10.8: an embedded `TYPE=FC,STEP=24` turns `type=an,step=0`
+//!    into `type=fc,step=24`). [`decode_embedded_request`] reads the stream exactly as metkit
+//!    does; a request it cannot read (more than one request, a keyword with several values,
+//!    a malformed stream) is refused with [`KeyError::EmbeddedRequest`], where metkit's
+//!    assertions make FDB5 fail too. Rule 7 runs last, on the final `expver`.
 //!
 //! # Threads
 //!
@@ -54,6 +64,7 @@
 //! under a lock).
 
 use crate::ffi::{self, CodesError, Handle};
+use crate::param_cache::ParamIdCache;
 
 /// Why the MARS keys of a message could not be read.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -78,13 +89,16 @@ pub enum KeyError {
         /// ecCodes' error text.
         message: String,
     },
-    /// The message embeds a MARS request (`localDefinitionNumber` 191), which
-    /// FDB5 decodes and haar does not yet: archive it with FDB5 or override
-    /// the keys explicitly.
+    /// The message embeds a MARS request (`localDefinitionNumber` 191,
+    /// `freeFormData`) that is not one request with one value per keyword, the
+    /// only form FDB5 (metkit) accepts either. Give the keys with `--key`.
     #[error(
-        "message embeds a MARS request (localDefinitionNumber 191), which haar cannot decode yet"
+        "message embeds a MARS request (localDefinitionNumber 191, freeFormData) that cannot be read: {reason}; FDB5 refuses it too"
     )]
-    EmbeddedRequest,
+    EmbeddedRequest {
+        /// What is wrong with the embedded request.
+        reason: String,
+    },
 }
 
 impl From<CodesError> for KeyError {
@@ -114,6 +128,17 @@ pub fn eccodes_version() -> String {
 /// [`crate::messages`]. Keys come in ecCodes' namespace order. Safe to call from
 /// many threads at once; the cost is ecCodes' (about a millisecond per message).
 pub fn mars_keys(msg: &[u8]) -> Result<Vec<(String, String)>, KeyError> {
+    keys_of(msg, true)
+}
+
+/// [`mars_keys`] without the `paramId` cache: every call has ecCodes evaluate the parameter
+/// tables. For tests that check the cache changes nothing; slower, same answers.
+#[doc(hidden)]
+pub fn mars_keys_uncached(msg: &[u8]) -> Result<Vec<(String, String)>, KeyError> {
+    keys_of(msg, false)
+}
+
+fn keys_of(msg: &[u8], cached: bool) -> Result<Vec<(String, String)>, KeyError> {
     // ecCodes trusts section 0; give it only what frames as exactly one message.
     let mut framed = crate::frame::messages(msg);
     match (framed.next(), framed.next()) {
@@ -122,6 +147,11 @@ pub fn mars_keys(msg: &[u8]) -> Result<Vec<(String, String)>, KeyError> {
     }
     let handle = Handle::from_message(msg).map_err(|_| KeyError::NotAMessage { len: msg.len() })?;
     let mut keys: Vec<(String, String)> = Vec::with_capacity(16);
+    // Rule 6 replaces `param` by `paramId` whenever paramId is there, so `param`'s own value
+    // is only read when it is not: both are concepts that ecCodes evaluates by matching the
+    // message against every entry of its parameter tables, by far the dearest keys to read
+    // (about two thirds of the time of this function on ECMWF GRIB2).
+    let param_id = handle.has("paramId");
 
     for name in handle.key_names("mars")? {
         if name.starts_with('_') {
@@ -132,28 +162,116 @@ pub fn mars_keys(msg: &[u8]) -> Result<Vec<(String, String)>, KeyError> {
         }
         let value = if name == "levelist" {
             format_levelist(handle.get_double(&name)?) // rule 5
+        } else if name == "param" && param_id {
+            String::new() // placeholder: its position counts, its value is set below
         } else {
             handle.get_string(&name)? // rule 4
         };
         set(&mut keys, name, value);
     }
 
-    if handle.has("paramId") {
-        let param = handle.get_string("paramId")?; // rule 6
+    if param_id {
+        // rule 6
+        let param = if cached {
+            ParamIdCache::global().param_id(&handle, msg[7])?
+        } else {
+            handle.get_string("paramId")?
+        };
         set(&mut keys, "param".to_owned(), param);
+    }
+
+    // rule 8
+    if handle.has("localDefinitionNumber")
+        && handle.get_long("localDefinitionNumber")? == 191
+        && handle.has("freeFormData")
+    {
+        let bytes: Vec<u8> = handle
+            .get_long_array("freeFormData")?
+            .into_iter()
+            .map(|b| b as u8)
+            .collect();
+        if !bytes.is_empty() {
+            let embedded = decode_embedded_request(&bytes)
+                .map_err(|reason| KeyError::EmbeddedRequest { reason })?;
+            for (k, v) in embedded {
+                set(&mut keys, k, v);
+            }
+        }
     }
 
     if let Some((_, expver)) = keys.iter_mut().find(|(k, _)| k == "expver") {
         *expver = tidy_expver(expver); // rule 7
     }
-
-    if handle.has("localDefinitionNumber")
-        && handle.get_long("localDefinitionNumber")? == 191
-        && handle.has("freeFormData")
-    {
-        return Err(KeyError::EmbeddedRequest);
-    }
     Ok(keys)
+}
+
+/// The keywords and values of the MARS request embedded in a message's `freeFormData`
+/// (`localDefinitionNumber` 191), lower-cased, in stream order — metkit's
+/// `GRIBDecoder::getMetadata`.
+///
+/// The bytes are an eckit `Stream` (`eckit/serialisation/Stream.cc`): each value is a tag byte
+/// then its payload, integers big-endian; tag 5 `int` (4 bytes), tag 15 `string` (4-byte
+/// length, bytes); tag 2 (end of object) is skipped wherever a value is expected. Layout:
+/// `int` number of requests (must be 1), `string` verb, `int` number of keywords, then per
+/// keyword `string` name, `int` number of values (must be 1), `string` value.
+pub fn decode_embedded_request(bytes: &[u8]) -> Result<Vec<(String, String)>, String> {
+    struct Stream<'a>(&'a [u8]);
+    impl Stream<'_> {
+        fn tag(&mut self, want: u8, what: &str) -> Result<(), String> {
+            loop {
+                let (&t, rest) = self
+                    .0
+                    .split_first()
+                    .ok_or_else(|| format!("the stream ends where {what} was expected"))?;
+                self.0 = rest;
+                match t {
+                    2 => continue, // end of object
+                    t if t == want => return Ok(()),
+                    t => return Err(format!("tag {t} where {what} (tag {want}) was expected")),
+                }
+            }
+        }
+        fn u32(&mut self, what: &str) -> Result<u32, String> {
+            if self.0.len() < 4 {
+                return Err(format!("the stream ends inside {what}"));
+            }
+            let (n, rest) = self.0.split_at(4);
+            self.0 = rest;
+            Ok(u32::from_be_bytes([n[0], n[1], n[2], n[3]]))
+        }
+        fn int(&mut self, what: &str) -> Result<i32, String> {
+            self.tag(5, what)?;
+            Ok(self.u32(what)? as i32)
+        }
+        fn string(&mut self, what: &str) -> Result<String, String> {
+            self.tag(15, what)?;
+            let len = self.u32(what)? as usize;
+            if self.0.len() < len {
+                return Err(format!("{what} is longer ({len} bytes) than the stream"));
+            }
+            let (s, rest) = self.0.split_at(len);
+            self.0 = rest;
+            Ok(String::from_utf8_lossy(s).to_ascii_lowercase())
+        }
+    }
+    let mut s = Stream(bytes);
+    let requests = s.int("the number of requests")?;
+    if requests != 1 {
+        return Err(format!("{requests} requests (one is expected)"));
+    }
+    s.string("the verb")?;
+    let n = s.int("the number of keywords")?;
+    let mut out = Vec::with_capacity(n.max(0) as usize);
+    for _ in 0..n {
+        let keyword = s.string("a keyword")?;
+        let values = s.int("the number of values")?;
+        if values != 1 {
+            return Err(format!("{keyword} has {values} values (one is expected)"));
+        }
+        let value = s.string("a value")?;
+        out.push((keyword, value));
+    }
+    Ok(out)
 }
 
 /// `fdb5::Key::set`: replace the value in place, or append a new key.
@@ -251,6 +369,52 @@ mod tests {
         assert_eq!(tidy_expver("0001"), "0001");
         assert_eq!(tidy_expver("abcd"), "abcd");
         assert_eq!(tidy_expver("12345"), "12345");
+    }
+
+    /// The eckit `Stream` bytes of a request, as MARS writes them into `freeFormData`.
+    fn stream(requests: i32, pairs: &[(&str, &[&str])]) -> Vec<u8> {
+        let int = |n: i32| [&[5u8][..], &n.to_be_bytes()].concat();
+        let string =
+            |t: &str| [&[15u8][..], &(t.len() as u32).to_be_bytes(), t.as_bytes()].concat();
+        let mut v = int(requests);
+        v.extend(string("retrieve"));
+        v.extend(int(pairs.len() as i32));
+        for (k, vals) in pairs {
+            v.extend(string(k));
+            v.extend(int(vals.len() as i32));
+            for x in *vals {
+                v.extend(string(x));
+            }
+        }
+        v
+    }
+
+    #[test]
+    fn embedded_request_decodes_like_metkit() {
+        let bytes = stream(1, &[("TYPE", &["FC"]), ("Step", &["24"])]);
+        assert_eq!(
+            decode_embedded_request(&bytes).unwrap(),
+            vec![("type".into(), "fc".into()), ("step".into(), "24".into())]
+        );
+        // End-of-object tags are skipped where a value is expected.
+        let mut with_end = vec![2u8];
+        with_end.extend(&bytes);
+        assert_eq!(decode_embedded_request(&with_end).unwrap().len(), 2);
+        assert_eq!(decode_embedded_request(&stream(1, &[])).unwrap(), vec![]);
+    }
+
+    #[test]
+    fn embedded_requests_metkit_refuses_are_refused() {
+        for (bytes, why) in [
+            (stream(2, &[("type", &["fc"])]), "2 requests"),
+            (stream(1, &[("step", &["0", "6"])]), "step has 2 values"),
+            (vec![15, 0, 0, 0, 1, b'x'], "tag 15 where"),
+            (stream(1, &[("type", &["fc"])])[..20].to_vec(), "ends"),
+            (vec![], "ends"),
+        ] {
+            let e = decode_embedded_request(&bytes).unwrap_err();
+            assert!(e.contains(why), "{e}");
+        }
     }
 
     #[test]

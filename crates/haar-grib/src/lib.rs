@@ -23,7 +23,8 @@ pub mod keys;
 pub mod synth;
 
 mod ffi;
+mod param_cache;
 
 pub use frame::{FrameError, Message, MessageReader, Messages, OwnedMessage, messages};
-pub use keys::{KeyError, eccodes_version, mars_keys};
+pub use keys::{KeyError, decode_embedded_request, eccodes_version, mars_keys, mars_keys_uncached};
 pub use synth::{EnsembleSpec, Grid, Summary, SynthError, generate};

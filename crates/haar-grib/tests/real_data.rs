@@ -365,3 +365,39 @@ fn mars_keys_in_parallel_threads_agree() {
         serial
     );
 }
+
+/// The `paramId` cache changes nothing: for every message of every real file, read in file
+/// order and then again in reverse (so most second reads hit the cache with a signature some
+/// other file stored), `mars_keys` equals `mars_keys_uncached`, which has ecCodes evaluate the
+/// parameter tables every time. Errors must agree too.
+#[test]
+fn param_id_cache_changes_no_key() {
+    let mut all = Vec::new();
+    for file in real_files() {
+        let data = std::fs::read(&file).unwrap();
+        let name = file.file_name().unwrap().to_string_lossy().to_string();
+        for m in messages(&data).filter_map(Result::ok) {
+            all.push((format!("{name}@{}", m.offset), m.bytes.to_vec()));
+        }
+    }
+    // The synthetic ensemble: many messages per parameter, the cache's best case.
+    let mut synth = Vec::new();
+    haar_grib::generate(&haar_grib::EnsembleSpec::tiny(), &mut synth).unwrap();
+    for m in messages(&synth).map(Result::unwrap) {
+        all.push((format!("synthetic@{}", m.offset), m.bytes.to_vec()));
+    }
+    let mut compared = 0;
+    for (where_, msg) in all.iter().chain(all.iter().rev()) {
+        let fmt = |r: Result<Vec<(String, String)>, haar_grib::KeyError>| match r {
+            Ok(k) => Ok(k),
+            Err(e) => Err(e.to_string()),
+        };
+        assert_eq!(
+            fmt(mars_keys(msg)),
+            fmt(haar_grib::mars_keys_uncached(msg)),
+            "{where_}"
+        );
+        compared += 1;
+    }
+    assert!(compared > 2000, "{compared}");
+}

@@ -45,6 +45,9 @@ pub struct BenchArgs {
     /// A smaller run (a quarter of the fields, smaller raw-limit buffers).
     #[arg(long)]
     pub quick: bool,
+    /// Only the GRIB section (`haar archive` beside `fdb-write`, see bench_grib.rs).
+    #[arg(long)]
+    pub grib_only: bool,
     /// Internal: run as the visibility reader of ROOT (pmem) for N fields.
     #[arg(long, hide = true, num_args = 2, value_names = ["ROOT", "N"])]
     pub visibility_reader: Option<Vec<String>>,
@@ -366,6 +369,10 @@ pub fn run(_cli: &Cli, a: &BenchArgs) -> Result<(), Failure> {
 }
 
 fn run_in(a: &BenchArgs, dir: &Path) -> Result<(), Failure> {
+    let with_fdb5 = a.fdb5_peer != Some("none".into());
+    if a.grib_only {
+        return super::bench_grib::alone(dir, a.quick, with_fdb5, &a.json, &machine_description());
+    }
     let scale = if a.quick { 4 } else { 1 };
     let n_large = (a.fields / scale).max(1);
     let peer = match &a.fdb5_peer {
@@ -430,6 +437,7 @@ fn run_in(a: &BenchArgs, dir: &Path) -> Result<(), Failure> {
     let vis_n = if a.quick { 200 } else { 1000 };
     let vis = visibility(&dir.join("visibility"), vis_n)?;
     let network = super::bench_net::run(dir, n_large, a.flush_every, peer.as_deref(), a.quick)?;
+    let grib = super::bench_grib::run(dir, a.quick, with_fdb5)?;
 
     let machine = machine_description();
     let report = json!({
@@ -445,6 +453,7 @@ fn run_in(a: &BenchArgs, dir: &Path) -> Result<(), Failure> {
         "visibility_us": {"n": vis.len(), "p50": pct(&vis, 0.5), "p99": pct(&vis, 0.99), "max": pct(&vis, 1.0)},
         "flush_every": a.flush_every,
         "network": network,
+        "grib_archive": grib,
     });
     let text = render(&report) + &super::bench_net::render(&report["network"]);
     print!("{text}");
@@ -553,6 +562,7 @@ fn render(r: &Value) -> String {
         "\nflush returned → visible to a reader in another process (pmem, {} fields): p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs\n",
         v["n"], f(&v["p50"]), f(&v["p99"]), f(&v["max"])
     ));
+    s.push_str(&super::bench_grib::render(&r["grib_archive"]));
     s
 }
 

@@ -1,6 +1,7 @@
 //! One function per subcommand; each parses nothing itself and formats the store's answers.
 
 pub mod bench;
+pub mod bench_grib;
 pub mod bench_net;
 pub mod net;
 
