@@ -71,7 +71,8 @@ pub fn raw_loopback_gbps(total: usize) -> std::io::Result<f64> {
     Ok(got as f64 / start.elapsed().as_secs_f64() / 1e9)
 }
 
-fn bench_key(i: usize) -> Key {
+/// The key of field `i` in the network benchmarks (50 members × steps, one database).
+pub fn bench_key(i: usize) -> Key {
     Key::parse(&format!(
         "class=od,expver=1,stream=enfo,date=20261121,time=0,domain=g,type=pf,levtype=sfc,number={},step={},param=167",
         i % 50,

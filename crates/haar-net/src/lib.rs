@@ -5,7 +5,7 @@
 //! * [`auth`] — shared-secret HMAC handshake, tokens.
 //! * [`server`] — a thread per connection over a local store; the flush-event log for WATCH.
 //! * [`client`] — [`RemoteStore`] (a `haar_store::FieldStore`), [`Watch`], [`wait`].
-//! * [`bench`] — the figures `haar bench` reports for the network path.
+//! * [`bench`](mod@bench) — the figures `haar bench` reports for the network path.
 //!
 //! ```no_run
 //! use haar_net::{ClientConfig, RemoteStore};

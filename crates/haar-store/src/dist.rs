@@ -181,7 +181,10 @@ impl FieldStore for DistStore {
                     failures.push(format!("{}: {e}", lane.name));
                 }
                 Err(e) if lane_fault(&e) => {
+                    // This error reports the lane's unflushed fields lost; it no longer holds
+                    // anything of this writer's, so later flushes must not wait for it.
                     lane.down = true;
+                    lane.dirty = false;
                     return Err(Error::Io {
                         op: "archive",
                         path: lane.name.clone().into(),
@@ -214,7 +217,9 @@ impl FieldStore for DistStore {
             match lane.store.flush() {
                 Ok(()) => lane.dirty = false,
                 Err(e) => {
+                    // Reported lost by the error below; the writer archives again elsewhere.
                     lane.down = true;
+                    lane.dirty = false;
                     errors.push(format!("{}: {e}", lane.name));
                 }
             }

@@ -268,6 +268,49 @@ fn a_lane_dying_with_unflushed_data_is_an_error_naming_it() {
     assert!(e.contains(&c.names[top]), "{e}");
 }
 
+/// Regression: a lane that died holding unflushed data stayed "dirty" after the error that
+/// reported the loss, so every later flush of the same handle tried the dead lane again and
+/// failed, even after the writer re-archived the batch onto the surviving lanes. Found by
+/// kill -9 of a real server (crates/haar-cli/tests/net_cluster.rs).
+#[test]
+fn after_reporting_a_lost_batch_the_writer_goes_on_without_the_dead_lane() {
+    for die_before in ["flush", "archive"] {
+        let c = Cluster::new(3);
+        let mut d = c.dist(2, Placement::Database);
+        let batch: Vec<Key> = (0..4)
+            .map(|s| field_key("20260701", s, 500, "130"))
+            .collect();
+        let first = rendezvous::rank(&c.names, &db_of(&batch[0]))[0];
+        let failed = if die_before == "flush" {
+            for k in &batch {
+                d.archive(k, &payload(k, 0, 50)).unwrap();
+            }
+            c.set_down(first, true);
+            d.flush().unwrap_err()
+        } else {
+            d.archive(&batch[0], &payload(&batch[0], 0, 50)).unwrap();
+            c.set_down(first, true);
+            d.archive(&batch[1], &payload(&batch[1], 0, 50))
+                .unwrap_err()
+        };
+        assert!(failed.to_string().contains(&c.names[first]), "{failed}");
+        // The writer archives the batch again: it goes to two live lanes and flushes.
+        for k in &batch {
+            d.archive(k, &payload(k, 0, 50)).unwrap();
+        }
+        d.flush()
+            .unwrap_or_else(|e| panic!("{die_before}: flush after re-archiving: {e}"));
+        for k in &batch {
+            let holders = c.holders(k);
+            assert_eq!(holders.len(), 2, "{die_before}: {k} on {holders:?}");
+            assert!(
+                !holders.contains(&first),
+                "{die_before}: {k} on the dead lane"
+            );
+        }
+    }
+}
+
 #[test]
 fn select_routes_by_pattern() {
     let enfo = MemoryBackend::new();

@@ -28,7 +28,12 @@ fn median(mut v: Vec<f64>) -> f64 {
         return f64::NAN;
     }
     v.sort_by(f64::total_cmp);
-    v[v.len() / 2]
+    let m = v.len() / 2;
+    if v.len().is_multiple_of(2) {
+        (v[m - 1] + v[m]) / 2.0
+    } else {
+        v[m]
+    }
 }
 
 /// `fdb-server` in its own process group (it forks per client); the group is killed on drop.
@@ -138,6 +143,70 @@ fn fdb5_remote_gbps(
     Ok((fields * size) as f64 / secs / 1e9)
 }
 
+/// Fields archived per run, their size, and the flush interval.
+#[derive(Clone, Copy)]
+struct Workload {
+    fields: usize,
+    size: usize,
+    flush_every: usize,
+}
+
+/// Archive GB/s through a `dist` front-end (one replica, placement by field so the one
+/// database spreads) over `n` fresh `haar serve` children.
+fn dist_gbps(
+    exe: &Path,
+    dir: &Path,
+    token: &str,
+    cfg: &ClientConfig,
+    n: usize,
+    w: Workload,
+) -> Result<f64, String> {
+    use haar_store::FieldStore;
+    let Workload {
+        fields,
+        size,
+        flush_every,
+    } = w;
+    let roots: Vec<PathBuf> = (0..n).map(|i| dir.join(format!("dist{n}-{i}"))).collect();
+    let run = || -> Result<f64, String> {
+        let servers = roots
+            .iter()
+            .map(|r| nb::spawn_server(exe, r, "pmem", token).map_err(|e| e.to_string()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let mut lanes: Vec<(String, Box<dyn FieldStore>)> = Vec::new();
+        for s in &servers {
+            let r = haar_net::RemoteStore::connect(&s.addr, cfg).map_err(|e| e.to_string())?;
+            lanes.push((s.addr.clone(), Box::new(r)));
+        }
+        let opts = haar_store::StoreOptions::default();
+        let mut d = haar_store::dist::DistStore::new(
+            lanes,
+            1,
+            haar_store::dist::Placement::Field,
+            opts.schema.clone(),
+            opts.context.clone(),
+        )
+        .map_err(|e| e.to_string())?;
+        let data: Vec<u8> = (0..size).map(|i| (i * 7 + 3) as u8).collect();
+        let keys: Vec<_> = (0..fields).map(nb::bench_key).collect();
+        let every = flush_every.max(1);
+        let start = Instant::now();
+        for (i, k) in keys.iter().enumerate() {
+            d.archive(k, &data).map_err(|e| e.to_string())?;
+            if (i + 1) % every == 0 {
+                d.flush().map_err(|e| e.to_string())?;
+            }
+        }
+        d.flush().map_err(|e| e.to_string())?;
+        Ok((fields * size) as f64 / start.elapsed().as_secs_f64() / 1e9)
+    };
+    let r = run();
+    for root in &roots {
+        let _ = std::fs::remove_dir_all(root);
+    }
+    r
+}
+
 /// Measures everything; `peer` is the FDB5 C-API harness (bench/build-peer.sh), if built.
 pub fn run(
     dir: &Path,
@@ -194,6 +263,26 @@ pub fn run(
             "haar_vs_raw": haar / raw, "haar_vs_fdb5": fdb5.map(|f| haar / f),
         }));
     }
+    // dist over 4 servers against dist over 1, adjacent pairs: the front-end must add no
+    // bottleneck (2 cores cannot show scaling).
+    let mut pairs = Vec::new();
+    for r in 0..repeats.min(2) {
+        eprintln!(
+            "haar bench: dist 1 vs 4 servers {}/{}",
+            r + 1,
+            repeats.min(2)
+        );
+        let w = Workload {
+            fields,
+            size,
+            flush_every,
+        };
+        let one =
+            dist_gbps(&exe, dir, &token, &cfg, 1, w).map_err(|e| fail("dist over 1 server", e))?;
+        let four =
+            dist_gbps(&exe, dir, &token, &cfg, 4, w).map_err(|e| fail("dist over 4 servers", e))?;
+        pairs.push(json!({"one_gbps": one, "four_gbps": four, "four_vs_one": four / one}));
+    }
     let (server, root) = current.expect("at least one run");
     let lat = nb::notify_latency(&server.addr, &cfg, 200);
     drop(server);
@@ -218,6 +307,10 @@ pub fn run(
         },
         "targets": {"haar_vs_raw": TARGET_VS_RAW, "haar_vs_fdb5": TARGET_VS_FDB5},
         "notify_us": {"n": lat.len(), "p50": us(0.5), "p90": us(0.9), "max": us(1.0)},
+        "dist": {
+            "runs": pairs,
+            "four_vs_one": median(pairs.iter().filter_map(|p| p["four_vs_one"].as_f64()).collect()),
+        },
         "fdb5_note": fdb5_note,
     }))
 }
@@ -281,6 +374,19 @@ pub fn render(n: &Value) -> String {
         f(&n["notify_us"]["p90"]),
         n["notify_us"]["n"],
         met(2000.0 / f(&n["notify_us"]["p50"]), 1.0),
+    ));
+    let dist: Vec<String> = n["dist"]["runs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| format!("{} → {} GB/s", g(&p["one_gbps"]), g(&p["four_gbps"])))
+        .collect();
+    let four = f(&n["dist"]["four_vs_one"]);
+    s.push_str(&format!(
+        "- dist over 4 servers ÷ dist over 1 (placement by field, same fields): {:.2} (runs: {}; target ≥ 0.90: {})\n",
+        four,
+        dist.join(", "),
+        met(four, 0.9)
     ));
     if let Some(note) = n["fdb5_note"].as_str() {
         s.push_str(&format!("- FDB5 remote not measured: {note}\n"));
