@@ -436,7 +436,14 @@ fn run_in(a: &BenchArgs, dir: &Path) -> Result<(), Failure> {
     }
     let vis_n = if a.quick { 200 } else { 1000 };
     let vis = visibility(&dir.join("visibility"), vis_n)?;
-    let network = super::bench_net::run(dir, n_large, a.flush_every, peer.as_deref(), a.quick)?;
+    let mut network = super::bench_net::run(dir, n_large, a.flush_every, peer.as_deref(), a.quick)?;
+    // The local pmem archive rate at 800 KiB calibrates the scaling model's store term.
+    let store_gbps = results
+        .iter()
+        .find(|r| r["system"] == "haar-pmem" && r["size"] == 800 * 1024)
+        .and_then(|r| r["write"]["gib_per_s"].as_f64())
+        .map(|g| g * GIB / 1e9);
+    network["scaling_model"] = super::bench_net::scaling_model(&network, store_gbps);
     let grib = super::bench_grib::run(dir, a.quick, with_fdb5)?;
 
     let machine = machine_description();
