@@ -91,6 +91,25 @@ impl Key {
             .map(|(_, v)| v.as_str())
     }
 
+    /// The position of `keyword` among the pairs, if present.
+    pub fn position(&self, keyword: &str) -> Option<usize> {
+        self.entries.iter().position(|(k, _)| k == keyword)
+    }
+
+    /// Replaces the value of the pair at `position` (panics if out of range), reusing the
+    /// value's allocation: the hot path of [`crate::schema::Splitter`].
+    pub fn set_value_at(&mut self, position: usize, value: &str) {
+        let slot = &mut self.entries[position].1;
+        slot.clear();
+        slot.push_str(value);
+    }
+
+    /// The pair at `position` (panics if out of range).
+    pub(crate) fn entry_at(&self, position: usize) -> (&str, &str) {
+        let (k, v) = &self.entries[position];
+        (k, v)
+    }
+
     /// Removes `keyword`, returning its value.
     pub fn remove(&mut self, keyword: &str) -> Option<String> {
         let pos = self.entries.iter().position(|(k, _)| k == keyword)?;

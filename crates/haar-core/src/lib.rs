@@ -40,5 +40,5 @@ pub mod value;
 pub use key::{Key, KeyParseError};
 pub use param::ParamTable;
 pub use request::{Param, Request, RequestError, Values, parse_requests};
-pub use schema::{Schema, SchemaError, SplitKey};
+pub use schema::{Schema, SchemaError, SplitKey, Splitter};
 pub use value::{Context, ValueError, ValueType};

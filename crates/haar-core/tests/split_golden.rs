@@ -6,7 +6,9 @@
 use std::fmt::Write as _;
 
 use haar_core::schema::{Matcher, Rule};
-use haar_core::{Context, Key, Request, Schema};
+use std::sync::Arc;
+
+use haar_core::{Context, Key, Request, Schema, Splitter};
 
 const FDB5: &str = include_str!("fixtures/fdb5.schema");
 
@@ -180,13 +182,52 @@ fn corpus(schema: &Schema, seed: u64) -> Vec<Key> {
 
 fn split_report(schema: &Schema, keys: &[Key]) -> String {
     let ctx = Context::at(2024, 3, 1);
+    split_report_by(keys, |key| match schema.split(key, &ctx) {
+        Ok(s) => format!("ok {s}"),
+        Err(e) => format!("err {e}"),
+    })
+}
+
+/// The same report through a [`Splitter`] (which reuses the last split when it can).
+/// Also returns how many splits reused the previous one.
+fn splitter_report(schema: &Schema, keys: &[Key]) -> (String, u64) {
+    let mut splitter = Splitter::new(Arc::new(schema.clone()), Context::at(2024, 3, 1));
+    let report = split_report_by(keys, |key| match splitter.split(key) {
+        Ok(s) => format!("ok {s}"),
+        Err(e) => format!("err {e}"),
+    });
+    (report, splitter.reused())
+}
+
+fn split_report_by(keys: &[Key], mut split: impl FnMut(&Key) -> String) -> String {
     let mut out = String::new();
     for key in keys {
-        let got = match schema.split(key, &ctx) {
-            Ok(s) => format!("ok {s}"),
-            Err(e) => format!("err {e}"),
-        };
+        let got = split(key);
         writeln!(out, "{key}\n  {got}").unwrap();
+    }
+    out
+}
+
+/// Each key of `keys` followed by `n` variants, each changing one to three values of the one
+/// before (sometimes to an empty or a rejected value): runs of keys like an archive stream's.
+fn with_variants(keys: &[Key], seed: u64, n: usize) -> Vec<Key> {
+    let mut rng = Rng(seed);
+    let mut out = Vec::new();
+    for key in keys {
+        out.push(key.clone());
+        let mut k = key.clone();
+        for _ in 0..n {
+            let keywords: Vec<String> = k.keywords().map(str::to_string).collect();
+            if keywords.is_empty() {
+                break;
+            }
+            for _ in 0..1 + rng.below(3) {
+                let kw = &keywords[rng.below(keywords.len())];
+                let v = rng.value(kw);
+                k.push(kw.clone(), v);
+            }
+            out.push(k.clone());
+        }
     }
     out
 }
@@ -305,6 +346,50 @@ fn fdb5_split_unchanged() {
     let s = Schema::parse(FDB5).unwrap();
     let report = split_report(&s, &corpus(&s, 0x2545_f491_4f6c_dd1d));
     check("split_fdb5.golden", &report);
+}
+
+#[test]
+fn splitter_gives_the_golden_splits() {
+    let s = Schema::builtin();
+    let keys = corpus(s, 0x9e37_79b9_7f4a_7c15);
+    check("split_builtin.golden", &splitter_report(s, &keys).0);
+    let s = Schema::parse(FDB5).unwrap();
+    let keys = corpus(&s, 0x2545_f491_4f6c_dd1d);
+    check("split_fdb5.golden", &splitter_report(&s, &keys).0);
+}
+
+#[test]
+fn splitter_equals_split_on_runs_of_similar_keys() {
+    let fdb5 = Schema::parse(FDB5).unwrap();
+    for (s, seed) in [(Schema::builtin(), 11), (&fdb5, 12)] {
+        let keys = with_variants(&corpus(s, seed), seed ^ 0x5555, 6);
+        let want = split_report(s, &keys);
+        let (got, reused) = splitter_report(s, &keys);
+        // Many variants take the fast path (else this test proves little).
+        assert!(reused > 500, "{reused} of {}", keys.len());
+        assert_eq!(want.len(), got.len());
+        for (w, g) in want.lines().zip(got.lines()) {
+            assert_eq!(w, g);
+        }
+    }
+    // The archive stream's shape: only datum values change, the rule stays the same.
+    let s = Schema::builtin();
+    let mut keys = Vec::new();
+    for i in 0..300 {
+        keys.push(
+            Key::parse(&format!(
+                "class=od,expver=0001,stream=oper,date=20261121,time=1200,domain=g,type=fc,\
+                 levtype=pl,levelist={},step={},param={}",
+                i % 100 + 1,
+                i / 100,
+                ["130", "130.128", "0130", "167"][i % 4]
+            ))
+            .unwrap(),
+        );
+    }
+    let (got, reused) = splitter_report(s, &keys);
+    assert_eq!(split_report(s, &keys), got);
+    assert_eq!(reused, 299);
 }
 
 #[test]

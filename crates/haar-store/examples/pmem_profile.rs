@@ -1,6 +1,6 @@
 //! Where time goes in the pmem backend (developer tool, for `perf record`): archive N fields of
-//! SIZE bytes with a flush every 100 (as `haar bench` does), then retrieve them one at a time
-//! with a fresh store handle (zero-copy `retrieve_key_with`, as `haar bench` does). `ROUNDS` repeats both phases so a profile has enough samples.
+//! SIZE bytes with a flush every 100 (as `haar bench` does), then (unless `READS=0`) retrieve them one at a
+//! time with a fresh store handle (zero-copy `retrieve_key_with`, as `haar bench` does). `ROUNDS` repeats both phases so a profile has enough samples.
 use haar_store::pmem::PmemOptions;
 use haar_store::{PmemBackend, Store, StoreOptions};
 use std::sync::Arc;
@@ -33,6 +33,8 @@ fn main() {
     let size = env("SIZE", 800 * 1024);
     let n = env("N", 500);
     let rounds = env("ROUNDS", 1);
+    // READS=0 profiles the archive phase alone.
+    let reads = env("READS", 1) != 0;
     let data: Vec<u8> = (0..size).map(|i| (i * 31 + 7) as u8).collect();
     let gib = (n * size) as f64 / (1u64 << 30) as f64;
     // One pool provisioned for every round, so a profile of the rounds holds no set-up.
@@ -61,6 +63,10 @@ fn main() {
             Arc::new(PmemBackend::open(dir, opts()).unwrap()),
             StoreOptions::default(),
         );
+        if !reads {
+            println!("write {:.0} fields/s {:.2} GiB/s", n as f64 / w, gib / w);
+            continue;
+        }
         let t0 = Instant::now();
         for k in &keys {
             let n = store.retrieve_key_with(k, |b| b.len()).unwrap();

@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 
 use haar_core::Key;
 use haar_core::request::{Request, Values};
-use haar_core::schema::{Schema, SplitKey};
+use haar_core::schema::{Schema, SplitKey, Splitter};
 use haar_core::value::Context;
 
 use crate::backend::{Backend, Committed, DbReader, DbWriter, FieldBytes};
@@ -293,6 +293,9 @@ pub struct Store {
     ctx: Context,
     pending: HashMap<Key, PendingDb>,
     catalogues: Mutex<HashMap<Key, Catalogue>>,
+    /// Splits archived keys; reuses the last split when only datum-like values change. Boxed:
+    /// it is large and used once per archive, through one pointer.
+    splitter: Box<Splitter>,
 }
 
 fn bad_request(req: &Request, reason: impl Into<String>) -> Error {
@@ -318,6 +321,73 @@ fn matches(req: &Request, key: &Key, complete: bool) -> bool {
     })
 }
 
+/// Stores one field of a split key in the pending segment of its database (opened on first
+/// use). Free-standing so that [`Store::archive`] can pass a split borrowed from the store's
+/// splitter.
+fn archive_parts(
+    backend: &Arc<dyn Backend>,
+    pending: &mut HashMap<Key, PendingDb>,
+    split: &SplitKey,
+    data: &[u8],
+    crc: Option<u32>,
+) -> Result<()> {
+    let db = &split.db;
+    // One hash of the database key on the hot path (the database is usually open).
+    if let Some(p) = pending.get_mut(db) {
+        return append_field(p, split, data, crc);
+    }
+    let writer = backend.open_writer(db)?;
+    let builder = SegmentBuilder::new(0, writer.id(), 0, db).map_err(|reason| Error::BadKey {
+        key: db.to_string(),
+        reason,
+    })?;
+    let p = pending.entry(db.clone()).or_insert(PendingDb {
+        writer,
+        builder,
+        sequence: 0,
+    });
+    append_field(p, split, data, crc)
+}
+
+/// Appends the bytes of one field to its database's writer and indexes them in the pending
+/// segment; with `crc`, the checksum computed while storing must equal it.
+fn append_field(p: &mut PendingDb, split: &SplitKey, data: &[u8], crc: Option<u32>) -> Result<()> {
+    let SplitKey { db, index, datum } = split;
+    // Refuse an unencodable key before its bytes are stored, so no orphan bytes remain.
+    format::check_key(index)
+        .and_then(|_| format::check_key(datum))
+        .map_err(|reason| Error::BadKey {
+            key: db.joined(index).joined(datum).to_string(),
+            reason,
+        })?;
+    let data = p.writer.append(data).map_err(|e| {
+        with_note(
+            e,
+            &format!(
+                "archiving {}; this field is not stored, fields flushed before are intact",
+                db.joined(index).joined(datum)
+            ),
+        )
+    })?;
+    if let Some(expected) = crc.filter(|&c| c != data.crc) {
+        return Err(Error::Corrupt {
+            what: "field",
+            path: "(received bytes)".into(),
+            detail: format!(
+                "{} arrived with crc {:#010x}, the sender computed {expected:#010x} (damaged in transit); not stored",
+                db.joined(index).joined(datum),
+                data.crc
+            ),
+        });
+    }
+    p.builder
+        .push_field(index, datum, &data)
+        .map_err(|reason| Error::BadKey {
+            key: db.joined(index).joined(datum).to_string(),
+            reason,
+        })
+}
+
 impl Store {
     /// A store over `backend` with the built-in schema.
     pub fn new(backend: impl Backend + 'static) -> Store {
@@ -328,6 +398,7 @@ impl Store {
     pub fn with_options(backend: Arc<dyn Backend>, opts: StoreOptions) -> Store {
         Store {
             backend,
+            splitter: Box::new(Splitter::new(opts.schema.clone(), opts.context.clone())),
             schema: opts.schema,
             ctx: opts.context,
             pending: HashMap::new(),
@@ -362,79 +433,24 @@ impl Store {
 
     /// Stores `data` under `key`. Invisible to every reader until [`Store::flush`].
     pub fn archive(&mut self, key: &Key, data: &[u8]) -> Result<()> {
-        let split = self.split(key)?;
-        self.archive_split(split, data)
+        // The split is borrowed from the splitter: no key is cloned on the hot path.
+        let split = self.splitter.split(key).map_err(|e| Error::BadKey {
+            key: key.to_string(),
+            reason: e.to_string(),
+        })?;
+        archive_parts(&self.backend, &mut self.pending, split, data, None)
     }
 
     /// [`Store::archive`] for a key already split by [`Store::split`].
     pub fn archive_split(&mut self, split: SplitKey, data: &[u8]) -> Result<()> {
-        self.archive_split_inner(split, data, None)
+        archive_parts(&self.backend, &mut self.pending, &split, data, None)
     }
 
     /// [`Store::archive_split`] for bytes whose CRC-32C the sender computed (the network
     /// server): the checksum the backend computes while storing them must equal `crc`, or the
     /// field is not indexed and the error names the key. Saves a second pass over the bytes.
     pub fn archive_split_checked(&mut self, split: SplitKey, data: &[u8], crc: u32) -> Result<()> {
-        self.archive_split_inner(split, data, Some(crc))
-    }
-
-    fn archive_split_inner(
-        &mut self,
-        split: SplitKey,
-        data: &[u8],
-        crc: Option<u32>,
-    ) -> Result<()> {
-        let SplitKey { db, index, datum } = split;
-        if !self.pending.contains_key(&db) {
-            let writer = self.backend.open_writer(&db)?;
-            let builder =
-                SegmentBuilder::new(0, writer.id(), 0, &db).map_err(|reason| Error::BadKey {
-                    key: db.to_string(),
-                    reason,
-                })?;
-            self.pending.insert(
-                db.clone(),
-                PendingDb {
-                    writer,
-                    builder,
-                    sequence: 0,
-                },
-            );
-        }
-        // Refuse an unencodable key before its bytes are stored, so no orphan bytes remain.
-        format::check_key(&index)
-            .and_then(|_| format::check_key(&datum))
-            .map_err(|reason| Error::BadKey {
-                key: db.joined(&index).joined(&datum).to_string(),
-                reason,
-            })?;
-        let p = self.pending.get_mut(&db).unwrap();
-        let data = p.writer.append(data).map_err(|e| {
-            with_note(
-                e,
-                &format!(
-                    "archiving {}; this field is not stored, fields flushed before are intact",
-                    db.joined(&index).joined(&datum)
-                ),
-            )
-        })?;
-        if let Some(expected) = crc.filter(|&c| c != data.crc) {
-            return Err(Error::Corrupt {
-                what: "field",
-                path: "(received bytes)".into(),
-                detail: format!(
-                    "{} arrived with crc {:#010x}, the sender computed {expected:#010x} (damaged in transit); not stored",
-                    db.joined(&index).joined(&datum),
-                    data.crc
-                ),
-            });
-        }
-        p.builder
-            .push_field(&index, &datum, &data)
-            .map_err(|reason| Error::BadKey {
-                key: db.joined(&index).joined(&datum).to_string(),
-                reason,
-            })
+        archive_parts(&self.backend, &mut self.pending, &split, data, Some(crc))
     }
 
     /// Makes every field archived so far durable and visible, atomically per database.
