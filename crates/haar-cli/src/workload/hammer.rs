@@ -12,7 +12,7 @@ use clap::{Args, ValueEnum};
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::field::{self, Header, Kind};
+use super::field::{self, Header};
 use super::procs::{Group, Reporter};
 use super::target::Target;
 use super::{Layout, WorkerSpec, monotonic_ns, parse_size, summary};
@@ -449,20 +449,7 @@ impl Source {
     }
 
     fn header(layout: &Layout, m: u32, s: u32, f: u32, seed: u64, crc: u32) -> Header {
-        let (param, level) = layout.field(f);
-        Header {
-            bits: 16,
-            member: m,
-            step: s,
-            param,
-            level,
-            reference: 0.0,
-            scale: 1.0,
-            nvalues: field::nvalues16(layout.field_size),
-            kind: Kind::Member,
-            seed,
-            body_crc: crc,
-        }
+        layout.member_header(m, s, f, 0.0, 1.0, seed, crc)
     }
 
     /// The bytes of member `m`'s field `f` at step `s`.

@@ -77,6 +77,35 @@ impl Layout {
             .then(|| (level - 1) * self.params + p)
     }
 
+    /// The header of member `m`'s field `f` at step index `s`: values `reference + scale·X`,
+    /// `X` from a body with `seed` whose CRC is `crc`.
+    #[allow(clippy::too_many_arguments)]
+    pub fn member_header(
+        &self,
+        m: u32,
+        s: u32,
+        f: u32,
+        reference: f64,
+        scale: f64,
+        seed: u64,
+        crc: u32,
+    ) -> field::Header {
+        let (param, level) = self.field(f);
+        field::Header {
+            bits: 16,
+            member: m,
+            step: s,
+            param,
+            level,
+            reference,
+            scale,
+            nvalues: field::nvalues16(self.field_size),
+            kind: field::Kind::Member,
+            seed,
+            body_crc: crc,
+        }
+    }
+
     /// The `step` value of step index `s`.
     pub fn step_value(&self, s: u32) -> u32 {
         s * self.step_hours

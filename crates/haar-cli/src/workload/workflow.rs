@@ -140,20 +140,7 @@ fn reference(m: u32, s: u32, f: u32) -> f64 {
 const SCALE: f64 = 0.001;
 
 fn member_header(l: &Layout, m: u32, s: u32, f: u32, seed: u64, crc: u32) -> Header {
-    let (param, level) = l.field(f);
-    Header {
-        bits: 16,
-        member: m,
-        step: s,
-        param,
-        level,
-        reference: reference(m, s, f),
-        scale: SCALE,
-        nvalues: field::nvalues16(l.field_size),
-        kind: Kind::Member,
-        seed,
-        body_crc: crc,
-    }
+    l.member_header(m, s, f, reference(m, s, f), SCALE, seed, crc)
 }
 
 /// Bytes of a product field for `l`.
