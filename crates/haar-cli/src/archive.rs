@@ -3,7 +3,8 @@
 //! Policy (documented in `haar archive --help`): a file with any fault archives nothing; the
 //! other files are archived; one flush at the end.
 //!
-//! Pipeline: files are memory-mapped (no copy into the process) and framed in Rust; one key
+//! Pipeline: files are read (read(2) into reused buffers; never mapped, so a file truncated
+//! meanwhile is refused, never a SIGBUS) and framed in Rust; one key
 //! worker per core reads the messages' MARS keys through ecCodes, in file and message order,
 //! running ahead into the next files while the main thread copies a finished file's fields
 //! into the store. The main thread extracts keys too while it waits, so every core stays busy.
@@ -11,6 +12,7 @@
 //! keeps the policy above; files are opened at most [`LOOKAHEAD`] ahead of the one being stored.
 
 use std::collections::VecDeque;
+use std::io::Read;
 use std::ops::{Deref, Range};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -29,7 +31,7 @@ use crate::Failure;
 use crate::args::{ArchiveArgs, Cli};
 use crate::open;
 
-/// Files opened (mapped and framed) ahead of the one being stored, so key workers never wait
+/// Files opened (read and framed) ahead of the one being stored, so key workers never wait
 /// for the main thread while it copies.
 const LOOKAHEAD: usize = 4;
 
@@ -39,40 +41,143 @@ fn resolve_filter(store: &Store, text: &Option<String>) -> Result<Option<Request
     Ok(Some(store.resolve(&req)?.0))
 }
 
-/// An input file's bytes: mapped read-only, or read into memory when it cannot be mapped
-/// (a pipe, an empty file). A mapped file must not be truncated while it is archived.
-enum Bytes {
-    Mapped(memmap2::Mmap),
-    Read(Vec<u8>),
+/// Bytes per read(2): large enough that syscalls cost nothing measurable, small enough that
+/// the file position shows a read in progress (the truncation test watches it).
+const READ_CHUNK: usize = 8 << 20;
+
+/// Reusable input buffers: anonymous mappings advised as huge pages. A file is read into the
+/// smallest free buffer that holds it, and the buffer comes back when the file is stored, so
+/// later files are read into pages that are already resident (first touch of fresh memory
+/// costs more than the copy itself, FACTS).
+#[derive(Default)]
+struct Buffers(Mutex<Vec<memmap2::MmapMut>>);
+
+impl Buffers {
+    fn take(&self, len: usize) -> std::io::Result<memmap2::MmapMut> {
+        let mut free = self.0.lock().unwrap();
+        let best = (free.iter().enumerate())
+            .filter(|(_, m)| m.len() >= len)
+            .min_by_key(|(_, m)| m.len())
+            .map(|(i, _)| i);
+        if let Some(i) = best {
+            return Ok(free.swap_remove(i));
+        }
+        drop(free);
+        let m = memmap2::MmapOptions::new().len(len).map_anon()?;
+        #[cfg(target_os = "linux")]
+        let _ = m.advise(memmap2::Advice::HugePage);
+        Ok(m)
+    }
+
+    fn give(&self, m: memmap2::MmapMut) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(m);
+    }
+}
+
+/// An input file's bytes, privately owned: read with read(2), never mapped, so a file
+/// truncated or rewritten while it is archived cannot fault (SIGBUS) or change bytes under
+/// ecCodes; [`load`] notices the change instead.
+struct Bytes {
+    data: Data,
+    len: usize,
+}
+
+enum Data {
+    /// A pooled buffer, returned to its pool on drop.
+    Pooled(Option<memmap2::MmapMut>, Arc<Buffers>),
+    /// Not a regular file (a pipe), or empty.
+    Owned(Vec<u8>),
 }
 
 impl Deref for Bytes {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        match self {
-            Bytes::Mapped(m) => m,
-            Bytes::Read(v) => v,
+        match &self.data {
+            Data::Pooled(m, _) => &m.as_ref().expect("held until drop")[..self.len],
+            Data::Owned(v) => v,
         }
     }
 }
 
-fn load(path: &Path) -> Result<Bytes, String> {
-    let cannot = |e: std::io::Error| format!("{}: cannot read: {e}", path.display());
-    let file = std::fs::File::open(path).map_err(cannot)?;
-    let meta = file.metadata().map_err(cannot)?;
-    if meta.is_file() && meta.len() > 0 {
-        // SAFETY: the mapping is read-only and private to this process; the documented
-        // condition is that the file is not truncated or rewritten while it is archived
-        // (the same condition under which `read` would return consistent bytes). Not
-        // populated: on a disk that would read whole files (LOOKAHEAD of them) before the
-        // first message is keyed; fault-around and read-ahead cost as little on tmpfs.
-        if let Ok(m) = unsafe { memmap2::MmapOptions::new().map(&file) } {
-            #[cfg(unix)]
-            let _ = m.advise(memmap2::Advice::Sequential);
-            return Ok(Bytes::Mapped(m));
+impl Drop for Bytes {
+    fn drop(&mut self) {
+        if let Data::Pooled(m, pool) = &mut self.data
+            && let Some(m) = m.take()
+        {
+            pool.give(m);
         }
     }
-    std::fs::read(path).map(Bytes::Read).map_err(cannot)
+}
+
+/// Fills `buf` from `file` in chunks of at most [`READ_CHUNK`]; the bytes read (fewer at end
+/// of file).
+fn read_full(file: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        let end = buf.len().min(got + READ_CHUNK);
+        match file.read(&mut buf[got..end]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+/// Reads a whole input file. A regular file must have the same length and modification time
+/// after the read as before it and end where its length said: otherwise someone truncated,
+/// extended or rewrote it meanwhile, the bytes may mix two versions, and the file is refused.
+fn load(path: &Path, pool: &Arc<Buffers>) -> Result<Bytes, String> {
+    let name = path.display();
+    let cannot = |e: std::io::Error| format!("{name}: cannot read: {e}");
+    let mut file = std::fs::File::open(path).map_err(cannot)?;
+    let before = file.metadata().map_err(cannot)?;
+    if !before.is_file() || before.len() == 0 {
+        let mut v = Vec::new();
+        file.read_to_end(&mut v).map_err(cannot)?;
+        let len = v.len();
+        return Ok(Bytes {
+            data: Data::Owned(v),
+            len,
+        });
+    }
+    let len = usize::try_from(before.len()).map_err(|_| format!("{name}: too large to read"))?;
+    let mut buf = pool
+        .take(len)
+        .map_err(|e| format!("{name}: cannot allocate {len} bytes to read it into: {e}"))?;
+    let read = read_full(&mut file, &mut buf[..len]).and_then(|got| {
+        // One byte more: a file that grew meanwhile does not end at `len`.
+        let extra = if got == len {
+            read_full(&mut file, &mut [0u8; 1])?
+        } else {
+            0
+        };
+        Ok((got, extra, file.metadata()?))
+    });
+    let (got, extra, after) = match read {
+        Ok(r) => r,
+        Err(e) => {
+            pool.give(buf);
+            return Err(cannot(e));
+        }
+    };
+    let same = got == len
+        && extra == 0
+        && after.len() == before.len()
+        && after.modified().ok() == before.modified().ok();
+    if !same {
+        pool.give(buf);
+        return Err(format!(
+            "{name}: changed while being read (it was {len} bytes when opened, {got}{} bytes could be read, it is {} bytes now: truncated, extended or rewritten meanwhile); nothing from it is archived; archive it again once no one is writing it",
+            if extra > 0 { "+" } else { "" },
+            after.len()
+        ));
+    }
+    Ok(Bytes {
+        data: Data::Pooled(Some(buf), pool.clone()),
+        len,
+    })
 }
 
 /// What a file's fields are filtered and keyed with: the same for every message.
@@ -209,9 +314,9 @@ enum Opened {
     Failed(String),
 }
 
-fn open_file(store: &Store, path: &Path, overrides: &Key) -> Opened {
+fn open_file(store: &Store, path: &Path, overrides: &Key, pool: &Arc<Buffers>) -> Opened {
     let name = path.display().to_string();
-    let bytes = match load(path) {
+    let bytes = match load(path, pool) {
         Ok(b) => b,
         Err(e) => return Opened::Failed(e),
     };
@@ -324,6 +429,7 @@ pub fn run(cli: &Cli, a: &ArchiveArgs) -> Result<(), Failure> {
         queue: Mutex::new(Some(VecDeque::new())),
         wake: Condvar::new(),
     };
+    let pool = Arc::new(Buffers::default());
     let workers = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
@@ -342,7 +448,7 @@ pub fn run(cli: &Cli, a: &ArchiveArgs) -> Result<(), Failure> {
         for path in &a.files {
             while opened.len() < LOOKAHEAD {
                 let Some(p) = to_open.next() else { break };
-                let o = open_file(&store, p, &overrides);
+                let o = open_file(&store, p, &overrides, &pool);
                 if let Opened::Grib(job) = &o {
                     let mut q = shared.queue.lock().unwrap();
                     q.as_mut()
