@@ -8,8 +8,12 @@
 //! worker per core reads the messages' MARS keys through ecCodes, in file and message order,
 //! running ahead into the next files while the main thread copies a finished file's fields
 //! into the store. The main thread extracts keys too while it waits, so every core stays busy.
-//! A file's fields are stored only once all of its messages have their keys, which is what
-//! keeps the policy above; files are opened at most [`LOOKAHEAD`] ahead of the one being stored.
+//! A file's fields are stored in message order as their keys arrive, overlapping the copy with
+//! the keying of the same file; a fault in a later message makes the store forget the file's
+//! fields ([`Store::discard_since`]: nothing is visible before the flush, which is the commit),
+//! which is what keeps the policy above. With `--servers` (fields cannot be taken back once
+//! sent) a file's fields are sent only once all of its messages have keys. Files are opened at
+//! most [`LOOKAHEAD`] ahead of the one being stored.
 
 use std::collections::VecDeque;
 use std::io::Read;
@@ -249,12 +253,33 @@ impl Job {
             }
             let _ = self.outcomes[i].set(r);
         }
-        if self.done.fetch_add(1, Ordering::AcqRel) + 1 == self.msgs.len() {
-            // Under the lock, so a waiter that checked `complete` cannot miss the wake-up.
-            let _guard = shared.queue.lock().unwrap();
-            shared.wake.notify_all();
-        }
+        self.done.fetch_add(1, Ordering::AcqRel);
+        // Every message, not only the last: the main thread stores a file's fields in message
+        // order as they come. Under the lock, so a waiter that checked cannot miss the wake-up.
+        let _guard = shared.queue.lock().unwrap();
+        shared.wake.notify_all();
         true
+    }
+
+    /// The outcome of message position `i`, keying this file's messages while it is not ready;
+    /// `None` if it was skipped after an earlier fault.
+    fn outcome(&self, i: usize, keying: &Keying, shared: &Shared) -> Option<&Outcome> {
+        loop {
+            if let Some(o) = self.outcomes[i].get() {
+                return Some(o);
+            }
+            if i >= self.first_fault.load(Ordering::Relaxed) {
+                return None;
+            }
+            if !self.work_one(keying, shared) {
+                // Every message is claimed: wait for the worker keying this one.
+                let mut q = shared.queue.lock().unwrap();
+                while self.outcomes[i].get().is_none() && !self.complete() {
+                    q = shared.wake.wait(q).unwrap();
+                }
+                return self.outcomes[i].get();
+            }
+        }
     }
 
     /// The file's fields in message order, or its first fault.
@@ -471,6 +496,54 @@ pub fn run(cli: &Cli, a: &ArchiveArgs) -> Result<(), Failure> {
                         Arc::new(RawBytes(bytes)) as Arc<dyn AsBytes>,
                     )
                 }
+                // A local store: each field is stored as soon as it and every message before
+                // it have keys, while the workers key the rest of the file; if a later message
+                // of the file fails, the store forgets the file's fields (nothing is visible
+                // before the flush at the end, and the flush is the commit).
+                Opened::Grib(job) if remote.is_none() => {
+                    let checkpoint = store.checkpoint();
+                    let (mut fields, mut skipped, mut fbytes) = (0usize, 0usize, 0u64);
+                    let mut fault = None;
+                    for (i, &(_, offset, len)) in job.msgs.iter().enumerate() {
+                        match job.outcome(i, &keying, &shared) {
+                            Some(Ok(Some(split))) => {
+                                store.archive_split(
+                                    split.clone(),
+                                    &job.bytes[offset..offset + len],
+                                )?;
+                                fields += 1;
+                                fbytes += len as u64;
+                                let n = n_fields + fields;
+                                let secs = start.elapsed().as_secs_f64().max(1e-9);
+                                bar.set_message(format!(
+                                    "{n} fields, {:.0} fields/s",
+                                    n as f64 / secs
+                                ));
+                            }
+                            Some(Ok(None)) => skipped += 1,
+                            Some(Err(e)) => {
+                                fault = Some(e.clone());
+                                break;
+                            }
+                            None => unreachable!("messages before the first fault are all keyed"),
+                        }
+                    }
+                    if let Some(e) = fault {
+                        store.discard_since(&checkpoint);
+                        failed.push(e);
+                        continue;
+                    }
+                    n_fields += fields;
+                    n_bytes += fbytes;
+                    summary.push(json!({
+                        "file": path.display().to_string(), "fields": fields,
+                        "skipped": skipped, "bytes": fbytes,
+                    }));
+                    bar.inc(job.bytes.len() as u64);
+                    continue;
+                }
+                // With --servers fields go out as they are archived and cannot be taken back:
+                // a file's fields are sent only once all of its messages have keys.
                 Opened::Grib(job) => {
                     // Help key this file's messages, then wait for the workers' last ones.
                     while job.work_one(&keying, &shared) {}

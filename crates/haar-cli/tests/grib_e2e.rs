@@ -876,3 +876,55 @@ fn truncating_an_input_while_it_is_archived_never_crashes() {
         "never saw haar part way through reading the file"
     );
 }
+
+/// A fault in the last message of a file, found by ecCodes or the schema after haar has
+/// already stored the file's earlier fields (each field is stored as soon as it has keys):
+/// nothing from the file is archived, the other file of the command and everything flushed
+/// before are, and the store goes on archiving.
+#[test]
+fn a_fault_in_a_late_message_archives_nothing_from_its_file() {
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("root");
+    let good = data("earthkit-data/t_pl.grib");
+    let other_good = data("earthkit-data/u_pl.grib");
+    let mut args = root_args(&root);
+    args.extend(["archive".into(), good.as_os_str().to_owned()]);
+    haar_ok(&args);
+    let before = list_lines(&root);
+    assert_eq!(before.len(), 6);
+
+    // 160 good messages (class=ea), then one the schema refuses (no class).
+    let mut bytes = std::fs::read(data("cfgrib/era5-levels-members.grib")).unwrap();
+    let bad_offset = bytes.len();
+    bytes.extend(std::fs::read(data("cfgrib/lambert_grid.grib")).unwrap());
+    let late = work.path().join("late-fault.grib");
+    std::fs::write(&late, &bytes).unwrap();
+    let mut args = root_args(&root);
+    args.extend([
+        "archive".into(),
+        late.as_os_str().to_owned(),
+        other_good.as_os_str().to_owned(),
+    ]);
+    let out = haar(&args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("late-fault.grib"), "{err}");
+    assert!(err.contains("message 161 "), "{err}");
+    assert!(err.contains(&format!("byte offset {bad_offset}")), "{err}");
+    let after = list_lines(&root);
+    assert_eq!(after.len(), 12, "{after:#?}");
+    for line in &before {
+        assert!(after.contains(line), "flushed field changed: {line}");
+    }
+    assert!(
+        after.iter().all(|l| !l.contains("class=ea")),
+        "a field of the faulty file was archived"
+    );
+
+    // The same 160 messages without the bad one archive whole afterwards.
+    std::fs::write(&late, &bytes[..bad_offset]).unwrap();
+    let mut args = root_args(&root);
+    args.extend(["archive".into(), late.as_os_str().to_owned()]);
+    haar_ok(&args);
+    assert_eq!(list_lines(&root).len(), 172);
+}
