@@ -3,17 +3,18 @@
 //! Policy (documented in `haar archive --help`): a file with any fault archives nothing; the
 //! other files are archived; one flush at the end.
 //!
-//! Pipeline: files are read (read(2) into reused buffers; never mapped, so a file truncated
-//! meanwhile is refused, never a SIGBUS) and framed in Rust; one key
-//! worker per core reads the messages' MARS keys through ecCodes, in file and message order,
-//! running ahead into the next files while the main thread copies a finished file's fields
-//! into the store. The main thread extracts keys too while it waits, so every core stays busy.
-//! A file's fields are stored in message order as their keys arrive, overlapping the copy with
-//! the keying of the same file; a fault in a later message makes the store forget the file's
-//! fields ([`Store::discard_since`]: nothing is visible before the flush, which is the commit),
-//! which is what keeps the policy above. With `--servers` (fields cannot be taken back once
-//! sent) a file's fields are sent only once all of its messages have keys. Files are opened at
-//! most [`LOOKAHEAD`] ahead of the one being stored.
+//! Pipeline: into a local store files are memory-mapped (no copy) under a SIGBUS guard
+//! ([`crate::guarded_map`]: a file truncated meanwhile reads as zeros and is refused
+//! afterwards, never a crash); with `--servers` they are read (read(2) into reused buffers) and
+//! checked once read. Files are framed in Rust; one key worker per core reads the messages'
+//! MARS keys through ecCodes, in file and message order, running ahead into the next files.
+//! The main thread stores a file's fields in message order as their keys arrive, overlapping
+//! the copy with the keying of the same file, and extracts keys too while it waits, so every
+//! core stays busy. A fault in a later message, or a change of the file, makes the store forget
+//! the file's fields ([`Store::discard_since`]: nothing is visible before the flush, which is
+//! the commit), which is what keeps the policy above. With `--servers` (fields cannot be taken
+//! back once sent) a file's fields are sent only once all of its messages have keys. Files are
+//! opened at most [`LOOKAHEAD`] ahead of the one being stored.
 
 use std::collections::VecDeque;
 use std::io::Read;
@@ -87,6 +88,9 @@ struct Bytes {
 }
 
 enum Data {
+    /// Mapped (local stores): no copy; a truncation reads zeros instead of faulting, and
+    /// [`Bytes::changed`] says so.
+    Mapped(crate::guarded_map::GuardedMap),
     /// A pooled buffer, returned to its pool on drop.
     Pooled(Option<memmap2::MmapMut>, Arc<Buffers>),
     /// Not a regular file (a pipe), or empty.
@@ -97,10 +101,26 @@ impl Deref for Bytes {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         match &self.data {
+            Data::Mapped(m) => m,
             Data::Pooled(m, _) => &m.as_ref().expect("held until drop")[..self.len],
             Data::Owned(v) => v,
         }
     }
+}
+
+impl Bytes {
+    /// True if the file changed since it was opened, so these bytes must not be archived
+    /// (only mapped bytes can; read bytes were checked once read).
+    fn changed(&self) -> bool {
+        matches!(&self.data, Data::Mapped(m) if m.changed())
+    }
+}
+
+/// The refusal of a file that changed while haar used its bytes.
+fn changed_while_read(name: &str) -> String {
+    format!(
+        "{name}: changed while being read (truncated, extended or rewritten meanwhile); nothing from it is archived; archive it again once no one is writing it"
+    )
 }
 
 impl Drop for Bytes {
@@ -132,11 +152,21 @@ fn read_full(file: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize>
 /// Reads a whole input file. A regular file must have the same length and modification time
 /// after the read as before it and end where its length said: otherwise someone truncated,
 /// extended or rewrote it meanwhile, the bytes may mix two versions, and the file is refused.
-fn load(path: &Path, pool: &Arc<Buffers>) -> Result<Bytes, String> {
+fn load(path: &Path, pool: &Arc<Buffers>, map: bool) -> Result<Bytes, String> {
     let name = path.display();
     let cannot = |e: std::io::Error| format!("{name}: cannot read: {e}");
     let mut file = std::fs::File::open(path).map_err(cannot)?;
     let before = file.metadata().map_err(cannot)?;
+    if map && before.is_file() && before.len() > 0 {
+        let copy = file.try_clone().map_err(cannot)?;
+        if let Some(m) = crate::guarded_map::GuardedMap::new(copy, &before) {
+            let len = m.len();
+            return Ok(Bytes {
+                data: Data::Mapped(m),
+                len,
+            });
+        }
+    }
     if !before.is_file() || before.len() == 0 {
         let mut v = Vec::new();
         file.read_to_end(&mut v).map_err(cannot)?;
@@ -339,44 +369,68 @@ enum Opened {
     Failed(String),
 }
 
-fn open_file(store: &Store, path: &Path, overrides: &Key, pool: &Arc<Buffers>) -> Opened {
+fn open_file(
+    store: &Store,
+    path: &Path,
+    overrides: &Key,
+    pool: &Arc<Buffers>,
+    map: bool,
+) -> Opened {
     let name = path.display().to_string();
-    let bytes = match load(path, pool) {
+    let bytes = match load(path, pool, map) {
         Ok(b) => b,
         Err(e) => return Opened::Failed(e),
     };
+    match frame_file(store, &name, &bytes, overrides) {
+        // Zeros where a truncated mapping was are no fault of the file's format.
+        Err(_) if bytes.changed() => Opened::Failed(changed_while_read(&name)),
+        Err(e) => Opened::Failed(e),
+        Ok(Framed::Raw(split)) => Opened::Raw(bytes, split),
+        Ok(Framed::Grib(msgs)) => {
+            let outcomes = (0..msgs.len()).map(|_| OnceLock::new()).collect();
+            Opened::Grib(Arc::new(Job {
+                name,
+                bytes,
+                first_fault: AtomicUsize::new(msgs.len()),
+                msgs,
+                next: AtomicUsize::new(0),
+                done: AtomicUsize::new(0),
+                outcomes,
+            }))
+        }
+    }
+}
+
+/// What framing found: GRIB messages (number, offset, length), or raw bytes to store whole.
+enum Framed {
+    Grib(Vec<(usize, usize, usize)>),
+    Raw(SplitKey),
+}
+
+fn frame_file(store: &Store, name: &str, bytes: &[u8], overrides: &Key) -> Result<Framed, String> {
     let mut msgs = Vec::new();
-    for m in haar_grib::messages(&bytes) {
+    for m in haar_grib::messages(bytes) {
         match m {
             Ok(m) => msgs.push((m.index, m.offset as usize, m.bytes.len())),
             // No GRIB message at all: raw bytes, archived whole under --key.
             Err(haar_grib::FrameError::NotGrib { .. }) if msgs.is_empty() => {
                 if overrides.is_empty() {
-                    return Opened::Failed(format!(
+                    return Err(format!(
                         "{name}: not a GRIB file (no GRIB message found); to archive raw bytes give their key with --key k=v,..."
                     ));
                 }
                 return match store.split(overrides) {
-                    Ok(split) => Opened::Raw(bytes, split),
-                    Err(e) => Opened::Failed(format!("{name}: {e}")),
+                    Ok(split) => Ok(Framed::Raw(split)),
+                    Err(e) => Err(format!("{name}: {e}")),
                 };
             }
-            Err(e) => return Opened::Failed(format!("{name}: {e}")),
+            Err(e) => return Err(format!("{name}: {e}")),
         }
     }
     if msgs.is_empty() {
-        return Opened::Failed(format!("{name}: no complete GRIB message"));
+        return Err(format!("{name}: no complete GRIB message"));
     }
-    let outcomes = (0..msgs.len()).map(|_| OnceLock::new()).collect();
-    Opened::Grib(Arc::new(Job {
-        name,
-        bytes,
-        first_fault: AtomicUsize::new(msgs.len()),
-        msgs,
-        next: AtomicUsize::new(0),
-        done: AtomicUsize::new(0),
-        outcomes,
-    }))
+    Ok(Framed::Grib(msgs))
 }
 
 /// Closes the work queue when dropped: the key workers finish their message and return.
@@ -393,11 +447,16 @@ impl Drop for StopWorkers<'_> {
 /// The bytes of a file being stored, whether keyed GRIB or raw.
 trait AsBytes: Send + Sync {
     fn as_bytes(&self) -> &[u8];
+    /// True if the file changed since it was opened (see [`Bytes::changed`]).
+    fn changed(&self) -> bool;
 }
 
 impl AsBytes for Job {
     fn as_bytes(&self) -> &[u8] {
         &self.bytes
+    }
+    fn changed(&self) -> bool {
+        self.bytes.changed()
     }
 }
 
@@ -406,6 +465,9 @@ struct RawBytes(Bytes);
 impl AsBytes for RawBytes {
     fn as_bytes(&self) -> &[u8] {
         &self.0
+    }
+    fn changed(&self) -> bool {
+        self.0.changed()
     }
 }
 
@@ -473,7 +535,7 @@ pub fn run(cli: &Cli, a: &ArchiveArgs) -> Result<(), Failure> {
         for path in &a.files {
             while opened.len() < LOOKAHEAD {
                 let Some(p) = to_open.next() else { break };
-                let o = open_file(&store, p, &overrides, &pool);
+                let o = open_file(&store, p, &overrides, &pool, remote.is_none());
                 if let Opened::Grib(job) = &o {
                     let mut q = shared.queue.lock().unwrap();
                     q.as_mut()
@@ -528,6 +590,10 @@ pub fn run(cli: &Cli, a: &ArchiveArgs) -> Result<(), Failure> {
                             None => unreachable!("messages before the first fault are all keyed"),
                         }
                     }
+                    // Checked last: a truncation may have shown up as zeros, or not at all.
+                    if job.bytes.changed() {
+                        fault = Some(changed_while_read(&job.name));
+                    }
                     if let Some(e) = fault {
                         store.discard_since(&checkpoint);
                         failed.push(e);
@@ -561,21 +627,30 @@ pub fn run(cli: &Cli, a: &ArchiveArgs) -> Result<(), Failure> {
                     }
                 }
             };
-            let bytes = bytes.as_bytes();
+            let owner = bytes;
+            let bytes = owner.as_bytes();
+            let checkpoint = remote.is_none().then(|| store.checkpoint());
             let mut fbytes = 0u64;
-            for (split, range) in &prepared.fields {
+            for (i, (split, range)) in prepared.fields.iter().enumerate() {
                 match &mut remote {
                     Some(r) => r.archive(&split.full(), &bytes[range.clone()])?,
                     None => store.archive_split(split.clone(), &bytes[range.clone()])?,
                 }
                 fbytes += range.len() as u64;
-                n_fields += 1;
+                let n = n_fields + i + 1;
                 let secs = start.elapsed().as_secs_f64().max(1e-9);
-                bar.set_message(format!(
-                    "{n_fields} fields, {:.0} fields/s",
-                    n_fields as f64 / secs
-                ));
+                bar.set_message(format!("{n} fields, {:.0} fields/s", n as f64 / secs));
             }
+            // Mapped bytes (a local store) are checked after use; fields sent to servers were
+            // read, and checked once read.
+            if let Some(cp) = checkpoint
+                && owner.changed()
+            {
+                store.discard_since(&cp);
+                failed.push(changed_while_read(&path.display().to_string()));
+                continue;
+            }
+            n_fields += prepared.fields.len();
             n_bytes += fbytes;
             summary.push(json!({
                 "file": path.display().to_string(), "fields": prepared.fields.len(),
