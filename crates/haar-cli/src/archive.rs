@@ -3,14 +3,21 @@
 //! Policy (documented in `haar archive --help`): a file with any fault archives nothing; the
 //! other files are archived; one flush at the end.
 //!
-//! Pipeline: files are memory-mapped (no copy into the process) and framed in Rust; one key
-//! worker per core reads the messages' MARS keys through ecCodes, in file and message order,
-//! running ahead into the next files while the main thread copies a finished file's fields
-//! into the store. The main thread extracts keys too while it waits, so every core stays busy.
-//! A file's fields are stored only once all of its messages have their keys, which is what
-//! keeps the policy above; files are opened at most [`LOOKAHEAD`] ahead of the one being stored.
+//! Pipeline: into a local store files are memory-mapped (no copy) under a SIGBUS guard
+//! ([`crate::guarded_map`]: a file truncated meanwhile reads as zeros and is refused
+//! afterwards, never a crash); with `--servers` they are read (read(2) into reused buffers) and
+//! checked once read. Files are framed in Rust; one key worker per core reads the messages'
+//! MARS keys through ecCodes, in file and message order, running ahead into the next files.
+//! The main thread stores a file's fields in message order as their keys arrive, overlapping
+//! the copy with the keying of the same file, and extracts keys too while it waits, so every
+//! core stays busy. A fault in a later message, or a change of the file, makes the store forget
+//! the file's fields ([`Store::discard_since`]: nothing is visible before the flush, which is
+//! the commit), which is what keeps the policy above. With `--servers` (fields cannot be taken
+//! back once sent) a file's fields are sent only once all of its messages have keys. Files are
+//! opened at most [`LOOKAHEAD`] ahead of the one being stored.
 
 use std::collections::VecDeque;
+use std::io::Read;
 use std::ops::{Deref, Range};
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -29,7 +36,7 @@ use crate::Failure;
 use crate::args::{ArchiveArgs, Cli};
 use crate::open;
 
-/// Files opened (mapped and framed) ahead of the one being stored, so key workers never wait
+/// Files opened (read and framed) ahead of the one being stored, so key workers never wait
 /// for the main thread while it copies.
 const LOOKAHEAD: usize = 4;
 
@@ -39,40 +46,172 @@ fn resolve_filter(store: &Store, text: &Option<String>) -> Result<Option<Request
     Ok(Some(store.resolve(&req)?.0))
 }
 
-/// An input file's bytes: mapped read-only, or read into memory when it cannot be mapped
-/// (a pipe, an empty file). A mapped file must not be truncated while it is archived.
-enum Bytes {
-    Mapped(memmap2::Mmap),
-    Read(Vec<u8>),
+/// Bytes per read(2): large enough that syscalls cost nothing measurable, small enough that
+/// the file position shows a read in progress (the truncation test watches it).
+const READ_CHUNK: usize = 8 << 20;
+
+/// Reusable input buffers: anonymous mappings advised as huge pages. A file is read into the
+/// smallest free buffer that holds it, and the buffer comes back when the file is stored, so
+/// later files are read into pages that are already resident (first touch of fresh memory
+/// costs more than the copy itself, FACTS).
+#[derive(Default)]
+struct Buffers(Mutex<Vec<memmap2::MmapMut>>);
+
+impl Buffers {
+    fn take(&self, len: usize) -> std::io::Result<memmap2::MmapMut> {
+        let mut free = self.0.lock().unwrap();
+        let best = (free.iter().enumerate())
+            .filter(|(_, m)| m.len() >= len)
+            .min_by_key(|(_, m)| m.len())
+            .map(|(i, _)| i);
+        if let Some(i) = best {
+            return Ok(free.swap_remove(i));
+        }
+        drop(free);
+        let m = memmap2::MmapOptions::new().len(len).map_anon()?;
+        #[cfg(target_os = "linux")]
+        let _ = m.advise(memmap2::Advice::HugePage);
+        Ok(m)
+    }
+
+    fn give(&self, m: memmap2::MmapMut) {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).push(m);
+    }
+}
+
+/// An input file's bytes, privately owned: read with read(2), never mapped, so a file
+/// truncated or rewritten while it is archived cannot fault (SIGBUS) or change bytes under
+/// ecCodes; [`load`] notices the change instead.
+struct Bytes {
+    data: Data,
+    len: usize,
+}
+
+enum Data {
+    /// Mapped (local stores): no copy; a truncation reads zeros instead of faulting, and
+    /// [`Bytes::changed`] says so.
+    Mapped(crate::guarded_map::GuardedMap),
+    /// A pooled buffer, returned to its pool on drop.
+    Pooled(Option<memmap2::MmapMut>, Arc<Buffers>),
+    /// Not a regular file (a pipe), or empty.
+    Owned(Vec<u8>),
 }
 
 impl Deref for Bytes {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
-        match self {
-            Bytes::Mapped(m) => m,
-            Bytes::Read(v) => v,
+        match &self.data {
+            Data::Mapped(m) => m,
+            Data::Pooled(m, _) => &m.as_ref().expect("held until drop")[..self.len],
+            Data::Owned(v) => v,
         }
     }
 }
 
-fn load(path: &Path) -> Result<Bytes, String> {
-    let cannot = |e: std::io::Error| format!("{}: cannot read: {e}", path.display());
-    let file = std::fs::File::open(path).map_err(cannot)?;
-    let meta = file.metadata().map_err(cannot)?;
-    if meta.is_file() && meta.len() > 0 {
-        // SAFETY: the mapping is read-only and private to this process; the documented
-        // condition is that the file is not truncated or rewritten while it is archived
-        // (the same condition under which `read` would return consistent bytes). Not
-        // populated: on a disk that would read whole files (LOOKAHEAD of them) before the
-        // first message is keyed; fault-around and read-ahead cost as little on tmpfs.
-        if let Ok(m) = unsafe { memmap2::MmapOptions::new().map(&file) } {
-            #[cfg(unix)]
-            let _ = m.advise(memmap2::Advice::Sequential);
-            return Ok(Bytes::Mapped(m));
+impl Bytes {
+    /// True if the file changed since it was opened, so these bytes must not be archived
+    /// (only mapped bytes can; read bytes were checked once read).
+    fn changed(&self) -> bool {
+        matches!(&self.data, Data::Mapped(m) if m.changed())
+    }
+}
+
+/// The refusal of a file that changed while haar used its bytes.
+fn changed_while_read(name: &str) -> String {
+    format!(
+        "{name}: changed while being read (truncated, extended or rewritten meanwhile); nothing from it is archived; archive it again once no one is writing it"
+    )
+}
+
+impl Drop for Bytes {
+    fn drop(&mut self) {
+        if let Data::Pooled(m, pool) = &mut self.data
+            && let Some(m) = m.take()
+        {
+            pool.give(m);
         }
     }
-    std::fs::read(path).map(Bytes::Read).map_err(cannot)
+}
+
+/// Fills `buf` from `file` in chunks of at most [`READ_CHUNK`]; the bytes read (fewer at end
+/// of file).
+fn read_full(file: &mut std::fs::File, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        let end = buf.len().min(got + READ_CHUNK);
+        match file.read(&mut buf[got..end]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+/// Reads a whole input file. A regular file must have the same length and modification time
+/// after the read as before it and end where its length said: otherwise someone truncated,
+/// extended or rewrote it meanwhile, the bytes may mix two versions, and the file is refused.
+fn load(path: &Path, pool: &Arc<Buffers>, map: bool) -> Result<Bytes, String> {
+    let name = path.display();
+    let cannot = |e: std::io::Error| format!("{name}: cannot read: {e}");
+    let mut file = std::fs::File::open(path).map_err(cannot)?;
+    let before = file.metadata().map_err(cannot)?;
+    if map && before.is_file() && before.len() > 0 {
+        let copy = file.try_clone().map_err(cannot)?;
+        if let Some(m) = crate::guarded_map::GuardedMap::new(copy, &before) {
+            let len = m.len();
+            return Ok(Bytes {
+                data: Data::Mapped(m),
+                len,
+            });
+        }
+    }
+    if !before.is_file() || before.len() == 0 {
+        let mut v = Vec::new();
+        file.read_to_end(&mut v).map_err(cannot)?;
+        let len = v.len();
+        return Ok(Bytes {
+            data: Data::Owned(v),
+            len,
+        });
+    }
+    let len = usize::try_from(before.len()).map_err(|_| format!("{name}: too large to read"))?;
+    let mut buf = pool
+        .take(len)
+        .map_err(|e| format!("{name}: cannot allocate {len} bytes to read it into: {e}"))?;
+    let read = read_full(&mut file, &mut buf[..len]).and_then(|got| {
+        // One byte more: a file that grew meanwhile does not end at `len`.
+        let extra = if got == len {
+            read_full(&mut file, &mut [0u8; 1])?
+        } else {
+            0
+        };
+        Ok((got, extra, file.metadata()?))
+    });
+    let (got, extra, after) = match read {
+        Ok(r) => r,
+        Err(e) => {
+            pool.give(buf);
+            return Err(cannot(e));
+        }
+    };
+    let same = got == len
+        && extra == 0
+        && after.len() == before.len()
+        && after.modified().ok() == before.modified().ok();
+    if !same {
+        pool.give(buf);
+        return Err(format!(
+            "{name}: changed while being read (it was {len} bytes when opened, {got}{} bytes could be read, it is {} bytes now: truncated, extended or rewritten meanwhile); nothing from it is archived; archive it again once no one is writing it",
+            if extra > 0 { "+" } else { "" },
+            after.len()
+        ));
+    }
+    Ok(Bytes {
+        data: Data::Pooled(Some(buf), pool.clone()),
+        len,
+    })
 }
 
 /// What a file's fields are filtered and keyed with: the same for every message.
@@ -144,12 +283,33 @@ impl Job {
             }
             let _ = self.outcomes[i].set(r);
         }
-        if self.done.fetch_add(1, Ordering::AcqRel) + 1 == self.msgs.len() {
-            // Under the lock, so a waiter that checked `complete` cannot miss the wake-up.
-            let _guard = shared.queue.lock().unwrap();
-            shared.wake.notify_all();
-        }
+        self.done.fetch_add(1, Ordering::AcqRel);
+        // Every message, not only the last: the main thread stores a file's fields in message
+        // order as they come. Under the lock, so a waiter that checked cannot miss the wake-up.
+        let _guard = shared.queue.lock().unwrap();
+        shared.wake.notify_all();
         true
+    }
+
+    /// The outcome of message position `i`, keying this file's messages while it is not ready;
+    /// `None` if it was skipped after an earlier fault.
+    fn outcome(&self, i: usize, keying: &Keying, shared: &Shared) -> Option<&Outcome> {
+        loop {
+            if let Some(o) = self.outcomes[i].get() {
+                return Some(o);
+            }
+            if i >= self.first_fault.load(Ordering::Relaxed) {
+                return None;
+            }
+            if !self.work_one(keying, shared) {
+                // Every message is claimed: wait for the worker keying this one.
+                let mut q = shared.queue.lock().unwrap();
+                while self.outcomes[i].get().is_none() && !self.complete() {
+                    q = shared.wake.wait(q).unwrap();
+                }
+                return self.outcomes[i].get();
+            }
+        }
     }
 
     /// The file's fields in message order, or its first fault.
@@ -209,44 +369,68 @@ enum Opened {
     Failed(String),
 }
 
-fn open_file(store: &Store, path: &Path, overrides: &Key) -> Opened {
+fn open_file(
+    store: &Store,
+    path: &Path,
+    overrides: &Key,
+    pool: &Arc<Buffers>,
+    map: bool,
+) -> Opened {
     let name = path.display().to_string();
-    let bytes = match load(path) {
+    let bytes = match load(path, pool, map) {
         Ok(b) => b,
         Err(e) => return Opened::Failed(e),
     };
+    match frame_file(store, &name, &bytes, overrides) {
+        // Zeros where a truncated mapping was are no fault of the file's format.
+        Err(_) if bytes.changed() => Opened::Failed(changed_while_read(&name)),
+        Err(e) => Opened::Failed(e),
+        Ok(Framed::Raw(split)) => Opened::Raw(bytes, split),
+        Ok(Framed::Grib(msgs)) => {
+            let outcomes = (0..msgs.len()).map(|_| OnceLock::new()).collect();
+            Opened::Grib(Arc::new(Job {
+                name,
+                bytes,
+                first_fault: AtomicUsize::new(msgs.len()),
+                msgs,
+                next: AtomicUsize::new(0),
+                done: AtomicUsize::new(0),
+                outcomes,
+            }))
+        }
+    }
+}
+
+/// What framing found: GRIB messages (number, offset, length), or raw bytes to store whole.
+enum Framed {
+    Grib(Vec<(usize, usize, usize)>),
+    Raw(SplitKey),
+}
+
+fn frame_file(store: &Store, name: &str, bytes: &[u8], overrides: &Key) -> Result<Framed, String> {
     let mut msgs = Vec::new();
-    for m in haar_grib::messages(&bytes) {
+    for m in haar_grib::messages(bytes) {
         match m {
             Ok(m) => msgs.push((m.index, m.offset as usize, m.bytes.len())),
             // No GRIB message at all: raw bytes, archived whole under --key.
             Err(haar_grib::FrameError::NotGrib { .. }) if msgs.is_empty() => {
                 if overrides.is_empty() {
-                    return Opened::Failed(format!(
+                    return Err(format!(
                         "{name}: not a GRIB file (no GRIB message found); to archive raw bytes give their key with --key k=v,..."
                     ));
                 }
                 return match store.split(overrides) {
-                    Ok(split) => Opened::Raw(bytes, split),
-                    Err(e) => Opened::Failed(format!("{name}: {e}")),
+                    Ok(split) => Ok(Framed::Raw(split)),
+                    Err(e) => Err(format!("{name}: {e}")),
                 };
             }
-            Err(e) => return Opened::Failed(format!("{name}: {e}")),
+            Err(e) => return Err(format!("{name}: {e}")),
         }
     }
     if msgs.is_empty() {
-        return Opened::Failed(format!("{name}: no complete GRIB message"));
+        return Err(format!("{name}: no complete GRIB message"));
     }
-    let outcomes = (0..msgs.len()).map(|_| OnceLock::new()).collect();
-    Opened::Grib(Arc::new(Job {
-        name,
-        bytes,
-        first_fault: AtomicUsize::new(msgs.len()),
-        msgs,
-        next: AtomicUsize::new(0),
-        done: AtomicUsize::new(0),
-        outcomes,
-    }))
+    Ok(Framed::Grib(msgs))
 }
 
 /// Closes the work queue when dropped: the key workers finish their message and return.
@@ -263,11 +447,16 @@ impl Drop for StopWorkers<'_> {
 /// The bytes of a file being stored, whether keyed GRIB or raw.
 trait AsBytes: Send + Sync {
     fn as_bytes(&self) -> &[u8];
+    /// True if the file changed since it was opened (see [`Bytes::changed`]).
+    fn changed(&self) -> bool;
 }
 
 impl AsBytes for Job {
     fn as_bytes(&self) -> &[u8] {
         &self.bytes
+    }
+    fn changed(&self) -> bool {
+        self.bytes.changed()
     }
 }
 
@@ -276,6 +465,9 @@ struct RawBytes(Bytes);
 impl AsBytes for RawBytes {
     fn as_bytes(&self) -> &[u8] {
         &self.0
+    }
+    fn changed(&self) -> bool {
+        self.0.changed()
     }
 }
 
@@ -324,6 +516,7 @@ pub fn run(cli: &Cli, a: &ArchiveArgs) -> Result<(), Failure> {
         queue: Mutex::new(Some(VecDeque::new())),
         wake: Condvar::new(),
     };
+    let pool = Arc::new(Buffers::default());
     let workers = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
@@ -342,7 +535,7 @@ pub fn run(cli: &Cli, a: &ArchiveArgs) -> Result<(), Failure> {
         for path in &a.files {
             while opened.len() < LOOKAHEAD {
                 let Some(p) = to_open.next() else { break };
-                let o = open_file(&store, p, &overrides);
+                let o = open_file(&store, p, &overrides, &pool, remote.is_none());
                 if let Opened::Grib(job) = &o {
                     let mut q = shared.queue.lock().unwrap();
                     q.as_mut()
@@ -365,6 +558,58 @@ pub fn run(cli: &Cli, a: &ArchiveArgs) -> Result<(), Failure> {
                         Arc::new(RawBytes(bytes)) as Arc<dyn AsBytes>,
                     )
                 }
+                // A local store: each field is stored as soon as it and every message before
+                // it have keys, while the workers key the rest of the file; if a later message
+                // of the file fails, the store forgets the file's fields (nothing is visible
+                // before the flush at the end, and the flush is the commit).
+                Opened::Grib(job) if remote.is_none() => {
+                    let checkpoint = store.checkpoint();
+                    let (mut fields, mut skipped, mut fbytes) = (0usize, 0usize, 0u64);
+                    let mut fault = None;
+                    for (i, &(_, offset, len)) in job.msgs.iter().enumerate() {
+                        match job.outcome(i, &keying, &shared) {
+                            Some(Ok(Some(split))) => {
+                                store.archive_split(
+                                    split.clone(),
+                                    &job.bytes[offset..offset + len],
+                                )?;
+                                fields += 1;
+                                fbytes += len as u64;
+                                let n = n_fields + fields;
+                                let secs = start.elapsed().as_secs_f64().max(1e-9);
+                                bar.set_message(format!(
+                                    "{n} fields, {:.0} fields/s",
+                                    n as f64 / secs
+                                ));
+                            }
+                            Some(Ok(None)) => skipped += 1,
+                            Some(Err(e)) => {
+                                fault = Some(e.clone());
+                                break;
+                            }
+                            None => unreachable!("messages before the first fault are all keyed"),
+                        }
+                    }
+                    // Checked last: a truncation may have shown up as zeros, or not at all.
+                    if job.bytes.changed() {
+                        fault = Some(changed_while_read(&job.name));
+                    }
+                    if let Some(e) = fault {
+                        store.discard_since(&checkpoint);
+                        failed.push(e);
+                        continue;
+                    }
+                    n_fields += fields;
+                    n_bytes += fbytes;
+                    summary.push(json!({
+                        "file": path.display().to_string(), "fields": fields,
+                        "skipped": skipped, "bytes": fbytes,
+                    }));
+                    bar.inc(job.bytes.len() as u64);
+                    continue;
+                }
+                // With --servers fields go out as they are archived and cannot be taken back:
+                // a file's fields are sent only once all of its messages have keys.
                 Opened::Grib(job) => {
                     // Help key this file's messages, then wait for the workers' last ones.
                     while job.work_one(&keying, &shared) {}
@@ -382,21 +627,30 @@ pub fn run(cli: &Cli, a: &ArchiveArgs) -> Result<(), Failure> {
                     }
                 }
             };
-            let bytes = bytes.as_bytes();
+            let owner = bytes;
+            let bytes = owner.as_bytes();
+            let checkpoint = remote.is_none().then(|| store.checkpoint());
             let mut fbytes = 0u64;
-            for (split, range) in &prepared.fields {
+            for (i, (split, range)) in prepared.fields.iter().enumerate() {
                 match &mut remote {
                     Some(r) => r.archive(&split.full(), &bytes[range.clone()])?,
                     None => store.archive_split(split.clone(), &bytes[range.clone()])?,
                 }
                 fbytes += range.len() as u64;
-                n_fields += 1;
+                let n = n_fields + i + 1;
                 let secs = start.elapsed().as_secs_f64().max(1e-9);
-                bar.set_message(format!(
-                    "{n_fields} fields, {:.0} fields/s",
-                    n_fields as f64 / secs
-                ));
+                bar.set_message(format!("{n} fields, {:.0} fields/s", n as f64 / secs));
             }
+            // Mapped bytes (a local store) are checked after use; fields sent to servers were
+            // read, and checked once read.
+            if let Some(cp) = checkpoint
+                && owner.changed()
+            {
+                store.discard_since(&cp);
+                failed.push(changed_while_read(&path.display().to_string()));
+                continue;
+            }
+            n_fields += prepared.fields.len();
             n_bytes += fbytes;
             summary.push(json!({
                 "file": path.display().to_string(), "fields": prepared.fields.len(),

@@ -69,8 +69,9 @@ pub enum Command {
     /// then flush once at the end.
     ///
     /// A file with any fault (not GRIB, truncated or corrupt message, keys the schema does not
-    /// accept) archives nothing and is reported with its message number and byte offset; the
-    /// other files are archived. Nothing flushed before is ever touched.
+    /// accept, changed while being read) archives nothing and is reported with its message
+    /// number and byte offset; the other files are archived. Nothing flushed before is ever
+    /// touched.
     Archive(ArchiveArgs),
     /// List flushed fields matching a request (all fields when none is given).
     List(ListArgs),

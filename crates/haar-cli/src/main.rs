@@ -5,6 +5,7 @@
 mod archive;
 mod args;
 mod commands;
+mod guarded_map;
 mod import;
 mod open;
 mod workload;

@@ -732,3 +732,200 @@ fn key_override_and_filters() {
         multiset(split_messages(&std::fs::read(&file).unwrap()))
     );
 }
+
+/// True if process `pid` uses `path`: maps it (/proc/PID/maps) or has read part of it
+/// (the file position in /proc/PID/fdinfo is past the start and before `len`).
+fn using_file(pid: u32, path: &Path, len: u64) -> bool {
+    let shown = path.display().to_string();
+    if std::fs::read_to_string(format!("/proc/{pid}/maps"))
+        .is_ok_and(|m| m.lines().any(|l| l.ends_with(&shown)))
+    {
+        return true;
+    }
+    let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return false;
+    };
+    fds.flatten().any(|fd| {
+        std::fs::read_link(fd.path()).ok().as_deref() == Some(path)
+            && std::fs::read_to_string(format!("/proc/{pid}/fdinfo/{}", fd.file_name().display()))
+                .ok()
+                .and_then(|i| {
+                    let p = i.lines().find_map(|l| l.strip_prefix("pos:"))?;
+                    p.trim().parse::<u64>().ok()
+                })
+                .is_some_and(|p| p > 0 && p < len)
+    })
+}
+
+/// Truncating an input file while `haar archive` reads, keys or stores it (regression: a
+/// truncated mapped input killed haar with SIGBUS) gives a clean error naming the file and
+/// archives nothing from it; the other file of the same command and everything flushed before
+/// are intact. Real truncations, repeated: some as soon as haar is seen using the file (mapped
+/// or part way through reading it), some at delays that land anywhere in keying and storing,
+/// where ecCodes and the copy read zeros in place of the truncated pages.
+#[test]
+fn truncating_an_input_while_it_is_archived_never_crashes() {
+    let shm = Path::new("/dev/shm");
+    let work = if shm.is_dir() {
+        tempfile::tempdir_in(shm).unwrap()
+    } else {
+        tempfile::tempdir().unwrap()
+    };
+    // About 100 MB: one O320 message (824 KiB) repeated; a date nothing else has.
+    let spec = haar_grib::EnsembleSpec {
+        members: 1,
+        steps: vec![0],
+        levels: vec![500],
+        params: vec![130],
+        grid: haar_grib::Grid::O320,
+        date: 20261122,
+        time: 0,
+        expver: "0001".into(),
+        class: "od".into(),
+    };
+    let mut one = Vec::new();
+    haar_grib::generate(&spec, &mut one).unwrap();
+    let big_bytes = one.repeat(120);
+    let big = work.path().join("big.grib");
+    let good = data("earthkit-data/t_pl.grib");
+    let other_good = data("earthkit-data/u_pl.grib");
+    let (mut watched, mut changed, mut refused, mut archived) = (0, 0, 0, 0);
+    for round in 0..16 {
+        let root = work.path().join(format!("root{round}"));
+        let mut args = root_args(&root);
+        args.extend(["archive".into(), good.as_os_str().to_owned()]);
+        haar_ok(&args);
+        let before = list_lines(&root);
+        std::fs::write(&big, &big_bytes).unwrap();
+
+        let mut args = root_args(&root);
+        args.extend([
+            "archive".into(),
+            other_good.as_os_str().to_owned(),
+            big.as_os_str().to_owned(),
+        ]);
+        let mut child = Command::new(haar_bin())
+            .args(&args)
+            .env_remove("HAAR_CONFIG")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Even rounds: truncate as soon as haar is seen using the file.
+        // Odd rounds: truncate after a delay, to land anywhere from start-up to the copy.
+        let seen_reading = if round % 2 == 0 {
+            let t = std::time::Instant::now();
+            let mut seen = false;
+            while t.elapsed().as_secs() < 10 && !seen {
+                seen = using_file(child.id(), &big, big_bytes.len() as u64);
+                if child.try_wait().unwrap().is_some() {
+                    break;
+                }
+            }
+            seen
+        } else {
+            std::thread::sleep(std::time::Duration::from_millis(40 * round as u64));
+            false
+        };
+        let cut = (big_bytes.len() / 3 + 12345 * round) as u64;
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&big)
+            .unwrap()
+            .set_len(cut)
+            .unwrap();
+        let out = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(
+            out.status.signal(),
+            None,
+            "round {round}: haar was killed by a signal ({}): {err}",
+            out.status
+        );
+        let after = list_lines(&root);
+        for line in &before {
+            assert!(after.contains(line), "round {round}: flushed field changed");
+        }
+        let from_big = after.iter().filter(|l| l.contains("20261122")).count();
+        let other = after.len() - before.len() - from_big;
+        assert_eq!(other, 6, "round {round}: the other file: {after:#?}\n{err}");
+        if out.status.success() {
+            // The truncation came after haar had finished with the file: all of it is
+            // archived (120 messages under one key: one field).
+            assert_eq!(from_big, 1, "round {round}");
+            archived += 1;
+        } else {
+            assert_eq!(out.status.code(), Some(1), "round {round}: {err}");
+            assert!(err.contains("big.grib"), "round {round}: {err}");
+            assert_eq!(from_big, 0, "round {round}: a refused file stored fields");
+            if err.contains("changed while being read") {
+                changed += 1;
+            }
+            if seen_reading && err.contains("changed while being read") {
+                watched += 1;
+            }
+            refused += 1;
+        }
+        std::fs::remove_dir_all(&root).unwrap();
+    }
+    eprintln!(
+        "16 rounds: {refused} refused ({changed} as changed while being read, {watched} of them truncated while seen using it), {archived} archived whole"
+    );
+    assert!(
+        watched > 0,
+        "never saw haar part way through reading the file"
+    );
+}
+
+/// A fault in the last message of a file, found by ecCodes or the schema after haar has
+/// already stored the file's earlier fields (each field is stored as soon as it has keys):
+/// nothing from the file is archived, the other file of the command and everything flushed
+/// before are, and the store goes on archiving.
+#[test]
+fn a_fault_in_a_late_message_archives_nothing_from_its_file() {
+    let work = tempfile::tempdir().unwrap();
+    let root = work.path().join("root");
+    let good = data("earthkit-data/t_pl.grib");
+    let other_good = data("earthkit-data/u_pl.grib");
+    let mut args = root_args(&root);
+    args.extend(["archive".into(), good.as_os_str().to_owned()]);
+    haar_ok(&args);
+    let before = list_lines(&root);
+    assert_eq!(before.len(), 6);
+
+    // 160 good messages (class=ea), then one the schema refuses (no class).
+    let mut bytes = std::fs::read(data("cfgrib/era5-levels-members.grib")).unwrap();
+    let bad_offset = bytes.len();
+    bytes.extend(std::fs::read(data("cfgrib/lambert_grid.grib")).unwrap());
+    let late = work.path().join("late-fault.grib");
+    std::fs::write(&late, &bytes).unwrap();
+    let mut args = root_args(&root);
+    args.extend([
+        "archive".into(),
+        late.as_os_str().to_owned(),
+        other_good.as_os_str().to_owned(),
+    ]);
+    let out = haar(&args);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("late-fault.grib"), "{err}");
+    assert!(err.contains("message 161 "), "{err}");
+    assert!(err.contains(&format!("byte offset {bad_offset}")), "{err}");
+    let after = list_lines(&root);
+    assert_eq!(after.len(), 12, "{after:#?}");
+    for line in &before {
+        assert!(after.contains(line), "flushed field changed: {line}");
+    }
+    assert!(
+        after.iter().all(|l| !l.contains("class=ea")),
+        "a field of the faulty file was archived"
+    );
+
+    // The same 160 messages without the bad one archive whole afterwards.
+    std::fs::write(&late, &bytes[..bad_offset]).unwrap();
+    let mut args = root_args(&root);
+    args.extend(["archive".into(), late.as_os_str().to_owned()]);
+    haar_ok(&args);
+    assert_eq!(list_lines(&root).len(), 172);
+}

@@ -74,6 +74,7 @@ pub fn run_all(f: Factory<'_>) {
     hostile_values_round_trip(f);
     many_databases_and_sizes(f);
     retrieve_key_with_lends_verified_bytes(f);
+    discarded_fields_are_never_visible(f);
 }
 
 /// Nothing is visible before flush; after flush a reader that already looked sees it.
@@ -411,4 +412,54 @@ pub fn retrieve_key_with_lends_verified_bytes(f: Factory<'_>) {
         })
         .unwrap();
     assert_eq!(listed, Some(keys.len()));
+}
+
+/// Fields archived after a checkpoint and discarded never become visible, in a database that
+/// also holds fields from before the checkpoint (they flush as usual), in one first written
+/// after it, and in one flushed in between (its flushed fields stay). A reader that looked
+/// before reads the same as a fresh one.
+pub fn discarded_fields_are_never_visible(f: Factory<'_>) {
+    let mut w = store(f);
+    let r = store(f);
+    let kept = field_key("20260301", 0, 500, "130");
+    let flushed = field_key("20260302", 0, 500, "130");
+    w.archive(&kept, &payload(&kept, 0, 3000)).unwrap();
+    w.archive(&flushed, &payload(&flushed, 0, 3000)).unwrap();
+    w.flush().unwrap();
+    let kept2 = field_key("20260301", 6, 500, "130");
+    w.archive(&kept2, &payload(&kept2, 0, 2000)).unwrap();
+    let _ = get(&r, &req_for(&kept2));
+    let cp = w.checkpoint();
+    let same_db = field_key("20260301", 12, 500, "130");
+    let masking = kept.clone();
+    let new_db = field_key("20260303", 0, 500, "130");
+    let after_flush = field_key("20260302", 6, 500, "130");
+    w.archive(&same_db, &payload(&same_db, 1, 2500)).unwrap();
+    w.archive(&masking, &payload(&masking, 1, 2500)).unwrap();
+    w.archive(&new_db, &payload(&new_db, 1, 2500)).unwrap();
+    w.archive(&after_flush, &payload(&after_flush, 1, 2500))
+        .unwrap();
+    assert_eq!(w.discard_since(&cp), 4, "fields discarded");
+    assert_eq!(w.unflushed(), 1, "the field archived before the checkpoint");
+    w.flush().unwrap();
+    for reader in [&r, &store(f)] {
+        for (key, generation) in [(&kept, 0), (&kept2, 0), (&flushed, 0)] {
+            let (got, missing) = get(reader, &req_for(key));
+            assert!(missing.is_empty(), "{key} missing");
+            assert_eq!(
+                got[0].1,
+                payload(key, generation, got[0].1.len()),
+                "{key} bytes"
+            );
+        }
+        for key in [&same_db, &new_db, &after_flush] {
+            let (got, _) = get(reader, &req_for(key));
+            assert!(got.is_empty(), "discarded field {key} is visible");
+        }
+    }
+    // The store goes on archiving after a discard.
+    w.archive(&same_db, &payload(&same_db, 2, 1000)).unwrap();
+    w.flush().unwrap();
+    let (got, _) = get(&store(f), &req_for(&same_db));
+    assert_eq!(got[0].1, payload(&same_db, 2, 1000));
 }

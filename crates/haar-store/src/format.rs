@@ -226,6 +226,13 @@ fn decode_ref(c: &mut Cursor<'_>) -> Result<DataRef, DecodeError> {
     })
 }
 
+/// A position in a [`SegmentBuilder`]: its entries up to that point.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentMark {
+    len: usize,
+    n: u32,
+}
+
 /// Builds an index segment incrementally, so a writer pays the encoding cost at archive time
 /// rather than in one burst at flush.
 #[derive(Debug, Clone)]
@@ -292,6 +299,22 @@ impl SegmentBuilder {
     /// True if no entry was pushed.
     pub fn is_empty(&self) -> bool {
         self.n == 0
+    }
+
+    /// Where the segment ends now, for [`SegmentBuilder::truncate`].
+    pub fn mark(&self) -> SegmentMark {
+        SegmentMark {
+            len: self.buf.len(),
+            n: self.n,
+        }
+    }
+
+    /// Drops every entry pushed after `mark` (a mark of this builder).
+    pub fn truncate(&mut self, mark: SegmentMark) {
+        if mark.len <= self.buf.len() && mark.n <= self.n {
+            self.buf.truncate(mark.len);
+            self.n = mark.n;
+        }
     }
 
     /// Finishes the segment: patches counts, appends the crc.

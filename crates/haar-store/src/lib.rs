@@ -29,4 +29,6 @@ pub use frontend::{Event, FieldStore, Sink};
 pub use memory::MemoryBackend;
 pub use pmem::PmemBackend;
 pub use posix::{FsyncPolicy, PosixBackend};
-pub use store::{DbStats, Field, PurgeReport, RetrieveReport, Store, StoreOptions, WipeReport};
+pub use store::{
+    Checkpoint, DbStats, Field, PurgeReport, RetrieveReport, Store, StoreOptions, WipeReport,
+};

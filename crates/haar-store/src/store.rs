@@ -94,6 +94,10 @@ pub struct DbStats {
     pub problems: Vec<String>,
 }
 
+/// Where each database's unflushed fields ended when [`Store::checkpoint`] was called.
+#[derive(Debug, Clone)]
+pub struct Checkpoint(HashMap<Key, (u64, format::SegmentMark)>);
+
 struct PendingDb {
     writer: Box<dyn DbWriter>,
     builder: SegmentBuilder,
@@ -483,6 +487,38 @@ impl Store {
     /// Fields archived but not yet flushed.
     pub fn unflushed(&self) -> usize {
         self.pending.values().map(|p| p.builder.len()).sum()
+    }
+
+    /// A point to go back to with [`Store::discard_since`]: where every database's unflushed
+    /// fields end now.
+    pub fn checkpoint(&self) -> Checkpoint {
+        Checkpoint(
+            (self.pending.iter())
+                .map(|(db, p)| (db.clone(), (p.sequence, p.builder.mark())))
+                .collect(),
+        )
+    }
+
+    /// Forgets every field archived since `cp` that is not flushed: none of them ever becomes
+    /// visible, and fields archived before `cp` are flushed as usual. (Fields flushed since
+    /// `cp` stay: a flush is the commit.) The forgotten fields' bytes stay where the backend
+    /// appended them, referenced by no index, as after a writer killed before its flush.
+    /// Returns how many fields were forgotten.
+    pub fn discard_since(&mut self, cp: &Checkpoint) -> usize {
+        let mut n = 0;
+        for (db, p) in &mut self.pending {
+            let before = p.builder.len();
+            match cp.0.get(db) {
+                Some(&(sequence, mark)) if sequence == p.sequence => p.builder.truncate(mark),
+                // New since `cp`, or flushed since: everything unflushed came after `cp`.
+                _ => {
+                    p.builder = SegmentBuilder::new(0, p.writer.id(), p.sequence, db)
+                        .expect("database key already encoded once")
+                }
+            }
+            n += before - p.builder.len();
+        }
+        n
     }
 
     /// Releases writers (and their locks). Unflushed fields are discarded.
