@@ -118,7 +118,34 @@ def main():
             "trigger: → every consumer knows the step is complete. Every member field was delivered "
             "exactly once and every product checked against values recomputed from the members' seeds.\n"
         )
+    out.extend(stream_section())
     print("\n".join(out))
 
 
-main()
+def stream_section():
+    """The STREAM figures (haar stream beside the reference), from docs/benchmarks-stream.md."""
+    path = os.path.join(DOCS, "benchmarks-stream.md")
+    if not os.path.exists(path):
+        return []
+    lines = open(path).read().splitlines()
+    try:
+        start = next(i for i, l in enumerate(lines) if l.startswith("| kernel | reference"))
+    except StopIteration:
+        return []
+    table = []
+    for l in lines[start:]:
+        if not l.startswith("|"):
+            break
+        table.append(l)
+    return [
+        "\n## Memory bandwidth: `haar stream` beside the reference STREAM\n",
+        "`HAAR=target/release/haar bench/stream-compare.sh` runs `haar stream` and `bench/stream_ref.c` "
+        "(McCalpin's STREAM 5.10 rules) alternately in one session, 143 MiB arrays (4× the L3), 2 pinned "
+        "threads, best of 5 rounds, MB/s (from the session that wrote docs/benchmarks-stream.md, where "
+        "the machine, the sweep plot and every command are):\n",
+        *table,
+    ]
+
+
+if __name__ == "__main__":
+    main()
