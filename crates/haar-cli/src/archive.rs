@@ -117,6 +117,13 @@ impl Bytes {
 }
 
 /// The refusal of a file that changed while haar used its bytes.
+/// A store write that failed because its source, a mapped input, vanished under it: where user
+/// code gets SIGBUS (caught by the guard), the kernel's copy in write(2) reports EFAULT. The
+/// input changed, not the store (a failed append leaves the writer as it was).
+fn source_vanished(e: &haar_store::Error) -> bool {
+    matches!(e, haar_store::Error::Io { source, .. } if haar_store::store::os_error(source) == Some(libc::EFAULT))
+}
+
 fn changed_while_read(name: &str) -> String {
     format!(
         "{name}: changed while being read (truncated, extended or rewritten meanwhile); nothing from it is archived; archive it again once no one is writing it"
@@ -569,10 +576,15 @@ pub fn run(cli: &Cli, a: &ArchiveArgs) -> Result<(), Failure> {
                     for (i, &(_, offset, len)) in job.msgs.iter().enumerate() {
                         match job.outcome(i, &keying, &shared) {
                             Some(Ok(Some(split))) => {
-                                store.archive_split(
-                                    split.clone(),
-                                    &job.bytes[offset..offset + len],
-                                )?;
+                                if let Err(e) = store
+                                    .archive_split(split.clone(), &job.bytes[offset..offset + len])
+                                {
+                                    if !source_vanished(&e) {
+                                        return Err(e.into());
+                                    }
+                                    fault = Some(changed_while_read(&job.name));
+                                    break;
+                                }
                                 fields += 1;
                                 fbytes += len as u64;
                                 let n = n_fields + fields;
@@ -631,10 +643,17 @@ pub fn run(cli: &Cli, a: &ArchiveArgs) -> Result<(), Failure> {
             let bytes = owner.as_bytes();
             let checkpoint = remote.is_none().then(|| store.checkpoint());
             let mut fbytes = 0u64;
+            let mut vanished = false;
             for (i, (split, range)) in prepared.fields.iter().enumerate() {
                 match &mut remote {
                     Some(r) => r.archive(&split.full(), &bytes[range.clone()])?,
-                    None => store.archive_split(split.clone(), &bytes[range.clone()])?,
+                    None => match store.archive_split(split.clone(), &bytes[range.clone()]) {
+                        Err(e) if source_vanished(&e) => {
+                            vanished = true;
+                            break;
+                        }
+                        r => r?,
+                    },
                 }
                 fbytes += range.len() as u64;
                 let n = n_fields + i + 1;
@@ -644,7 +663,7 @@ pub fn run(cli: &Cli, a: &ArchiveArgs) -> Result<(), Failure> {
             // Mapped bytes (a local store) are checked after use; fields sent to servers were
             // read, and checked once read.
             if let Some(cp) = checkpoint
-                && owner.changed()
+                && (vanished || owner.changed())
             {
                 store.discard_since(&cp);
                 failed.push(changed_while_read(&path.display().to_string()));

@@ -894,12 +894,47 @@ fn annotate_flush(e: Error, db: &Key, n: usize) -> Error {
 }
 
 /// Adds what the store was doing (key, consequence) to an error's message.
+/// An OS error with a note; the original stays reachable (`io::Error::get_ref`), so callers
+/// can still tell e.g. EFAULT from ENOSPC.
+#[derive(Debug)]
+struct Noted {
+    source: io::Error,
+    note: String,
+}
+
+impl std::fmt::Display for Noted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} ({})", self.source, self.note)
+    }
+}
+
+impl std::error::Error for Noted {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+/// The OS error number behind `e`, looking through notes added on the way up.
+pub fn os_error(e: &io::Error) -> Option<i32> {
+    e.raw_os_error().or_else(|| {
+        e.get_ref()
+            .and_then(|inner| inner.downcast_ref::<Noted>())
+            .and_then(|n| os_error(&n.source))
+    })
+}
+
 fn with_note(e: Error, note: &str) -> Error {
     match e {
         Error::Io { op, path, source } => Error::Io {
             op,
             path,
-            source: io::Error::new(source.kind(), format!("{source} ({note})")),
+            source: io::Error::new(
+                source.kind(),
+                Noted {
+                    source,
+                    note: note.to_string(),
+                },
+            ),
         },
         Error::PoolFull { path, detail } => Error::PoolFull {
             path,
