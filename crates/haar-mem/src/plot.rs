@@ -269,15 +269,7 @@ pub fn sweep_png(
     for (i, s) in series.iter().enumerate() {
         let c = COLORS[i % COLORS.len()];
         let line: Vec<(i32, i32)> = s.points.iter().map(|&(x, y)| (px(x), py(y))).collect();
-        root.draw(&PathElement::new(
-            line.clone(),
-            ShapeStyle::from(&c).stroke_width(2),
-        ))
-        .map_err(err)?;
-        for p in line {
-            root.draw(&Circle::new(p, 3, ShapeStyle::from(&c).filled()))
-                .map_err(err)?;
-        }
+        polyline(&root, line, c, 3).map_err(err)?;
         // Legend.
         let (lx, ly) = (right - 190, top + 10 + 22 * i as i32);
         root.draw(&PathElement::new(
@@ -459,15 +451,7 @@ pub fn workflow_png(
             .iter()
             .map(|&(x, y)| (px(x), bottom - (y / ymax * (bottom - top) as f64) as i32))
             .collect();
-        root.draw(&PathElement::new(
-            line.clone(),
-            ShapeStyle::from(&c).stroke_width(2),
-        ))
-        .map_err(err)?;
-        for p in line {
-            root.draw(&Circle::new(p, 4, ShapeStyle::from(&c).filled()))
-                .map_err(err)?;
-        }
+        polyline(&root, line, c, 4).map_err(err)?;
         let (lx, ly) = (r0 + 20, 50 + 18 * i as i32);
         root.draw(&PathElement::new(
             vec![(lx, ly + 6), (lx + 24, ly + 6)],
@@ -477,6 +461,23 @@ pub fn workflow_png(
         draw_text(&root, &s.name, (lx + 32, ly), &dark, false);
     }
     root.present().map_err(err)?;
+    Ok(())
+}
+
+/// A series' line with a dot of `radius` at each point.
+fn polyline<DB: DrawingBackend>(
+    area: &DrawingArea<DB, plotters::coord::Shift>,
+    points: Vec<(i32, i32)>,
+    color: RGBColor,
+    radius: i32,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    area.draw(&PathElement::new(
+        points.clone(),
+        ShapeStyle::from(&color).stroke_width(2),
+    ))?;
+    for p in points {
+        area.draw(&Circle::new(p, radius, ShapeStyle::from(&color).filled()))?;
+    }
     Ok(())
 }
 
