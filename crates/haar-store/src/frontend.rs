@@ -14,6 +14,9 @@ use crate::store::{DbStats, Field, PurgeReport, RetrieveReport, Store, WipeRepor
 /// Receives retrieved fields in order.
 pub type Sink<'a> = dyn FnMut(&Key, &[u8]) -> Result<()> + 'a;
 
+/// A sink that also receives each field's verified CRC-32C.
+pub type CheckedSink<'a> = dyn FnMut(&Key, &[u8], u32) -> Result<()> + 'a;
+
 /// A flushed field, as a notification.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Event {
@@ -41,6 +44,16 @@ pub trait FieldStore: Send {
     /// Delivers the fields of `req` in request-expansion order; missing combinations are
     /// reported, not errors.
     fn retrieve(&self, req: &Request, sink: &mut Sink<'_>) -> Result<RetrieveReport>;
+
+    /// [`FieldStore::retrieve`], also handing the sink each field's CRC-32C (verified against
+    /// the bytes), so a server forwards it rather than computing it again.
+    fn retrieve_checked(
+        &self,
+        req: &Request,
+        sink: &mut CheckedSink<'_>,
+    ) -> Result<RetrieveReport> {
+        self.retrieve(req, &mut |k, d| sink(k, d, crc32c::crc32c(d)))
+    }
 
     /// Every flushed field matching `req`, de-duplicated, sorted by key.
     fn list(&self, req: &Request) -> Result<Vec<Field>>;
@@ -78,6 +91,13 @@ impl FieldStore for Store {
     }
     fn retrieve(&self, req: &Request, sink: &mut Sink<'_>) -> Result<RetrieveReport> {
         Store::retrieve(self, req, sink)
+    }
+    fn retrieve_checked(
+        &self,
+        req: &Request,
+        sink: &mut CheckedSink<'_>,
+    ) -> Result<RetrieveReport> {
+        Store::retrieve_checked(self, req, sink)
     }
     fn list(&self, req: &Request) -> Result<Vec<Field>> {
         Store::list(self, req)

@@ -25,7 +25,7 @@ pub use backend::{
 };
 pub use config::{BackendKind, Config, FrontendConfig, Route};
 pub use error::{Error, Result};
-pub use frontend::{Event, FieldStore, Sink};
+pub use frontend::{CheckedSink, Event, FieldStore, Sink};
 pub use memory::MemoryBackend;
 pub use pmem::PmemBackend;
 pub use posix::{FsyncPolicy, PosixBackend};

@@ -180,8 +180,8 @@ impl Catalogue {
         Ok(())
     }
 
-    /// The verified bytes of one field, lent by the backend where it can (no copy), else read
-    /// into `scratch`; `None` if the field is not there. A vanished file (concurrent purge) is
+    /// The verified bytes of one field and their CRC-32C, lent by the backend where it can (no
+    /// copy), else read into `scratch`; `None` if the field is not there. A vanished file (concurrent purge) is
     /// retried once after a refresh.
     fn fetch(
         &mut self,
@@ -189,7 +189,7 @@ impl Catalogue {
         index: &Key,
         datum: &Key,
         mut scratch: Vec<u8>,
-    ) -> Result<Option<FieldBytes>> {
+    ) -> Result<Option<(FieldBytes, u32)>> {
         for attempt in 0..2 {
             let Some(data) = self.fields.get(&(index.clone(), datum.clone())).copied() else {
                 return Ok(None);
@@ -200,7 +200,7 @@ impl Catalogue {
                     if crc != data.crc {
                         return Err(self.crc_error(db, index, datum, &data, crc));
                     }
-                    return Ok(Some(bytes));
+                    return Ok(Some((bytes, crc)));
                 }
                 Err(Error::Io { source, .. })
                     if attempt == 0 && source.kind() == io::ErrorKind::NotFound =>
@@ -641,17 +641,18 @@ impl Store {
                 cat.fetch(&split.db, &split.index, &split.datum, Vec::new())
             })?
             .flatten();
-        Ok(bytes.map(|b| f(&b)))
+        Ok(bytes.map(|(b, _)| f(&b)))
     }
 
-    /// The verified bytes of one field of a split key (lent where the backend can).
+    /// The verified bytes of one field of a split key (lent where the backend can) and their
+    /// CRC-32C.
     fn fetch(
         &self,
         db: &Key,
         index: &Key,
         datum: &Key,
         scratch: Vec<u8>,
-    ) -> Result<Option<FieldBytes>> {
+    ) -> Result<Option<(FieldBytes, u32)>> {
         Ok(self
             .with_catalogue(db, |cat| cat.fetch(db, index, datum, scratch))?
             .flatten())
@@ -664,6 +665,16 @@ impl Store {
         &self,
         req: &Request,
         mut sink: impl FnMut(&Key, &[u8]) -> Result<()>,
+    ) -> Result<RetrieveReport> {
+        self.retrieve_checked(req, |k, d, _| sink(k, d))
+    }
+
+    /// [`Store::retrieve`], also handing the sink each field's CRC-32C — already verified
+    /// against the bytes, so a sender can forward it instead of computing it again.
+    pub fn retrieve_checked(
+        &self,
+        req: &Request,
+        mut sink: impl FnMut(&Key, &[u8], u32) -> Result<()>,
     ) -> Result<RetrieveReport> {
         let (resolved, ignored) = self.resolve(req)?;
         let mut report = RetrieveReport {
@@ -678,12 +689,12 @@ impl Store {
         if has_all {
             for f in self.list_resolved(&resolved)? {
                 let key = f.key();
-                if let Some(bytes) =
+                if let Some((bytes, crc)) =
                     self.fetch(&f.db, &f.index, &f.datum, std::mem::take(&mut buf))?
                 {
                     report.found += 1;
                     report.bytes += bytes.len() as u64;
-                    sink(&key, &bytes)?;
+                    sink(&key, &bytes, crc)?;
                     buf = bytes.into_buffer();
                 }
             }
@@ -693,7 +704,7 @@ impl Store {
         for key in resolved.expand() {
             // Fast path: the combination is a complete key of a schema rule.
             if let Ok(split) = self.schema.split(&key, &self.ctx)
-                && let Some(bytes) = self.fetch(
+                && let Some((bytes, crc)) = self.fetch(
                     &split.db,
                     &split.index,
                     &split.datum,
@@ -702,7 +713,7 @@ impl Store {
             {
                 report.found += 1;
                 report.bytes += bytes.len() as u64;
-                sink(&split.full(), &bytes)?;
+                sink(&split.full(), &bytes, crc)?;
                 buf = bytes.into_buffer();
                 continue;
             }
@@ -714,13 +725,13 @@ impl Store {
             for f in listed.as_ref().unwrap() {
                 let full = f.key();
                 if key.iter().all(|(k, v)| full.get(k) == Some(v))
-                    && let Some(bytes) =
+                    && let Some((bytes, crc)) =
                         self.fetch(&f.db, &f.index, &f.datum, std::mem::take(&mut buf))?
                 {
                     any = true;
                     report.found += 1;
                     report.bytes += bytes.len() as u64;
-                    sink(&full, &bytes)?;
+                    sink(&full, &bytes, crc)?;
                     buf = bytes.into_buffer();
                 }
             }
