@@ -79,6 +79,8 @@ fn small_workflow_delivers_every_field_once_with_correct_products_on_every_backe
     ]);
     assert!(stdout.contains("Table 9"), "{stdout}");
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let floor = r["product_floor_ms"].as_f64().unwrap();
+    assert!(floor > 0.0 && floor < 60_000.0, "{floor}");
     let backends = r["backends"].as_array().unwrap();
     let mut names: Vec<&str> = backends
         .iter()

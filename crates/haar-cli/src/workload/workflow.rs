@@ -45,7 +45,11 @@ WHAT RUNS
 OUTPUT
     A table shaped like SC'19 Table 9, a PNG plot (--plot), and with --json every figure:
     producer wall and I/O times alone and with consumers, slowdowns, each step's delivery
-    latency, volumes, polls.
+    latency, volumes, polls. Delivery latency is also given as a ratio to an in-memory floor
+    measured first in the same run: the consumers' computation alone for one step (every
+    member of every field reduced, both products packed, on --consumers threads) with the
+    fields already in memory and no store. No store can deliver a step faster than that on
+    this machine; the ratio is what storage and transport add.
 
 EXAMPLES
     haar workflow                                        # the embedded default, ~1 GiB per run
@@ -143,9 +147,9 @@ fn member_header(l: &Layout, m: u32, s: u32, f: u32, seed: u64, crc: u32) -> Hea
     l.member_header(m, s, f, reference(m, s, f), SCALE, seed, crc)
 }
 
-/// Bytes of a product field for `l`.
+/// Bytes of a product field for `l` (16-bit packed, as the members).
 fn product_size(l: &Layout) -> usize {
-    field::HEADER + 4 * field::nvalues16(l.field_size) as usize
+    field::HEADER + 2 * field::nvalues16(l.field_size) as usize
 }
 
 /// The producer process.
@@ -334,14 +338,14 @@ fn write_products(
         seed: 0,
         body_crc: 0,
     };
-    let mean = field::product(psize, base, mean.into_iter());
+    let mean = field::product(psize, base, &mean);
     let spread = field::product(
         psize,
         Header {
             kind: Kind::Spread,
             ..base
         },
-        sd.into_iter(),
+        &sd,
     );
     target.archive(&l.product_key("em", s, f), &mean)?;
     target.archive(&l.product_key("es", s, f), &spread)
@@ -529,23 +533,8 @@ fn verify_products(
                 let mut found = false;
                 target.retrieve(&req, std::slice::from_ref(&key), &mut |_, d| {
                     found = true;
-                    let h = field::verify(d)
+                    check_product(d, which, s, n, &points, &expect)
                         .map_err(|e| Failure::io(format!("product {key}: {e}")))?;
-                    if h.kind != which || h.nvalues as usize != n || h.step != s {
-                        return Err(Failure::io(format!(
-                            "product {key}: header says {:?} step {} with {} values",
-                            h.kind, h.step, h.nvalues
-                        )));
-                    }
-                    for (&i, &(mean, sd)) in points.iter().zip(&expect) {
-                        let want = if which == Kind::Mean { mean } else { sd };
-                        let got = f64::from(field::product_value(d, i));
-                        if (got - want).abs() > 1e-3 + 1e-5 * want.abs() {
-                            return Err(Failure::io(format!(
-                                "product {key}: value {i} is {got}, recomputed from the members' seeds {want}"
-                            )));
-                        }
-                    }
                     values += points.len() as u64;
                     Ok(())
                 })?;
@@ -558,6 +547,50 @@ fn verify_products(
     }
     let r = json!({"products": products, "values_checked": values});
     rep.say(&format!("result {r}"))
+}
+
+/// Checks a product field of `which` kind for step `s` with `n` values against the expected
+/// (mean, standard deviation) at `points`.
+fn check_product(
+    d: &[u8],
+    which: Kind,
+    s: u32,
+    n: usize,
+    points: &[usize],
+    expect: &[(f64, f64)],
+) -> Result<(), String> {
+    let h = field::verify(d)?;
+    if h.kind != which || h.nvalues as usize != n || h.step != s {
+        return Err(format!(
+            "header says {:?} step {} with {} values",
+            h.kind, h.step, h.nvalues
+        ));
+    }
+    let wants = || {
+        expect
+            .iter()
+            .map(move |&(mean, sd)| if which == Kind::Mean { mean } else { sd })
+    };
+    // A packing step coarser than the samples' range allows would hide errors.
+    let (lo, hi) = wants().fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), x| {
+        (a.min(x), b.max(x))
+    });
+    if !(h.scale >= 0.0 && h.scale <= 2.0 * (hi - lo) / 65535.0 + 1e-6) {
+        return Err(format!(
+            "packing scale {} does not fit values {lo}..{hi}",
+            h.scale
+        ));
+    }
+    for (&i, want) in points.iter().zip(wants()) {
+        let got = field::value(d, &h, i);
+        // Packing is exact to half a scale step; the reduction to f32's.
+        if (got - want).abs() > h.scale / 2.0 + 1e-3 + 1e-5 * want.abs() {
+            return Err(format!(
+                "value {i} is {got}, recomputed from the members' seeds {want}"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// A backend of the comparison.
@@ -906,6 +939,11 @@ pub fn run(cli: &Cli, a: &WorkflowArgs) -> Result<(), Failure> {
         a.consumers,
         a.compute_ms
     );
+    let floor_ms = product_floor(&l, a.consumers);
+    eprintln!(
+        "haar workflow: in-memory floor of a step's products (no store, {} threads): {floor_ms:.1} ms",
+        a.consumers
+    );
     let mut rows = Vec::new();
     for b in backends {
         let mut alone = None;
@@ -930,8 +968,8 @@ pub fn run(cli: &Cli, a: &WorkflowArgs) -> Result<(), Failure> {
         eprintln!("haar workflow: {}", row.line());
         rows.push(row);
     }
-    let report = report(a, &l, cli.replicas, &rows);
-    print_table(&l, a, &rows);
+    let report = report(a, &l, cli.replicas, floor_ms, &rows);
+    print_table(&l, a, floor_ms, &rows);
     plot(&a.plot, &rows)?;
     println!("plot: {}", a.plot.display());
     if let Some(p) = &a.json {
@@ -940,6 +978,57 @@ pub fn run(cli: &Cli, a: &WorkflowArgs) -> Result<(), Failure> {
         println!("figures: {}", p.display());
     }
     Ok(())
+}
+
+/// The in-memory floor of one step's product generation: the consumers' computation alone —
+/// every member of every field reduced and both products packed, on `consumers` threads, the
+/// fields shared as the consumers share them — with the member fields already in memory and no
+/// store at all. Bodies rotate over at least 64 MiB of distinct buffers (more than this
+/// machine's caches) so they come from memory, as received fields would. Best of 3, in ms.
+fn product_floor(l: &Layout, consumers: u32) -> f64 {
+    let n = field::nvalues16(l.field_size) as usize;
+    let per_set = l.members as usize * l.field_size;
+    let sets = (64usize << 20)
+        .div_ceil(per_set)
+        .clamp(1, l.fields_per_step() as usize);
+    let bodies: Vec<Vec<(Vec<u8>, Header)>> = (0..sets as u32)
+        .map(|f| {
+            (1..=l.members)
+                .map(|m| {
+                    let seed = field::seed(SALT, m, f);
+                    let mut t = field::template(l.field_size, seed);
+                    let h = member_header(l, m, 0, f, seed, field::body_crc(&t));
+                    field::stamp(&mut t, &h);
+                    (t, h)
+                })
+                .collect()
+        })
+        .collect();
+    let psize = product_size(l);
+    let once = || {
+        let t0 = monotonic_ns();
+        std::thread::scope(|sc| {
+            for c in 0..consumers {
+                let bodies = &bodies;
+                sc.spawn(move || {
+                    for f in (0..l.fields_per_step()).filter(|f| f % consumers == c) {
+                        let set = &bodies[f as usize % bodies.len()];
+                        let members: Vec<(&[u8], Header)> =
+                            set.iter().map(|(b, h)| (&b[..], *h)).collect();
+                        let (mean, sd) = field::ensemble_stats(&members, n);
+                        let h = Header {
+                            kind: Kind::Mean,
+                            ..members[0].1
+                        };
+                        std::hint::black_box(field::product(psize, h, &mean));
+                        std::hint::black_box(field::product(psize, h, &sd));
+                    }
+                });
+            }
+        });
+        (monotonic_ns() - t0) as f64 / 1e6
+    };
+    (0..3).map(|_| once()).fold(f64::INFINITY, f64::min)
 }
 
 fn p50_p99(v: &[f64]) -> (f64, f64) {
@@ -991,7 +1080,7 @@ impl Row {
     }
 }
 
-fn report(a: &WorkflowArgs, l: &Layout, replicas: usize, rows: &[Row]) -> Value {
+fn report(a: &WorkflowArgs, l: &Layout, replicas: usize, floor_ms: f64, rows: &[Row]) -> Value {
     json!({
         "tool": "haar workflow",
         "version": env!("CARGO_PKG_VERSION"),
@@ -1001,6 +1090,7 @@ fn report(a: &WorkflowArgs, l: &Layout, replicas: usize, rows: &[Row]) -> Value 
         "nodes": a.nodes,
         "replicas": replicas,
         "volume_bytes_per_run": l.total_bytes(),
+        "product_floor_ms": floor_ms,
         "machine": super::super::commands::bench::machine_description(),
         "backends": rows.iter().map(|r| {
             let (p50, p99) = r.latency();
@@ -1013,6 +1103,7 @@ fn report(a: &WorkflowArgs, l: &Layout, replicas: usize, rows: &[Row]) -> Value 
                 "producer_io_slowdown": r.io_slowdown(),
                 "step_latency_p50_ms": p50,
                 "step_latency_p99_ms": p99,
+                "step_latency_p50_over_floor": p50 / floor_ms,
                 "trigger_latency_p50_ms": r.trigger().0,
                 "trigger_latency_p99_ms": r.trigger().1,
                 "write_gib_per_s_alone": r.alone.as_ref().map(|x| x.bytes as f64 / x.producer_io_s.max(1e-9) / GIB),
@@ -1021,7 +1112,7 @@ fn report(a: &WorkflowArgs, l: &Layout, replicas: usize, rows: &[Row]) -> Value 
     })
 }
 
-fn print_table(l: &Layout, a: &WorkflowArgs, rows: &[Row]) {
+fn print_table(l: &Layout, a: &WorkflowArgs, floor_ms: f64, rows: &[Row]) {
     println!();
     println!(
         "Forecast workflow, {} members x {} steps x {} fields of {:.0} KiB ({:.2} GiB per run), {} consumers, {} ms model time per step",
@@ -1036,20 +1127,21 @@ fn print_table(l: &Layout, a: &WorkflowArgs, rows: &[Row]) {
     println!("(shaped like SC'19 Table 9: producer run time without and with product generation)");
     println!();
     println!(
-        "{:<52} {:>8} {:>8} {:>9} {:>9} {:>17} {:>15}",
+        "{:<52} {:>8} {:>8} {:>9} {:>9} {:>17} {:>7} {:>15}",
         "storage",
         "alone s",
         "+PGEN s",
         "slowdown",
         "I/O slow",
         "product p50/p99",
+        "/floor",
         "trigger p50/99"
     );
     for r in rows {
         let (p50, p99) = r.latency();
         let (t50, t99) = r.trigger();
         println!(
-            "{:<52} {:>8} {:>8.2} {:>9} {:>9} {:>17} {:>15}",
+            "{:<52} {:>8} {:>8.2} {:>9} {:>9} {:>17} {:>7} {:>15}",
             r.describe,
             r.alone
                 .as_ref()
@@ -1063,6 +1155,7 @@ fn print_table(l: &Layout, a: &WorkflowArgs, rows: &[Row]) {
                 .map(|s| format!("{:+.1}%", 100.0 * s))
                 .unwrap_or_else(|| "-".into()),
             format!("{p50:.0} / {p99:.0} ms"),
+            format!("{:.1}x", p50 / floor_ms),
             format!("{t50:.0} / {t99:.0} ms")
         );
     }
@@ -1072,6 +1165,13 @@ fn print_table(l: &Layout, a: &WorkflowArgs, rows: &[Row]) {
     );
     println!(
         "product: last member's flush of a step -> every product of the step flushed; trigger: -> every consumer knows the step is complete."
+    );
+    println!(
+        "/floor: product p50 over the in-memory floor measured in this run, {floor_ms:.1} ms: the consumers' computation alone for one step (reduce {} x {} fields, pack {} products) on {} threads, no store.",
+        l.members,
+        l.fields_per_step(),
+        2 * l.fields_per_step(),
+        a.consumers
     );
     println!();
     println!(
@@ -1111,4 +1211,89 @@ fn plot(path: &Path, rows: &[Row]) -> Result<(), Failure> {
         &lines,
     )
     .map_err(Failure::io)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The checker passes a product made from the members and refuses one wrong value, a
+    /// packing too coarse to check, and the wrong kind.
+    #[test]
+    fn the_product_checker_fails_wrong_products() {
+        let l = Layout {
+            class: "rd".into(),
+            expver: "test".into(),
+            date: "20260101".into(),
+            time: "0000".into(),
+            members: 5,
+            steps: 1,
+            step_hours: 6,
+            levels: 1,
+            params: 1,
+            field_size: 64 + 2 * 3000,
+        };
+        let n = field::nvalues16(l.field_size) as usize;
+        let ms: Vec<(Vec<u8>, Header)> = (1..=l.members)
+            .map(|m| {
+                let seed = field::seed(SALT, m, 0);
+                let mut t = field::template(l.field_size, seed);
+                let h = member_header(&l, m, 0, 0, seed, field::body_crc(&t));
+                field::stamp(&mut t, &h);
+                (t, h)
+            })
+            .collect();
+        let refs: Vec<(&[u8], Header)> = ms.iter().map(|(b, h)| (&b[..], *h)).collect();
+        let (mean, sd) = field::ensemble_stats(&refs, n);
+        let points: Vec<usize> = (0..n).collect();
+        let expect: Vec<(f64, f64)> = points
+            .iter()
+            .map(|&i| {
+                let v: Vec<f64> = refs.iter().map(|(b, h)| field::value(b, h, i)).collect();
+                let mu = v.iter().sum::<f64>() / v.len() as f64;
+                let var = v.iter().map(|x| (x - mu) * (x - mu)).sum::<f64>() / v.len() as f64;
+                (mu, var.sqrt())
+            })
+            .collect();
+        let base = Header {
+            kind: Kind::Mean,
+            member: 0,
+            seed: 0,
+            ..refs[0].1
+        };
+        let psize = product_size(&l);
+        let em = field::product(psize, base, &mean);
+        let es = field::product(
+            psize,
+            Header {
+                kind: Kind::Spread,
+                ..base
+            },
+            &sd,
+        );
+        check_product(&em, Kind::Mean, 0, n, &points, &expect).unwrap();
+        check_product(&es, Kind::Spread, 0, n, &points, &expect).unwrap();
+        assert!(check_product(&em, Kind::Spread, 0, n, &points, &expect).is_err());
+        let mut bad = mean.clone();
+        bad[1234] += 0.01;
+        let e = check_product(
+            &field::product(psize, base, &bad),
+            Kind::Mean,
+            0,
+            n,
+            &points,
+            &expect,
+        )
+        .unwrap_err();
+        assert!(e.contains("value 1234"), "{e}");
+        // A product packed with a step of 1.0 could hide errors of 0.5: refused.
+        let mut coarse = em.clone();
+        let h = Header {
+            scale: 1.0,
+            ..field::verify(&em).unwrap()
+        };
+        field::stamp(&mut coarse, &h);
+        let e = check_product(&coarse, Kind::Mean, 0, n, &points, &expect).unwrap_err();
+        assert!(e.contains("packing scale"), "{e}");
+    }
 }
