@@ -23,8 +23,8 @@ use serde::de::DeserializeOwned;
 use crate::auth;
 use crate::protocol::{
     self, Access, Challenge, ErrorMeta, EventMeta, FieldMeta, Frame, Hello, Kind, Limits,
-    ListedField, PurgeEnd, Refused, RequestMeta, RetrieveEnd, StatsEntry, Welcome, WipeEnd,
-    WireError, to_meta,
+    ListedField, LocalOffer, PurgeEnd, Refused, RequestMeta, RetrieveEnd, StatsEntry, Welcome,
+    WipeEnd, WireError, to_meta,
 };
 use crate::server::HEARTBEAT;
 use crate::transport::{Conn, Wire};
@@ -38,6 +38,9 @@ pub struct ClientConfig {
     pub tls: Option<Arc<rustls::ClientConfig>>,
     /// Time allowed for TCP connect and for the handshake.
     pub connect_timeout: Duration,
+    /// Serve retrieves from the server's own store when it is on this machine and offers it
+    /// (design §8, same-host reads); `HAAR_LOCAL_READS=0` turns the default off.
+    pub local_reads: bool,
 }
 
 impl Default for ClientConfig {
@@ -46,6 +49,7 @@ impl Default for ClientConfig {
             token: None,
             tls: None,
             connect_timeout: Duration::from_secs(5),
+            local_reads: std::env::var_os("HAAR_LOCAL_READS").is_none_or(|v| v != "0"),
         }
     }
 }
@@ -96,6 +100,54 @@ fn remote_error(addr: &str, m: ErrorMeta) -> Error {
 struct Session {
     wire: Wire,
     access: Access,
+    local: Option<LocalOffer>,
+}
+
+impl Session {
+    /// False once the peer has closed or reset the connection (or sent something unasked):
+    /// a poll that does not wait.
+    fn alive(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        let mut p = libc::pollfd {
+            fd: self.wire.socket().as_raw_fd(),
+            events: libc::POLLIN | libc::POLLRDHUP,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, no wait.
+        let n = unsafe { libc::poll(&mut p, 1, 0) };
+        n == 0
+    }
+}
+
+/// A store opened from a server's same-host offer.
+struct LocalStore {
+    offer: LocalOffer,
+    store: Option<haar_store::Store>,
+}
+
+/// Opens the store a server offers, if it is on this machine: the same boot id, and the
+/// root this process sees is the very directory the server named (device and inode).
+fn open_offer(offer: &LocalOffer) -> Option<haar_store::Store> {
+    use std::os::unix::fs::MetadataExt;
+    if crate::server::boot_id().as_deref() != Some(offer.boot_id.as_str()) {
+        return None;
+    }
+    let cfg: haar_store::Config = serde_json::from_value(offer.store.clone()).ok()?;
+    let meta = std::fs::metadata(cfg.roots.first()?).ok()?;
+    if (meta.dev(), meta.ino()) != (offer.dev, offer.ino) {
+        return None;
+    }
+    if cfg.backend == haar_store::BackendKind::Pmem
+        && !cfg.roots[0].join(haar_store::pmem::POOL_FILE).is_file()
+    {
+        return None; // never create a pool here
+    }
+    let mut opts = StoreOptions::default();
+    if let Some(text) = &offer.schema {
+        opts.schema = Arc::new(haar_core::schema::Schema::parse(text).ok()?);
+    }
+    let backend = cfg.open_backend().ok()?;
+    Some(haar_store::Store::with_options(backend, opts))
 }
 
 /// Opens a connection and authenticates.
@@ -257,6 +309,7 @@ fn connect(addr: &str, cfg: &ClientConfig) -> Result<Session> {
     Ok(Session {
         wire,
         access: welcome.access,
+        local: welcome.local,
     })
 }
 
@@ -273,6 +326,8 @@ pub struct RemoteStore {
     next_id: Cell<u64>,
     unflushed: u64,
     lost: Cell<u64>,
+    /// The store of the server's latest same-host offer, when it could be opened.
+    local: RefCell<Option<LocalStore>>,
 }
 
 impl RemoteStore {
@@ -287,6 +342,7 @@ impl RemoteStore {
             next_id: Cell::new(1),
             unflushed: 0,
             lost: Cell::new(0),
+            local: RefCell::new(None),
         })
     }
 
@@ -304,6 +360,30 @@ impl RemoteStore {
         let id = self.next_id.get();
         self.next_id.set(id + 1);
         id
+    }
+
+    /// True when retrieves may use the server's store directly: enabled, offered by the
+    /// current connection, opened, and the connection is still up (so a dead server fails as
+    /// it does over the wire).
+    fn local_ready(&self) -> bool {
+        if !self.cfg.local_reads {
+            return false;
+        }
+        let slot = self.session.borrow();
+        let Some(s) = slot.as_ref() else {
+            return false; // the next request reconnects over the wire
+        };
+        let Some(offer) = &s.local else {
+            return false;
+        };
+        let mut local = self.local.borrow_mut();
+        if local.as_ref().is_none_or(|l| &l.offer != offer) {
+            *local = Some(LocalStore {
+                offer: offer.clone(),
+                store: open_offer(offer),
+            });
+        }
+        local.as_ref().is_some_and(|l| l.store.is_some()) && s.alive()
     }
 
     /// Drops a broken connection, remembering unflushed fields as lost.
@@ -477,7 +557,15 @@ struct ReportEnd<T> {
 
 impl FieldStore for RemoteStore {
     fn describe(&self) -> String {
-        format!("remote {}", self.addr)
+        let local = self.local.borrow();
+        match local.as_ref().and_then(|l| l.store.as_ref()) {
+            Some(st) => format!(
+                "remote {} (same-host reads from {})",
+                self.addr,
+                st.backend().describe()
+            ),
+            None => format!("remote {}", self.addr),
+        }
     }
 
     fn archive(&mut self, key: &Key, data: &[u8]) -> Result<()> {
@@ -553,6 +641,12 @@ impl FieldStore for RemoteStore {
     }
 
     fn retrieve(&self, req: &Request, sink: &mut Sink<'_>) -> Result<RetrieveReport> {
+        if self.local_ready() {
+            let local = self.local.borrow();
+            if let Some(st) = local.as_ref().and_then(|l| l.store.as_ref()) {
+                return st.retrieve(req, sink);
+            }
+        }
         let addr = &self.addr;
         let end: RetrieveEnd = self.call(
             Kind::Retrieve,

@@ -498,6 +498,26 @@ pub struct Welcome {
     pub access: Access,
     /// The server's proof that it knows the token too.
     pub proof: String,
+    /// Where the server's store is, for clients on the same machine (design §8, same-host
+    /// reads).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub local: Option<LocalOffer>,
+}
+
+/// A server's store, as a client on the same machine can open it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LocalOffer {
+    /// `/proc/sys/kernel/random/boot_id` of the server's machine.
+    pub boot_id: String,
+    /// Device of the store's first root.
+    pub dev: u64,
+    /// Inode of the store's first root.
+    pub ino: u64,
+    /// The store configuration (`haar_store::Config`).
+    pub store: serde_json::Value,
+    /// Schema text; absent for the built-in schema.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schema: Option<String>,
 }
 
 /// `REFUSED` (and `ERROR` before a request).

@@ -19,8 +19,8 @@ use serde_json::json;
 use crate::auth::{self, Tokens};
 use crate::protocol::{
     self, Access, Challenge, ErrorMeta, EventMeta, FLAG_END, FieldMeta, FlushOk, Frame, Hello,
-    Kind, Limits, ListedField, PurgeEnd, Refused, RequestMeta, RetrieveEnd, StatsEntry, WipeEnd,
-    WireError, to_meta,
+    Kind, Limits, ListedField, LocalOffer, PurgeEnd, Refused, RequestMeta, RetrieveEnd, StatsEntry,
+    WipeEnd, WireError, to_meta,
 };
 use crate::transport::{Conn, Wire};
 
@@ -85,6 +85,36 @@ pub struct ServerConfig {
     pub tokens: Tokens,
     /// TLS 1.3 when set.
     pub tls: Option<Arc<rustls::ServerConfig>>,
+    /// Offered to clients for same-host reads ([`local_offer`]).
+    pub local: Option<LocalOffer>,
+}
+
+/// This machine's boot id (`/proc/sys/kernel/random/boot_id`), if the kernel gives one.
+pub fn boot_id() -> Option<String> {
+    std::fs::read_to_string("/proc/sys/kernel/random/boot_id")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+}
+
+/// The same-host read offer for a store configuration (design §8): `None` for a backend other
+/// processes cannot open (memory) or where the machine or root cannot be identified.
+pub fn local_offer(cfg: &haar_store::Config, schema: Option<String>) -> Option<LocalOffer> {
+    use std::os::unix::fs::MetadataExt;
+    if !matches!(
+        cfg.backend,
+        haar_store::BackendKind::Pmem | haar_store::BackendKind::Posix
+    ) {
+        return None;
+    }
+    let meta = std::fs::metadata(cfg.roots.first()?).ok()?;
+    Some(LocalOffer {
+        boot_id: boot_id()?,
+        dev: meta.dev(),
+        ino: meta.ino(),
+        store: serde_json::to_value(cfg).ok()?,
+        schema,
+    })
 }
 
 struct Ev {
@@ -383,6 +413,7 @@ fn handshake(shared: &Shared, wire: &mut Wire) -> Result<Option<Access>, WireErr
     let welcome = protocol::Welcome {
         access,
         proof: auth::server_proof(token, &hello.nonce, &server_nonce),
+        local: shared.config.local.clone(),
     };
     wire.send(Kind::Welcome, 0, f.id, &to_meta(&welcome), &[])?;
     wire.flush()?;

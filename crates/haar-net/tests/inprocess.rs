@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use haar_core::Key;
 use haar_core::request::Request;
 use haar_net::auth::Tokens;
-use haar_net::protocol::{self, Kind, Limits};
+use haar_net::protocol::{self, Kind, Limits, LocalOffer};
 use haar_net::{ClientConfig, RemoteStore, Server, ServerConfig, Target, WaitOutcome};
 use haar_store::{FieldStore, FsyncPolicy, PosixBackend, StoreOptions};
 
@@ -33,9 +33,15 @@ struct Fixture {
 }
 
 fn start() -> Fixture {
+    start_offering(|_| None)
+}
+
+/// A server whose WELCOME carries `offer(root)` (design §8, same-host reads).
+fn start_offering(offer: impl Fn(&std::path::Path) -> Option<LocalOffer>) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("root");
     let backend = PosixBackend::new(vec![root.clone()], FsyncPolicy::Never).unwrap();
+    let local = offer(&root);
     let target = Target::Local {
         backend: Arc::new(backend),
         options: StoreOptions::default(),
@@ -46,6 +52,7 @@ fn start() -> Fixture {
             read_only: Some("ro-secret".into()),
         },
         tls: None,
+        local,
     };
     let addr = Server::bind("127.0.0.1:0", target, config)
         .unwrap()
@@ -62,6 +69,99 @@ fn cfg(token: Option<&str>) -> ClientConfig {
     ClientConfig {
         token: token.map(str::to_string),
         ..ClientConfig::default()
+    }
+}
+
+fn posix_offer(root: &std::path::Path) -> Option<LocalOffer> {
+    let cfg = haar_store::Config {
+        backend: haar_store::BackendKind::Posix,
+        roots: vec![root.to_path_buf()],
+        fsync: FsyncPolicy::Never,
+        ..haar_store::Config::default()
+    };
+    haar_net::server::local_offer(&cfg, None)
+}
+
+fn retrieve_all(c: &RemoteStore, steps: &str) -> Vec<(Key, Vec<u8>)> {
+    let req = Request::parse(&format!(
+        "class=od,expver=1,stream=oper,date=20261121,time=12,type=fc,levtype=sfc,step={steps},param=130/167"
+    ))
+    .unwrap();
+    let mut got = Vec::new();
+    c.retrieve(&req, &mut |k, d| {
+        got.push((k.clone(), d.to_vec()));
+        Ok(())
+    })
+    .unwrap();
+    got
+}
+
+#[test]
+fn same_host_reads_come_from_the_servers_store_and_equal_the_wire() {
+    let f = start_offering(posix_offer);
+    let addr = f.addr.to_string();
+    let mut w = RemoteStore::connect(&addr, &cfg(Some("rw-secret"))).unwrap();
+    let local = RemoteStore::connect(&addr, &cfg(Some("ro-secret"))).unwrap();
+    let wire = RemoteStore::connect(
+        &addr,
+        &ClientConfig {
+            local_reads: false,
+            ..cfg(Some("ro-secret"))
+        },
+    )
+    .unwrap();
+    for step in 0..3 {
+        w.archive(&key(step, 130), &data(step, 130, 70_000))
+            .unwrap();
+        w.archive(&key(step, 167), &data(step, 167, 5_000)).unwrap();
+    }
+    // Unflushed fields are not visible locally either.
+    assert!(retrieve_all(&local, "0/1/2").is_empty());
+    w.flush().unwrap();
+    let (a, b) = (retrieve_all(&local, "0/1/2"), retrieve_all(&wire, "0/1/2"));
+    assert_eq!(a.len(), 6);
+    assert!(a == b, "same-host and wire reads differ");
+    assert!(
+        local.describe().contains("same-host reads from posix:"),
+        "{}",
+        local.describe()
+    );
+    assert_eq!(wire.describe(), format!("remote {addr}"));
+    // A later flush is visible to the local reader as soon as it is acknowledged.
+    w.archive(&key(7, 130), &data(7, 130, 123)).unwrap();
+    w.flush().unwrap();
+    let got = retrieve_all(&local, "7");
+    assert!(
+        got.len() == 1 && got[0].1 == data(7, 130, 123),
+        "{} fields",
+        got.len()
+    );
+}
+
+#[test]
+fn an_offer_naming_another_directory_or_machine_is_not_taken() {
+    for spoil in [0, 1] {
+        let f = start_offering(|root| {
+            let mut o = posix_offer(root).unwrap();
+            if spoil == 0 {
+                o.ino ^= 1; // the path now names another directory
+            } else {
+                o.boot_id = "another-machine".into();
+            }
+            Some(o)
+        });
+        let addr = f.addr.to_string();
+        let mut w = RemoteStore::connect(&addr, &cfg(Some("rw-secret"))).unwrap();
+        w.archive(&key(1, 130), &data(1, 130, 4096)).unwrap();
+        w.flush().unwrap();
+        let r = RemoteStore::connect(&addr, &cfg(Some("ro-secret"))).unwrap();
+        let got = retrieve_all(&r, "1");
+        assert!(
+            got.len() == 1 && got[0].1 == data(1, 130, 4096),
+            "{} fields",
+            got.len()
+        );
+        assert_eq!(r.describe(), format!("remote {addr}"), "spoil {spoil}");
     }
 }
 

@@ -102,6 +102,9 @@ struct Pool {
     dbs: Mutex<(u64, HashMap<Key, bool>)>,
 }
 
+/// The pool's file name inside its root.
+pub const POOL_FILE: &str = "haar.pool";
+
 /// Persistent-memory pool backend.
 pub struct PmemBackend {
     pool: Arc<Pool>,
@@ -130,7 +133,7 @@ impl PmemBackend {
         fs::create_dir_all(root).map_err(|e| Error::io("create root", root, e))?;
         let lock_dir = root.join("locks");
         fs::create_dir_all(&lock_dir).map_err(|e| Error::io("create", &lock_dir, e))?;
-        let path = root.join("haar.pool");
+        let path = root.join(POOL_FILE);
         let map = PoolMapping::open_with_mode(&path, opts.reserve, opts.force_mode)
             .map_err(|e| Error::io("map pool", &path, e))?;
         let file = File::open(&path).map_err(|e| Error::io("open", &path, e))?;

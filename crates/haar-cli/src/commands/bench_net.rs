@@ -219,8 +219,10 @@ pub fn run(
     let repeats = if quick { 2 } else { 3 };
     let exe = std::env::current_exe().map_err(|e| Failure::io(format!("cannot find haar: {e}")))?;
     let token = haar_net::auth::nonce();
+    // The wire is what this section measures: no same-host reads (design §8).
     let cfg = ClientConfig {
         token: Some(token.clone()),
+        local_reads: false,
         ..ClientConfig::default()
     };
     let fail = |what: &str, e: String| Failure::io(format!("bench: {what}: {e}"));

@@ -88,10 +88,18 @@ pub fn serve(cli: &Cli, a: &ServeArgs) -> Result<(), Failure> {
         _ => None,
     };
     let described = backend.describe();
+    let schema_text = match &cfg.schema {
+        Some(p) => Some(
+            std::fs::read_to_string(p)
+                .map_err(|e| Failure::usage(format!("cannot read schema {}: {e}", p.display())))?,
+        ),
+        None => None,
+    };
+    let local = haar_net::server::local_offer(&cfg, schema_text);
     let server = Server::bind(
         &a.listen,
         Target::Local { backend, options },
-        ServerConfig { tokens, tls },
+        ServerConfig { tokens, tls, local },
     )
     .map_err(|e| Failure::io(format!("cannot listen on {}: {e}", a.listen)))?;
     let addr = server
