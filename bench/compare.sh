@@ -14,7 +14,8 @@
 #      (haar hammer --fdb5, and the C harness bench/fdb5_peer with the same field count, size and
 #      flush interval), with memcpy, NT copy, write(2) and loopback TCP measured in the same run
 #      -> docs/hammer-*.json;
-#   4. `haar workflow` (SC'19 Table 9 in miniature) -> docs/workflow.json, docs/workflow.png;
+#   4. `haar workflow` (SC'19 Table 9 in miniature) -> docs/workflow.json, docs/workflow.png, and
+#      at the delivery-latency target's shape -> docs/workflow-10x100.json, .png;
 #   5. appends the hammer and workflow sections, with ratios and exact commands, to
 #      docs/benchmarks.md (bench/render_compare.py).
 set -euo pipefail
@@ -91,8 +92,12 @@ for mode in write read; do
     target/fdb5_peer "$mode" "$WORK/peer" "$FIELDS" "$SIZE" "$PER_FLUSH" > "docs/hammer-fdb5-c-harness-$mode.json"
 done
 
-# 4. The workflow.
+# 4. The workflow: the default (`make run`), then the delivery-latency target's shape (10
+#    members x 100 fields of 800 KiB per step), with model time long enough for the consumers
+#    of this machine to finish a step before the next one starts.
 run "$HAAR" workflow $WF --json docs/workflow.json --plot docs/workflow.png
+run "$HAAR" workflow --members 10 --levels 20 --params 5 --field-size 800KiB ${WF:---steps 3} \
+    --compute-ms 2000 --json docs/workflow-10x100.json --plot docs/workflow-10x100.png
 
 # 5. Report.
 run python3 bench/render_compare.py "$FIELDS" "$SIZE" "${SHAPE[*]}" >> docs/benchmarks.md
