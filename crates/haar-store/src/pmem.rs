@@ -289,9 +289,9 @@ impl PmemBackend {
     }
 
     /// Provisions the pool for `free` more bytes of writes: grows the file (if needed) so that
-    /// `free` bytes beyond the heap top lie inside it, with their pages allocated and mapped
-    /// in this process, as `haar hammer` does before its start barrier. Nothing is allocated
-    /// from the heap.
+    /// `free` bytes beyond the heap top lie inside it, with their pages allocated, and backs
+    /// the free part with huge pages where the kernel can (design §5.1), as `haar hammer`
+    /// does before its start barrier. Nothing is allocated from the heap.
     ///
     /// # Errors
     /// [`Error::PoolFull`] when the device, `pool_max` or the reserve cannot hold it.
@@ -301,7 +301,12 @@ impl PmemBackend {
             .map
             .atomic_u64(OFF_HEAP_TOP)
             .load(Ordering::Acquire);
-        self.pool.ensure(top, free.max(1))
+        self.pool.ensure(top, free.max(1))?;
+        // Like a DAX namespace, mapped with 2 MiB pages: every process then maps (and
+        // unmaps) the space for 512 times fewer page-table entries. Best effort.
+        let len = self.pool.map.file_len() - top as usize;
+        self.pool.map.use_huge_pages(top as usize, len);
+        Ok(())
     }
 
     fn lock_file(&self, db: &Key) -> Result<File> {
