@@ -53,10 +53,11 @@ FIELDS
 
 TIMING
     From the workers' start barrier until every worker has exited. Before the barrier,
-    templates are built and stores opened; a local pmem pool is provisioned for the whole
-    run (grown, its pages allocated) and each writer reserves and maps its share of the
-    pool's heap (pool_chunk, pool_prefault: open), as a real pmem namespace is created and
-    mapped before use. Archive and flush do all their work (copy, checksum, persist with
+    templates are built and stores opened; a local pmem pool is provisioned for the
+    whole run (grown, its pages allocated, backed by 2 MiB pages where the kernel can)
+    and each writer reserves and maps its share of the pool's heap (pool_chunk,
+    pool_prefault: open), as a real pmem namespace is created and mapped (with 2 MiB
+    pages) before use. Archive and flush do all their work (copy, checksum, persist with
     flush + fence semantics, commit) inside the timed region.")]
 pub struct HammerArgs {
     /// write, read (verified) or list.
