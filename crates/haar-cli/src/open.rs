@@ -289,7 +289,9 @@ pub fn field_store_for_writes(
         Some(r) => Ok(r),
         None => {
             let mut cfg = config(cli)?;
-            cfg.pool_chunk = cfg.pool_chunk.max(bytes);
+            // Exactly its share: a larger chunk would leave a tail that only the last writer
+            // to reserve can give back.
+            cfg.pool_chunk = bytes;
             cfg.pool_prefault = haar_store::pmem::Prefault::Open;
             Ok(Box::new(store_of(cfg)?))
         }
