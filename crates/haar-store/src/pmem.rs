@@ -558,6 +558,12 @@ impl Pool {
             off = top.fetch_add(size, Ordering::AcqRel);
             self.ensure(off, size)?;
         }
+        // The reservation is durable before anything in it can be published, so after a
+        // power cut the heap top never lies below committed bytes. (Giving a tail back need
+        // not be: a stale, higher top only leaks the tail.)
+        self.map
+            .persist(OFF_HEAP_TOP, 8)
+            .map_err(|e| Error::io("persist", &self.path, e))?;
         let end = off + size;
         let from = off.max(self.created_mapped);
         if end > from {
