@@ -17,6 +17,8 @@ CONFIGURATION
         backend: pmem            # posix | pmem | memory
         roots: [/dev/shm/haar]
         pool_size: 1073741824    # pmem: initial pool bytes (grows on demand)
+        pool_chunk: 16777216     # pmem: heap a writing process reserves and maps at a time
+        pool_prefault: create    # pmem: map the first chunk at the first write | open
         fsync: always            # posix: always | never
         schema: /etc/fdb/schema  # FDB5 rule language; built-in schema when absent
     --root and --backend override the file.

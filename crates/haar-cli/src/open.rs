@@ -78,7 +78,10 @@ pub fn load_schema(path: &Path) -> Result<Schema, Failure> {
 
 /// Opens the store the options describe.
 pub fn store(cli: &Cli) -> Result<Store, Failure> {
-    let cfg = config(cli)?;
+    store_of(config(cli)?)
+}
+
+fn store_of(cfg: Config) -> Result<Store, Failure> {
     let mut opts = StoreOptions::default();
     if let Some(path) = &cfg.schema {
         opts.schema = Arc::new(load_schema(path)?);
@@ -272,5 +275,25 @@ pub fn field_store(cli: &Cli) -> Result<Box<dyn haar_store::FieldStore>, Failure
     match remote(cli)? {
         Some(r) => Ok(r),
         None => Ok(Box::new(store(cli)?)),
+    }
+}
+
+/// As [`field_store`], for a process about to write about `bytes`: a local pmem pool
+/// reserves and maps that much heap for it as it is opened (`pool_chunk: BYTES`,
+/// `pool_prefault: open`), so `haar hammer`'s workers do it before their start barrier.
+pub fn field_store_for_writes(
+    cli: &Cli,
+    bytes: u64,
+) -> Result<Box<dyn haar_store::FieldStore>, Failure> {
+    match remote(cli)? {
+        Some(r) => Ok(r),
+        None => {
+            let mut cfg = config(cli)?;
+            // Exactly its share: a larger chunk would leave a tail that only the last writer
+            // to reserve can give back.
+            cfg.pool_chunk = bytes;
+            cfg.pool_prefault = haar_store::pmem::Prefault::Open;
+            Ok(Box::new(store_of(cfg)?))
+        }
     }
 }

@@ -300,6 +300,47 @@ fn hammer(root: &Path, extra: &[&str], json: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(json).unwrap()).unwrap()
 }
 
+/// Before its start barrier the hammer provisions the pool and each writer reserves just its
+/// share of the heap (design §5.3, §10.3): afterwards the heap holds what was written and
+/// little more, also on a second run into the same pool; each worker's own time is reported
+/// and lies inside the wall time.
+#[test]
+fn hammer_provisions_the_pool_and_writers_use_just_their_share() {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let root = dir.path().join("store");
+    let json = dir.path().join("h.json");
+    let heap_used = || -> u64 {
+        let info = haar_ok([
+            "--backend",
+            "pmem",
+            "--root",
+            root.to_str().unwrap(),
+            "info",
+        ]);
+        let line = info
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("heap_used_bytes: "))
+            .unwrap_or_else(|| panic!("no heap_used_bytes in {info}"));
+        line.parse().unwrap()
+    };
+    let bytes = 3 * 3 * 4 * 3 * 32 * 1024u64;
+    for run in 1..=2u64 {
+        let w = hammer(&root, &["--procs", "2"], &json);
+        assert_eq!(w["bytes"], bytes);
+        let used = heap_used();
+        assert!(
+            used >= run * bytes && used < run * bytes + (1 << 20),
+            "run {run}: heap {used} bytes for {} written",
+            run * bytes
+        );
+        let workers = w["worker_seconds"].as_array().unwrap();
+        assert_eq!(workers.len(), 2, "{w}");
+        for s in workers {
+            assert!(s.as_f64().unwrap() <= w["seconds"].as_f64().unwrap(), "{w}");
+        }
+    }
+}
+
 #[test]
 fn hammer_writes_reads_back_verified_and_lists_with_several_processes() {
     let dir = tempfile::tempdir_in("/dev/shm").unwrap();

@@ -132,7 +132,9 @@ fn open_offer(offer: &LocalOffer) -> Option<haar_store::Store> {
     if crate::server::boot_id().as_deref() != Some(offer.boot_id.as_str()) {
         return None;
     }
-    let cfg: haar_store::Config = serde_json::from_value(offer.store.clone()).ok()?;
+    let mut cfg: haar_store::Config = serde_json::from_value(offer.store.clone()).ok()?;
+    // A reader: never reserve heap for writing when opening.
+    cfg.pool_prefault = haar_store::pmem::Prefault::Create;
     let meta = std::fs::metadata(cfg.roots.first()?).ok()?;
     if (meta.dev(), meta.ino()) != (offer.dev, offer.ino) {
         return None;

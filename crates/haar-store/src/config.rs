@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::backend::Backend;
 use crate::error::{Error, Result};
 use crate::memory::MemoryBackend;
-use crate::pmem::{PmemBackend, PmemOptions};
+use crate::pmem::{DEFAULT_CHUNK, PmemBackend, PmemOptions, Prefault};
 use crate::posix::{FsyncPolicy, PosixBackend};
 
 /// Which backend a store uses.
@@ -53,6 +53,11 @@ pub struct Config {
     pub pool_size: u64,
     /// pmem: largest size the pool may grow to (0 = as large as the device allows).
     pub pool_max: u64,
+    /// pmem: heap a writing process reserves (and maps) at a time, in bytes.
+    pub pool_chunk: u64,
+    /// pmem: when a process reserves and maps its first chunk: `create` (at its first write)
+    /// or `open` (when it opens the pool).
+    pub pool_prefault: Prefault,
     /// Schema file (FDB5 rule language); the built-in schema when absent.
     pub schema: Option<PathBuf>,
 }
@@ -65,6 +70,8 @@ impl Default for Config {
             fsync: FsyncPolicy::Always,
             pool_size: PmemOptions::default().initial_size,
             pool_max: 0,
+            pool_chunk: DEFAULT_CHUNK,
+            pool_prefault: Prefault::Create,
             schema: None,
         }
     }
@@ -88,6 +95,17 @@ impl Config {
         serde_yaml_ng::from_str(text).map_err(|e| Error::Config(format!("{origin}: {e}")))
     }
 
+    /// The pool options of the `pmem` backend.
+    pub fn pmem_options(&self) -> PmemOptions {
+        PmemOptions {
+            initial_size: self.pool_size,
+            max_size: self.pool_max,
+            chunk: self.pool_chunk,
+            prefault: self.pool_prefault,
+            ..PmemOptions::default()
+        }
+    }
+
     /// Opens the configured backend.
     pub fn open_backend(&self) -> Result<Arc<dyn Backend>> {
         if self.roots.is_empty() {
@@ -97,14 +115,7 @@ impl Config {
         }
         Ok(match self.backend {
             BackendKind::Posix => Arc::new(PosixBackend::new(self.roots.clone(), self.fsync)?),
-            BackendKind::Pmem => Arc::new(PmemBackend::open(
-                &self.roots[0],
-                PmemOptions {
-                    initial_size: self.pool_size,
-                    max_size: self.pool_max,
-                    ..PmemOptions::default()
-                },
-            )?),
+            BackendKind::Pmem => Arc::new(PmemBackend::open(&self.roots[0], self.pmem_options())?),
             BackendKind::Memory => Arc::new(MemoryBackend::new()),
         })
     }

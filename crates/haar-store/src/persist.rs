@@ -719,11 +719,18 @@ impl PersistMode {
 fn map_shared(file: &File, len: usize) -> io::Result<(NonNull<u8>, bool)> {
     let fd = file.as_raw_fd();
     let prot = libc::PROT_READ | libc::PROT_WRITE;
+    // The file is mapped at a 2 MiB boundary, so that ranges backed by huge pages (DAX, or
+    // `use_huge_pages`) can be mapped with them: reserve a little more, then map over it.
+    let hint = aligned_range(len)?;
+    // Linux checks MAP_SYNC support before it touches the range, so a refused MAP_SYNC
+    // attempt leaves the reservation in place for the plain mapping to replace.
+    let fixed = if hint.is_null() { 0 } else { libc::MAP_FIXED };
     #[cfg(target_os = "linux")]
     {
-        let flags = libc::MAP_SHARED_VALIDATE | MAP_SYNC;
-        // SAFETY: a fresh mapping chosen by the kernel (null hint) aliases nothing we own.
-        let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, flags, fd, 0) };
+        let flags = libc::MAP_SHARED_VALIDATE | MAP_SYNC | fixed;
+        // SAFETY: `hint` (if any) is our own fresh PROT_NONE reservation of `len` bytes;
+        // else the kernel chooses a fresh range. Either way it aliases nothing we use.
+        let p = unsafe { libc::mmap(hint, len, prot, flags, fd, 0) };
         if p != libc::MAP_FAILED {
             return Ok((NonNull::new(p.cast()).expect("mmap returned null"), true));
         }
@@ -731,15 +738,57 @@ fn map_shared(file: &File, len: usize) -> io::Result<(NonNull<u8>, bool)> {
         // EOPNOTSUPP: not a DAX file system (Linux >= 4.15). EINVAL: a kernel that predates
         // MAP_SHARED_VALIDATE. Anything else is a real failure of the mapping itself.
         if !matches!(err.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EINVAL)) {
+            release(hint, len);
             return Err(err);
         }
     }
     // SAFETY: as above.
-    let p = unsafe { libc::mmap(std::ptr::null_mut(), len, prot, libc::MAP_SHARED, fd, 0) };
+    let p = unsafe { libc::mmap(hint, len, prot, libc::MAP_SHARED | fixed, fd, 0) };
+    if p == libc::MAP_FAILED {
+        let err = io::Error::last_os_error();
+        release(hint, len);
+        return Err(err);
+    }
+    Ok((NonNull::new(p.cast()).expect("mmap returned null"), false))
+}
+
+/// Huge-page size the pool mapping is aligned to.
+const HUGE_PAGE: usize = 2 << 20;
+
+/// A fresh `PROT_NONE` reservation of `len` bytes starting at a [`HUGE_PAGE`] boundary
+/// (null when `len` is smaller than one, and the kernel may place the mapping anywhere).
+fn aligned_range(len: usize) -> io::Result<*mut libc::c_void> {
+    if len < HUGE_PAGE {
+        return Ok(std::ptr::null_mut());
+    }
+    let total = len + HUGE_PAGE;
+    let flags = libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE;
+    // SAFETY: a fresh anonymous PROT_NONE range; nothing else refers to it.
+    let p = unsafe { libc::mmap(std::ptr::null_mut(), total, libc::PROT_NONE, flags, -1, 0) };
     if p == libc::MAP_FAILED {
         return Err(io::Error::last_os_error());
     }
-    Ok((NonNull::new(p.cast()).expect("mmap returned null"), false))
+    let start = (p as usize).next_multiple_of(HUGE_PAGE);
+    let head = start - p as usize;
+    // SAFETY: the head and tail lie in the range just reserved and are ours to return.
+    unsafe {
+        if head > 0 {
+            libc::munmap(p, head);
+        }
+        let tail = HUGE_PAGE - head;
+        if tail > 0 {
+            libc::munmap((start + len) as *mut libc::c_void, tail);
+        }
+    }
+    Ok(start as *mut libc::c_void)
+}
+
+/// Returns an unused reservation from [`aligned_range`].
+fn release(p: *mut libc::c_void, len: usize) {
+    if !p.is_null() {
+        // SAFETY: our own reservation, mapped nowhere else.
+        unsafe { libc::munmap(p, len) };
+    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -962,6 +1011,33 @@ impl PoolMapping {
         }
         let size = size.min(self.reserve);
         Ok(self.len.fetch_max(size, Ordering::AcqRel).max(size))
+    }
+
+    /// Backs `off..off + len` (rounded inwards to 2 MiB) with huge pages where the kernel
+    /// can (Linux ≥ 6.1 `MADV_COLLAPSE`, which copies the pages already there, about a
+    /// second per GiB), as a pmem namespace is mapped with 2 MiB pages: afterwards every
+    /// process maps and unmaps that range 512 times faster. Returns whether it did.
+    pub fn use_huge_pages(&self, off: usize, len: usize) -> bool {
+        const HUGE: usize = HUGE_PAGE;
+        if self.check(off, len).is_err() {
+            return false;
+        }
+        let start = off.next_multiple_of(HUGE);
+        let end = (off + len) & !(HUGE - 1);
+        if end <= start {
+            return false;
+        }
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: inside the mapping; both advices leave contents unchanged.
+            unsafe {
+                let p = self.base.as_ptr().add(start).cast();
+                libc::madvise(p, end - start, libc::MADV_HUGEPAGE);
+                libc::madvise(p, end - start, libc::MADV_COLLAPSE) == 0
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        false
     }
 
     /// Pre-faults the pages covering `off..off + len` for writing, so later stores run at memory
@@ -1533,6 +1609,25 @@ mod tests {
         assert_eq!(detected, PersistMode::for_mapping(pool.is_dax()));
         let forced = PersistMode::from_env_or_detect(&rw, Some(PersistMode::CpuCache)).unwrap();
         assert_eq!(forced, PersistMode::CpuCache);
+    }
+
+    /// The mapping starts at a 2 MiB boundary (so huge pages can back it), and backing a
+    /// range with huge pages, where the kernel can, leaves every byte as it was.
+    #[test]
+    fn mapping_is_huge_page_aligned_and_huge_pages_keep_contents() {
+        let dir = tempfile::tempdir().unwrap();
+        let pool = PoolMapping::open(dir.path().join("pool"), 64 << 20).unwrap();
+        assert_eq!(pool.base() as usize % HUGE_PAGE, 0);
+        pool.grow(8 << 20).unwrap();
+        let data = pattern(8 << 20, 7);
+        // SAFETY: in bounds; nothing else uses this mapping.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), pool.base(), data.len()) };
+        pool.use_huge_pages(4096, (8 << 20) - 4096); // best effort: either way
+        assert!(pool.slice(0, 8 << 20).unwrap() == &data[..]);
+        assert!(!pool.use_huge_pages(0, 4096), "no whole huge page inside");
+        let small = PoolMapping::open(dir.path().join("small"), 1 << 20).unwrap();
+        small.grow(4096).unwrap();
+        assert!(small.slice(0, 4096).is_some());
     }
 
     #[test]

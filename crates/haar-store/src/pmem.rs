@@ -13,6 +13,8 @@ use std::sync::{Arc, Mutex};
 
 use haar_core::Key;
 
+use serde::{Deserialize, Serialize};
+
 use crate::backend::{
     Backend, Capabilities, Committed, DbReader, DbWriter, Exclusive, FieldBytes, LendBytes,
 };
@@ -41,8 +43,8 @@ const ARRAY_OFF_LINK: u64 = 32;
 const RECORD_MAGIC: &[u8; 4] = b"HPSR";
 const RECORD_HEADER: usize = 16;
 const ALIGN: u64 = 64;
-/// Pages are pre-faulted per process in blocks of this size.
-const POPULATE_BLOCK: usize = 64 << 20;
+/// Default heap a process reserves at a time for its writes (design §5.3).
+pub const DEFAULT_CHUNK: u64 = 16 << 20;
 
 /// Pool sizing.
 #[derive(Debug, Clone)]
@@ -57,6 +59,26 @@ pub struct PmemOptions {
     pub reserve: usize,
     /// Override of the persistence mode (tests); `None` detects (or `HAAR_PMEM_FORCE`).
     pub force_mode: Option<PersistMode>,
+    /// Heap this process reserves at a time for its writes, and maps as it reserves it
+    /// (design §5.3); an allocation larger than this takes a chunk of its own size.
+    pub chunk: u64,
+    /// When this process reserves (and maps) its first chunk.
+    pub prefault: Prefault,
+}
+
+/// When a process reserves and pre-faults (maps, page by page) its first chunk of the heap;
+/// after PMDK's `prefault.at_create` and `prefault.at_open`. The process that creates a pool
+/// always faults in all of it, which also allocates its pages (provisioning).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Prefault {
+    /// At its first write: opening costs nothing, and that write pays for mapping the chunk
+    /// (about 0.1 ms per MiB on this class of machine).
+    #[default]
+    Create,
+    /// When it opens the pool: for a process that is about to write a known amount (give
+    /// `chunk` that size), as `haar hammer`'s workers do before their start barrier.
+    Open,
 }
 
 impl Default for PmemOptions {
@@ -67,6 +89,8 @@ impl Default for PmemOptions {
             slots: 1 << 20,
             reserve: 1 << 40,
             force_mode: None,
+            chunk: DEFAULT_CHUNK,
+            prefault: Prefault::Create,
         }
     }
 }
@@ -96,14 +120,25 @@ struct Pool {
     version: u32,
     /// Slot arrays found so far by this process, in chain order (never shrinks).
     arrays: Mutex<Vec<SlotArray>>,
-    /// Blocks of POPULATE_BLOCK already pre-faulted by this process.
-    populated: Mutex<HashSet<usize>>,
+    /// Pool bytes this process faulted in when it created the pool (0 if it did not).
+    created_mapped: u64,
+    /// Heap reserved at a time (a multiple of ALIGN).
+    chunk_size: u64,
+    /// This process's current chunk of the heap, `next..end` not yet handed out.
+    chunk: Mutex<Chunk>,
     /// Databases seen in the commit log, and how far it was scanned.
     dbs: Mutex<(u64, HashMap<Key, bool>)>,
 }
 
 /// The pool's file name inside its root.
 pub const POOL_FILE: &str = "haar.pool";
+
+/// A range of the heap reserved by this process, sub-allocated privately (design §5.3).
+#[derive(Debug, Default)]
+struct Chunk {
+    next: u64,
+    end: u64,
+}
 
 /// Persistent-memory pool backend.
 pub struct PmemBackend {
@@ -142,13 +177,13 @@ impl PmemBackend {
         let res = Self::init_or_check(&map, &path, &opts);
         let _ = flock(&file, libc::LOCK_UN);
         let (heap_start, nslots, version, provisioned) = res?;
-        // The creating process faulted in every page; others pre-fault block by block.
-        let populated: HashSet<usize> = if provisioned {
-            (0..map.file_len().div_ceil(POPULATE_BLOCK)).collect()
+        // The creating process faulted in every page; others map each chunk as they take it.
+        let created_mapped = if provisioned {
+            map.file_len() as u64
         } else {
-            HashSet::new()
+            0
         };
-        Ok(PmemBackend {
+        let backend = PmemBackend {
             pool: Arc::new(Pool {
                 map,
                 path,
@@ -163,11 +198,19 @@ impl PmemBackend {
                     link_off: (version >= VERSION).then_some(OFF_LINK0 as u64),
                     linked_from: None,
                 }]),
-                populated: Mutex::new(populated),
+                created_mapped,
+                chunk_size: opts.chunk.max(1).next_multiple_of(ALIGN),
+                chunk: Mutex::new(Chunk::default()),
                 dbs: Mutex::new((0, HashMap::new())),
             }),
             lock_dir,
-        })
+        };
+        if opts.prefault == Prefault::Open {
+            backend
+                .pool
+                .new_chunk(&mut backend.pool.chunk.lock().unwrap(), 0)?;
+        }
+        Ok(backend)
     }
 
     fn init_or_check(
@@ -246,6 +289,27 @@ impl PmemBackend {
             return Err(corrupt(path, "heap start outside the pool"));
         }
         Ok((heap_start, nslots, version, false))
+    }
+
+    /// Provisions the pool for `free` more bytes of writes: grows the file (if needed) so that
+    /// `free` bytes beyond the heap top lie inside it, with their pages allocated, and backs
+    /// the free part with huge pages where the kernel can (design §5.1), as `haar hammer`
+    /// does before its start barrier. Nothing is allocated from the heap.
+    ///
+    /// # Errors
+    /// [`Error::PoolFull`] when the device, `pool_max` or the reserve cannot hold it.
+    pub fn provision(&self, free: u64) -> Result<()> {
+        let top = self
+            .pool
+            .map
+            .atomic_u64(OFF_HEAP_TOP)
+            .load(Ordering::Acquire);
+        self.pool.ensure(top, free.max(1))?;
+        // Like a DAX namespace, mapped with 2 MiB pages: every process then maps (and
+        // unmaps) the space for 512 times fewer page-table entries. Best effort.
+        let len = self.pool.map.file_len() - top as usize;
+        self.pool.map.use_huge_pages(top as usize, len);
+        Ok(())
     }
 
     fn lock_file(&self, db: &Key) -> Result<File> {
@@ -466,28 +530,64 @@ impl Pool {
         res
     }
 
-    /// Allocates `len` bytes (64-aligned) from the heap, inside the file and pre-faulted.
+    /// Allocates `len` bytes (64-aligned) from this process's chunk of the heap, inside the
+    /// file and pre-faulted; takes a new chunk when it does not fit (design §5.3).
     fn alloc(&self, len: u64) -> Result<u64> {
         let size = len.max(1).next_multiple_of(ALIGN);
-        let off = self
-            .map
-            .atomic_u64(OFF_HEAP_TOP)
-            .fetch_add(size, Ordering::AcqRel);
-        self.ensure(off, size)?;
-        let first = off as usize / POPULATE_BLOCK;
-        let last = (off + size - 1) as usize / POPULATE_BLOCK;
-        let mut populated = self.populated.lock().unwrap();
-        for b in first..=last {
-            if populated.insert(b) {
-                let start = b * POPULATE_BLOCK;
-                let end = ((b + 1) * POPULATE_BLOCK).min(self.map.file_len());
-                if end > start {
-                    // Pre-faulting is an optimisation; a failure only costs page faults later.
-                    let _ = self.map.populate(start, end - start);
-                }
-            }
+        let mut c = self.chunk.lock().unwrap();
+        if c.end - c.next < size {
+            self.new_chunk(&mut c, size)?;
         }
+        let off = c.next;
+        c.next += size;
         Ok(off)
+    }
+
+    /// Replaces this process's chunk by a fresh one of at least `need` bytes: reserved with
+    /// one `fetch_add` on the heap top, grown into the file and mapped. The old chunk's
+    /// unused tail is given back if nobody has reserved after it, else it is leaked space.
+    fn new_chunk(&self, c: &mut Chunk, need: u64) -> Result<()> {
+        self.give_back(c);
+        let top = self.map.atomic_u64(OFF_HEAP_TOP);
+        let mut size = need.max(self.chunk_size);
+        let mut off = top.fetch_add(size, Ordering::AcqRel);
+        if let Err(e) = self.ensure(off, size) {
+            // A full chunk does not fit (pool_max, device): return it and try the exact size.
+            let _ = top.compare_exchange(off + size, off, Ordering::AcqRel, Ordering::Acquire);
+            if size == need {
+                return Err(e);
+            }
+            size = need;
+            off = top.fetch_add(size, Ordering::AcqRel);
+            self.ensure(off, size)?;
+        }
+        // The reservation is durable before anything in it can be published, so after a
+        // power cut the heap top never lies below committed bytes. (Giving a tail back need
+        // not be: a stale, higher top only leaks the tail.)
+        self.map
+            .persist(OFF_HEAP_TOP, 8)
+            .map_err(|e| Error::io("persist", &self.path, e))?;
+        let end = off + size;
+        let from = off.max(self.created_mapped);
+        if end > from {
+            // Pre-faulting is an optimisation; a failure only costs page faults later.
+            let _ = self.map.populate(from as usize, (end - from) as usize);
+        }
+        *c = Chunk { next: off, end };
+        Ok(())
+    }
+
+    /// Returns the unused tail of `c` to the heap when the heap top is still its end.
+    fn give_back(&self, c: &mut Chunk) {
+        if c.next < c.end {
+            let _ = self.map.atomic_u64(OFF_HEAP_TOP).compare_exchange(
+                c.end,
+                c.next,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+        }
+        *c = Chunk::default();
     }
 
     /// Reads the segment record a slot points to, if it belongs to `db_hash`.
@@ -544,6 +644,13 @@ impl Pool {
             }
         }
         i
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        let mut c = std::mem::take(self.chunk.get_mut().unwrap_or_else(|e| e.into_inner()));
+        self.give_back(&mut c);
     }
 }
 

@@ -208,3 +208,72 @@ fn pmem_version_1_pool_keeps_its_slot_limit_and_its_data() {
     }
     assert_eq!(r.backend().info()["pool_version"], 1);
 }
+
+/// Two handles writing at once (as two processes would) each sub-allocate from chunks of
+/// their own; every field reads back through a fresh handle; a handle that closes gives the
+/// unused tail of its chunk back when nobody reserved after it, and `pool_prefault: open`
+/// reserves the first chunk at open (design §5.3).
+#[test]
+fn pmem_writers_take_private_chunks_and_give_back_their_tails() {
+    use haar_store::conformance::{field_key, payload};
+    use haar_store::pmem::Prefault;
+    use haar_store::{Store, StoreOptions};
+    let dir = tempfile::tempdir_in(shm()).unwrap();
+    let root = dir.path().join("store");
+    let open = |chunk: u64, prefault: Prefault| {
+        Arc::new(
+            PmemBackend::open(
+                &root,
+                PmemOptions {
+                    chunk,
+                    prefault,
+                    ..pmem_opts()
+                },
+            )
+            .unwrap(),
+        )
+    };
+    let observer = open(1 << 20, Prefault::Create);
+    let used = || observer.info()["heap_used_bytes"].as_u64().unwrap();
+    let base = used();
+
+    let early = open(4 << 20, Prefault::Open);
+    assert_eq!(used(), base + (4 << 20), "a chunk reserved at open");
+    drop(early);
+    assert_eq!(used(), base, "an unused chunk is given back whole");
+
+    let store = |b: Arc<PmemBackend>| Store::with_options(b, StoreOptions::default());
+    let (mut a, mut b) = (
+        store(open(1 << 20, Prefault::Create)),
+        store(open(1 << 20, Prefault::Create)),
+    );
+    let key = |w: u32, i: u32| field_key(&format!("2026050{w}"), i, 850, "130");
+    for i in 0..20 {
+        // 2 MB each, interleaved: each handle takes two chunks, a's and b's alternating.
+        a.archive(&key(1, i), &payload(&key(1, i), 0, 100_000))
+            .unwrap();
+        b.archive(&key(2, i), &payload(&key(2, i), 0, 100_000))
+            .unwrap();
+    }
+    a.flush().unwrap();
+    b.flush().unwrap();
+    let reserved = used();
+    assert_eq!(reserved, base + 4 * (1 << 20), "two chunks per handle");
+    drop(b); // reserved last: its tail goes back
+    let after_b = used();
+    assert!(after_b < reserved, "{after_b} < {reserved}");
+    drop(a); // its tail lies below b's chunk: it stays reserved (leaked space)
+    assert_eq!(used(), after_b);
+
+    let fresh = store(open(1 << 20, Prefault::Create));
+    for w in 1..=2 {
+        for i in 0..20 {
+            let got = fresh.retrieve_key_with(&key(w, i), |d| d.to_vec()).unwrap();
+            assert_eq!(
+                got,
+                Some(payload(&key(w, i), 0, 100_000)),
+                "writer {w} field {i}"
+            );
+        }
+    }
+}

@@ -49,7 +49,16 @@ FIELDS
     A 64-byte header (member, step, param, level, checksums) and a body of 16-bit values
     (docs/design.md §10); with --grib, the messages of a real GRIB file instead, in turn.
     Reads check the header against the key and the body checksum (or the bytes of the
-    GRIB message).")]
+    GRIB message).
+
+TIMING
+    From the workers' start barrier until every worker has exited. Before the barrier,
+    templates are built and stores opened; a local pmem pool is provisioned for the
+    whole run (grown, its pages allocated, backed by 2 MiB pages where the kernel can)
+    and each writer reserves and maps its share of the pool's heap (pool_chunk,
+    pool_prefault: open), as a real pmem namespace is created and mapped (with 2 MiB
+    pages) before use. Archive and flush do all their work (copy, checksum, persist with
+    flush + fence semantics, commit) inside the timed region.")]
 pub struct HammerArgs {
     /// write, read (verified) or list.
     #[arg(long, value_enum, default_value = "write")]
@@ -184,12 +193,16 @@ pub fn worker_command(globals: &[OsString], spec: &impl Serialize) -> Result<Com
 }
 
 /// Opens the target a worker writes to: FDB5 (configured by the environment) or haar through
-/// the front-end the global options describe.
-pub fn open_target(cli: &Cli, fdb5: bool) -> Result<Box<dyn Target>, Failure> {
+/// the front-end the global options describe; given the bytes it will write, a local pmem
+/// pool reserves and maps that much heap for it now rather than as its writes reach it.
+pub fn open_target(cli: &Cli, fdb5: bool, writes: Option<u64>) -> Result<Box<dyn Target>, Failure> {
     if fdb5 {
         return Ok(Box::new(super::fdb5::Fdb5::open()?));
     }
-    let store = crate::open::field_store(cli)?;
+    let store = match writes {
+        Some(bytes) => crate::open::field_store_for_writes(cli, bytes)?,
+        None => crate::open::field_store(cli)?,
+    };
     let servers = match crate::open::servers(cli)? {
         Some(s) => Some((s, crate::open::client_config(cli)?)),
         None => None,
@@ -222,18 +235,22 @@ pub fn run(cli: &Cli, a: &HammerArgs) -> Result<(), Failure> {
             a.procs, a.members
         )));
     }
-    let grib_sizes = match &a.grib {
+    let (grib_sizes, grib_max) = match &a.grib {
         Some(p) => {
             let msgs = grib_messages(p)?;
-            Some(msgs.iter().map(Vec::len).sum::<usize>() as f64 / msgs.len() as f64)
+            let mean = msgs.iter().map(Vec::len).sum::<usize>() as f64 / msgs.len() as f64;
+            (Some(mean), msgs.iter().map(Vec::len).max().unwrap_or(0))
         }
-        None => None,
+        None => (None, 0),
     };
     super::procs::install_interrupt_handler();
     let env = match &a.fdb5 {
         Some(dir) => super::fdb5::setup_root(dir)?,
         None => Vec::new(),
     };
+    if a.mode == Mode::Write && a.fdb5.is_none() {
+        provision_pool(cli, &layout, a.grib.as_ref().map(|_| grib_max))?;
+    }
     let globals = globals(cli);
     let mut group = Group::new();
     for p in 0..a.procs {
@@ -285,6 +302,30 @@ pub fn run(cli: &Cli, a: &HammerArgs) -> Result<(), Failure> {
     Ok(())
 }
 
+/// Provisions a local pmem pool for every byte the run will write (its file grown and its
+/// pages allocated), as a real pmem namespace is created before use, so that the timed run
+/// never grows the pool. Other targets need nothing.
+fn provision_pool(cli: &Cli, layout: &Layout, grib_max: Option<usize>) -> Result<(), Failure> {
+    if cli.servers.is_some() || crate::open::frontend(cli)?.is_some() {
+        return Ok(());
+    }
+    let cfg = crate::open::config(cli)?;
+    if cfg.backend != haar_store::BackendKind::Pmem {
+        return Ok(());
+    }
+    let field = grib_max.unwrap_or(layout.field_size) as u64;
+    let fields = layout.total_fields() * field.next_multiple_of(64);
+    // Segment records: one per writer and step, a few hundred bytes per entry.
+    let records = layout.total_fields() * 512 + (16 << 20);
+    let root = cfg
+        .roots
+        .first()
+        .ok_or_else(|| Failure::usage("no root for the pmem pool"))?;
+    let pool = haar_store::PmemBackend::open(root, cfg.pmem_options())?;
+    pool.provision(fields + records)?;
+    Ok(())
+}
+
 fn lat_summary(mut v: Vec<f64>) -> Value {
     let n = v.len();
     let (p50, p99, max) = summary(&mut v);
@@ -333,6 +374,9 @@ fn aggregate(
         "bytes": bytes,
         "verified": verified,
         "seconds": wall,
+        // From each worker's `go` to its last operation: the wall time above also holds the
+        // start and the workers' exits (unmapping a pool, closing files).
+        "worker_seconds": results.iter().map(|r| r["seconds"].as_f64()).collect::<Vec<_>>(),
         "gib_per_s": bytes as f64 / wall / (1u64 << 30) as f64,
         "fields_per_s": fields as f64 / wall,
         "op_latency": lat_summary(collect(results, "op_us")),
@@ -448,6 +492,18 @@ impl Source {
         ))
     }
 
+    /// Bytes of pool heap worker `spec` will use: its fields, 64-aligned as the pool
+    /// allocates them, and a segment record per step (a few hundred bytes per entry).
+    fn bytes_to_write(&self, spec: &Spec) -> u64 {
+        let l = &spec.layout;
+        let fields = (0..l.fields_per_step()).map(|f| match self {
+            Source::Grib(msgs) => msgs[f as usize % msgs.len()].len(),
+            Source::Synthetic(_) => l.field_size,
+        });
+        let per_step: u64 = fields.map(|n| (n as u64).next_multiple_of(64) + 512).sum();
+        per_step * u64::from(l.steps) * spec.members.len() as u64
+    }
+
     fn header(layout: &Layout, m: u32, s: u32, f: u32, seed: u64, crc: u32) -> Header {
         layout.member_header(m, s, f, 0.0, 1.0, seed, crc)
     }
@@ -503,8 +559,11 @@ impl Source {
 
 /// The worker side of `haar hammer`.
 pub fn worker(cli: &Cli, spec: Spec, mut rep: Reporter) -> Result<(), Failure> {
-    let mut target = open_target(cli, spec.fdb5)?;
     let mut source = Source::new(&spec)?;
+    // Reserving and mapping pool space is set-up, like opening connections: before the
+    // barrier. Reads and lists write nothing.
+    let writes = (spec.mode == Mode::Write).then(|| source.bytes_to_write(&spec));
+    let mut target = open_target(cli, spec.fdb5, writes)?;
     let l = spec.layout.clone();
     let per_step = l.fields_per_step();
     let (mut op_us, mut flush_us) = (Vec::new(), Vec::new());

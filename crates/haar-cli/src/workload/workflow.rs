@@ -155,7 +155,7 @@ fn product_size(l: &Layout) -> usize {
 /// The producer process.
 pub fn producer(cli: &Cli, spec: ProducerSpec, mut rep: Reporter) -> Result<(), Failure> {
     let l = &spec.layout;
-    let mut target = open_target(cli, spec.fdb5)?;
+    let mut target = open_target(cli, spec.fdb5, None)?;
     let mut templates: Vec<(Vec<u8>, u64, u32)> = (0..l.fields_per_step())
         .map(|f| {
             let seed = field::seed(SALT, spec.member, f);
@@ -195,7 +195,7 @@ pub fn producer(cli: &Cli, spec: ProducerSpec, mut rep: Reporter) -> Result<(), 
 /// reads every product and compares it with values recomputed from the seeds.
 pub fn consumer(cli: &Cli, spec: ConsumerSpec, mut rep: Reporter) -> Result<(), Failure> {
     let l = &spec.layout;
-    let mut target = open_target(cli, spec.fdb5)?;
+    let mut target = open_target(cli, spec.fdb5, None)?;
     if spec.verify {
         return verify_products(l, target.as_mut(), rep);
     }
