@@ -58,7 +58,8 @@ TIMING
     and each writer reserves and maps its share of the pool's heap (pool_chunk,
     pool_prefault: open), as a real pmem namespace is created and mapped (with 2 MiB
     pages) before use. Archive and flush do all their work (copy, checksum, persist with
-    flush + fence semantics, commit) inside the timed region.")]
+    flush + fence semantics, commit) inside the timed region. The provisioning's own time is
+    printed and saved (provision_s), with the throughput counting it.")]
 pub struct HammerArgs {
     /// write, read (verified) or list.
     #[arg(long, value_enum, default_value = "write")]
