@@ -77,7 +77,7 @@ def main():
             if "provision_s" in hw:
                 out.append(
                     f"- {procs} process(es), counting the pool's provisioning ({hw['provision_s']:.2f} s before "
-                    f"the start barrier: file grown, pages allocated, 2 MiB pages where the kernel can): "
+                    f"the start barrier: file grown, pages allocated): "
                     f"haar {hw['gib_per_s_with_provision']:.2f} GiB/s = "
                     f"**{hw['gib_per_s_with_provision'] / fw['gib_per_s']:.2f}×** FDB5 (whose page allocation "
                     "happens inside its timed writes). A pool is provisioned once, as a pmem namespace is."

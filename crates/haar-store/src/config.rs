@@ -58,6 +58,10 @@ pub struct Config {
     /// pmem: when a process reserves and maps its first chunk: `create` (at its first write)
     /// or `open` (when it opens the pool).
     pub pool_prefault: Prefault,
+    /// pmem: provisioning (`haar hammer`'s) backs the pool with 2 MiB pages where the kernel
+    /// can, as a DAX namespace is mapped: fewer page-table entries per process, slower
+    /// provisioning on tmpfs (the kernel copies each page in).
+    pub pool_huge_pages: bool,
     /// Schema file (FDB5 rule language); the built-in schema when absent.
     pub schema: Option<PathBuf>,
 }
@@ -72,6 +76,7 @@ impl Default for Config {
             pool_max: 0,
             pool_chunk: DEFAULT_CHUNK,
             pool_prefault: Prefault::Create,
+            pool_huge_pages: false,
             schema: None,
         }
     }
@@ -102,6 +107,7 @@ impl Config {
             max_size: self.pool_max,
             chunk: self.pool_chunk,
             prefault: self.pool_prefault,
+            huge_pages: self.pool_huge_pages,
             ..PmemOptions::default()
         }
     }

@@ -64,6 +64,8 @@ pub struct PmemOptions {
     pub chunk: u64,
     /// When this process reserves (and maps) its first chunk.
     pub prefault: Prefault,
+    /// [`PmemBackend::provision`] backs the space with 2 MiB pages where the kernel can.
+    pub huge_pages: bool,
 }
 
 /// When a process reserves and pre-faults (maps, page by page) its first chunk of the heap;
@@ -91,6 +93,7 @@ impl Default for PmemOptions {
             force_mode: None,
             chunk: DEFAULT_CHUNK,
             prefault: Prefault::Create,
+            huge_pages: false,
         }
     }
 }
@@ -144,6 +147,7 @@ struct Chunk {
 pub struct PmemBackend {
     pool: Arc<Pool>,
     lock_dir: PathBuf,
+    huge_pages: bool,
 }
 
 fn header_crc(h: &[u8]) -> u32 {
@@ -204,6 +208,7 @@ impl PmemBackend {
                 dbs: Mutex::new((0, HashMap::new())),
             }),
             lock_dir,
+            huge_pages: opts.huge_pages,
         };
         if opts.prefault == Prefault::Open {
             backend
@@ -305,10 +310,14 @@ impl PmemBackend {
             .atomic_u64(OFF_HEAP_TOP)
             .load(Ordering::Acquire);
         self.pool.ensure(top, free.max(1))?;
-        // Like a DAX namespace, mapped with 2 MiB pages: every process then maps (and
-        // unmaps) the space for 512 times fewer page-table entries. Best effort.
-        let len = self.pool.map.file_len() - top as usize;
-        self.pool.map.use_huge_pages(top as usize, len);
+        // Optionally like a DAX namespace, mapped with 2 MiB pages: every process then maps
+        // (and unmaps) the space for 512 times fewer page-table entries, but on tmpfs the
+        // kernel copies every page into them first (provisioning about 2-3x slower here).
+        // Best effort.
+        if self.huge_pages {
+            let len = self.pool.map.file_len() - top as usize;
+            self.pool.map.use_huge_pages(top as usize, len);
+        }
         Ok(())
     }
 
@@ -729,6 +738,7 @@ impl Backend for PmemBackend {
             backend: PmemBackend {
                 pool: self.pool.clone(),
                 lock_dir: self.lock_dir.clone(),
+                huge_pages: self.huge_pages,
             },
             db: db.clone(),
             _lock: lock,

@@ -54,7 +54,7 @@ FIELDS
 TIMING
     From the workers' start barrier until every worker has exited. Before the barrier,
     templates are built and stores opened; a local pmem pool is provisioned for the
-    whole run (grown, its pages allocated, backed by 2 MiB pages where the kernel can)
+    whole run (grown, its pages allocated; 2 MiB pages with pool_huge_pages: true)
     and each writer reserves and maps its share of the pool's heap (pool_chunk,
     pool_prefault: open), as a real pmem namespace is created and mapped (with 2 MiB
     pages) before use. Archive and flush do all their work (copy, checksum, persist with
