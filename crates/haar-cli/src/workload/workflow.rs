@@ -1166,9 +1166,7 @@ fn print_table(l: &Layout, a: &WorkflowArgs, floor_ms: f64, rows: &[Row]) {
     println!(
         "product: last member's flush of a step -> every product of the step flushed; trigger: -> every consumer knows the step is complete."
     );
-    if rows.iter().any(|r| r.backend == "haar")
-        && std::env::var_os("HAAR_LOCAL_READS").is_none_or(|v| v != "0")
-    {
+    if rows.iter().any(|r| r.backend == "haar") && haar_net::ClientConfig::default().local_reads {
         println!(
             "haar: consumers on the servers' machine read the pools directly while connected (same-host reads, design §8; HAAR_LOCAL_READS=0: over TCP)."
         );
