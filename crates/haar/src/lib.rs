@@ -1,0 +1,36 @@
+//! haar as a library: the product every face (the `haar` CLI, `haar serve`, the C library, the
+//! Python package, the FUSE mount, the staging service) is a thin layer over.
+//!
+//! - [`open`]: one configuration (a file, a YAML string or the defaults, plus overrides) opens
+//!   any store — a local [`Store`], one remote server, `dist` over several, `select` by key
+//!   pattern — as a [`FieldStore`].
+//!
+//! Every operation goes through [`FieldStore`], whose contract is written on each method in
+//! `haar_store::frontend`. Byte layouts and the durability contract are in `docs/design.md`.
+//!
+//! ```
+//! use haar::{OpenOptions, ConfigSource};
+//! use haar_core::{Key, request::Request};
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! let opts = OpenOptions {
+//!     config: ConfigSource::Yaml { text: "backend: posix\n".into(), origin: "example".into() },
+//!     root: Some(dir.path().into()),
+//!     ..OpenOptions::default()
+//! };
+//! let mut store = opts.field_store().unwrap();
+//! let key = Key::parse("class=od,expver=1,stream=oper,date=20261121,time=12,domain=g,\
+//!                       type=fc,levtype=sfc,step=0,param=167").unwrap();
+//! store.archive(&key, b"GRIB...7777").unwrap();
+//! store.flush().unwrap();
+//! assert_eq!(store.list(&Request::parse("param=167").unwrap()).unwrap().len(), 1);
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod open;
+
+pub use haar_store::{
+    Config, Error, Field, FieldStore, Result, RetrieveReport, Store, StoreOptions,
+};
+pub use open::{ConfigSource, OpenOptions};
