@@ -331,6 +331,7 @@ mod tests {
             .resolve(Schema::builtin(), &ctx());
         assert!(e.unwrap_err().to_string().contains("YYYYMMDD"));
     }
+
     #[test]
     fn dedup_keeps_first_occurrence() {
         let mut small: Vec<String> = ["b", "a", "b", "c", "a"].map(String::from).to_vec();
