@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::Instant;
 
-use haar_store::persist::{PersistMode, PoolMapping, persist};
+use haar_persist::{PersistMode, PoolMapping, persist};
 use serde::Serialize;
 
 use crate::cleanup::TempFile;
