@@ -2,7 +2,7 @@
 //! (0 ok, 1 usage/request, 2 missing, 3 I/O or corruption), dry runs, JSON output.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 fn haar(root: &Path, backend: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_haar"))
@@ -295,6 +295,75 @@ fn corruption_in_the_store_exits_3_naming_the_file() {
         "{}",
         stderr(&o)
     );
+}
+
+/// Runs haar with stdout a pipe whose read end is closed before haar starts, so its first write
+/// to stdout fails with EPIPE every time (a reader that leaves after one line, like `head -1`,
+/// only does so once the output outgrows the 64 KiB pipe buffer).
+fn haar_into_closed_pipe(root: &Path, args: &[&str]) -> Output {
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    Command::new(env!("CARGO_BIN_EXE_haar"))
+        .arg("--root")
+        .arg(root)
+        .args(args)
+        .env_remove("HAAR_CONFIG")
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run haar")
+}
+
+#[test]
+fn closed_stdout_ends_quietly_with_exit_0() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("store");
+    archive_raw(&root, "posix", tmp.path(), 0, "167", b"GRIB0167777");
+    let field = format!("{DB},type=fc,levtype=sfc,step=0,param=167");
+    for args in [
+        &["list"][..],
+        &["list", "--json"],
+        &["list", "--fdb", "--location"],
+        &["axes"],
+        &["axes", "--json"],
+        &["info"],
+        &["info", "--json"],
+        &["schema"],
+        &["wipe", &field],
+        &["purge", DB],
+        &["retrieve", &field],
+    ] {
+        let o = haar_into_closed_pipe(&root, args);
+        assert_eq!(
+            (o.status.code(), stderr(&o).as_str()),
+            (Some(0), ""),
+            "haar {args:?} with stdout closed"
+        );
+    }
+    // archive prints its summary with println! after flushing: it too ends quietly, and the
+    // field it acknowledged by flushing is there.
+    let f = tmp.path().join("six.bin");
+    std::fs::write(&f, b"GRIB6167777").unwrap();
+    let key = format!("{DB},type=fc,levtype=sfc,step=6,param=167");
+    let o = haar_into_closed_pipe(&root, &["archive", "--key", &key, f.to_str().unwrap()]);
+    assert_eq!((o.status.code(), stderr(&o).as_str()), (Some(0), ""));
+    assert_eq!(
+        ok(&haar(&root, "posix", &["list", "step=6"]))
+            .lines()
+            .count(),
+        1
+    );
+    // Any other write error still fails as I/O (exit 3), naming it.
+    let o = Command::new(env!("CARGO_BIN_EXE_haar"))
+        .arg("--root")
+        .arg(&root)
+        .arg("list")
+        .env_remove("HAAR_CONFIG")
+        .stdout(std::fs::File::create("/dev/full").unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 3, "{}", stderr(&o));
+    assert!(stderr(&o).contains("cannot write output"), "{}", stderr(&o));
 }
 
 fn walk(dir: &Path) -> Vec<std::path::PathBuf> {

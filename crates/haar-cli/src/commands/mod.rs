@@ -52,8 +52,19 @@ fn key_json(k: &Key) -> serde_json::Value {
     )
 }
 
-fn out_err(e: std::io::Error) -> Failure {
-    Failure::io(format!("cannot write output: {e}"))
+/// A failed write to stdout: a closed pipe (the reader, e.g. `head`, has all it wants) ends the
+/// command quietly with exit 0; anything else (a full disk behind a redirection) is exit 3.
+pub(crate) fn out_err(e: std::io::Error) -> Failure {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        Failure::output_closed()
+    } else {
+        Failure::io(format!("cannot write output: {e}"))
+    }
+}
+
+/// What `outln!` and `out!` call: one formatted write to stdout, errors through `out_err`.
+pub(crate) fn write_stdout(args: std::fmt::Arguments<'_>) -> Result<(), Failure> {
+    std::io::stdout().write_fmt(args).map_err(out_err)
 }
 
 fn list(cli: &Cli, a: &ListArgs) -> Result<(), Failure> {
@@ -141,12 +152,21 @@ fn retrieve(cli: &Cli, a: &RetrieveArgs) -> Result<(), Failure> {
     let mut missing = Vec::new();
     let mut found = 0;
     let mut bytes = 0;
+    // Set when stdout's reader went away mid-field: the store reports the write as an I/O
+    // error, but haar then ends quietly (`out_err`).
+    let mut output_closed = false;
     let result = (|| -> Result<(), Failure> {
         for req in &reqs {
             let rep = store.retrieve(req, &mut |_, data, _| {
-                sink.write_all(data)
-                    .map_err(|e| haar_store::Error::io("write", "output", e))
-            })?;
+                sink.write_all(data).map_err(|e| {
+                    output_closed |= e.kind() == std::io::ErrorKind::BrokenPipe;
+                    haar_store::Error::io("write", "output", e)
+                })
+            });
+            let rep = match rep {
+                Err(_) if output_closed => return Err(Failure::output_closed()),
+                rep => rep?,
+            };
             found += rep.found;
             bytes += rep.bytes;
             missing.extend(rep.missing);
@@ -216,13 +236,13 @@ fn axes(cli: &Cli, a: &AxesArgs) -> Result<(), Failure> {
         }
     }
     if a.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&all).expect("strings serialise")
-        );
+        )?;
     } else {
         for (k, v) in &all {
-            println!("{k}: {}", v.iter().cloned().collect::<Vec<_>>().join(", "));
+            outln!("{k}: {}", v.iter().cloned().collect::<Vec<_>>().join(", "))?;
         }
     }
     Ok(())
@@ -233,16 +253,16 @@ fn wipe(cli: &Cli, a: &ModifyArgs) -> Result<(), Failure> {
     for req in open::requests(Some(&a.request))? {
         let rep = store.wipe(&req, a.doit)?;
         if a.json {
-            println!("{}", json!({"doit": a.doit, "report": rep}));
+            outln!("{}", json!({"doit": a.doit, "report": rep}))?;
             continue;
         }
         let verb = if a.doit { "wiped" } else { "would wipe" };
         for db in &rep.databases {
-            println!("{verb} database {db}");
+            outln!("{verb} database {db}")?;
         }
-        println!("{verb} {} field(s), {} bytes", rep.fields, rep.bytes);
+        outln!("{verb} {} field(s), {} bytes", rep.fields, rep.bytes)?;
         if !a.doit {
-            println!("(dry run: add --doit to wipe)");
+            outln!("(dry run: add --doit to wipe)")?;
         }
     }
     Ok(())
@@ -253,16 +273,19 @@ fn purge(cli: &Cli, a: &ModifyArgs) -> Result<(), Failure> {
     for req in open::requests(Some(&a.request))? {
         let rep = store.purge(&req, a.doit)?;
         if a.json {
-            println!("{}", json!({"doit": a.doit, "report": rep}));
+            outln!("{}", json!({"doit": a.doit, "report": rep}))?;
             continue;
         }
         let verb = if a.doit { "dropped" } else { "would drop" };
-        println!(
+        outln!(
             "{verb} {} masked or wiped field(s) ({} bytes) in {} database(s); freed {} bytes",
-            rep.dropped_fields, rep.dropped_bytes, rep.databases, rep.freed_bytes
-        );
+            rep.dropped_fields,
+            rep.dropped_bytes,
+            rep.databases,
+            rep.freed_bytes
+        )?;
         if !a.doit {
-            println!("(dry run: add --doit to purge)");
+            outln!("(dry run: add --doit to purge)")?;
         }
     }
     Ok(())
@@ -293,38 +316,41 @@ fn info(cli: &Cli, a: &InfoArgs) -> Result<(), Failure> {
         "eccodes": haar_grib::eccodes_version(),
     });
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
-        return Ok(());
+        return outln!("{}", serde_json::to_string_pretty(&v).expect("json"));
     }
-    println!(
+    outln!(
         "haar {}  (ecCodes {})",
         env!("CARGO_PKG_VERSION"),
         haar_grib::eccodes_version()
-    );
-    println!("backend: {}", store.backend().describe());
+    )?;
+    outln!("backend: {}", store.backend().describe())?;
     for (k, val) in backend.as_object().into_iter().flatten() {
         if k != "backend" {
-            println!("  {k}: {val}");
+            outln!("  {k}: {val}")?;
         }
     }
-    println!(
+    outln!(
         "schema: {}",
         cfg.schema
             .as_ref()
             .map(|p| p.display().to_string())
             .unwrap_or_else(|| "built-in".into())
-    );
-    println!(
+    )?;
+    outln!(
         "databases: {}  fields: {total_fields}  bytes: {total_bytes}  dead bytes: {dead_bytes}",
         dbs.len()
-    );
+    )?;
     for d in &dbs {
-        println!(
+        outln!(
             "  {}: {} field(s), {} bytes; {} dead ({} bytes)",
-            d.db, d.fields, d.bytes, d.dead_fields, d.dead_bytes
-        );
+            d.db,
+            d.fields,
+            d.bytes,
+            d.dead_fields,
+            d.dead_bytes
+        )?;
         for p in &d.problems {
-            println!("    problem: {p}");
+            outln!("    problem: {p}")?;
         }
     }
     Ok(())
@@ -333,7 +359,7 @@ fn info(cli: &Cli, a: &InfoArgs) -> Result<(), Failure> {
 fn schema(cli: &Cli, a: &SchemaArgs) -> Result<(), Failure> {
     if let Some(path) = &a.check {
         let s = open::load_schema(path)?;
-        println!("{}: ok ({} keywords)", path.display(), s.keywords().len());
+        outln!("{}: ok ({} keywords)", path.display(), s.keywords().len())?;
         return Ok(());
     }
     let cfg = open::config(cli)?;
@@ -342,9 +368,9 @@ fn schema(cli: &Cli, a: &SchemaArgs) -> Result<(), Failure> {
             let text = std::fs::read_to_string(path).map_err(|e| {
                 Failure::usage(format!("cannot read schema {}: {e}", path.display()))
             })?;
-            print!("{text}");
+            out!("{text}")?;
         }
-        None => print!("{}", haar_core::schema::BUILTIN_SCHEMA),
+        None => out!("{}", haar_core::schema::BUILTIN_SCHEMA)?,
     }
     Ok(())
 }
