@@ -366,6 +366,51 @@ fn closed_stdout_ends_quietly_with_exit_0() {
     assert!(stderr(&o).contains("cannot write output"), "{}", stderr(&o));
 }
 
+#[test]
+fn retrieve_of_nothing_prints_no_empty_missing_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("empty");
+    let out = tmp.path().join("out.bin");
+    // A request naming no keyword on a store holding nothing: the store's one "missing" key is
+    // empty and used to print as a bare `haar: missing:`.
+    let o = haar(
+        &root,
+        "posix",
+        &["retrieve", "retrieve", "-o", out.to_str().unwrap()],
+    );
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.lines().all(|l| l.trim_end() != "haar: missing:"),
+        "{err}"
+    );
+    assert!(err.contains("names no keyword"), "{err}");
+    assert!(err.contains("no field retrieved"), "{err}");
+    assert!(!out.exists());
+    // Accepting an empty result succeeds, still saying why it is empty.
+    let o = haar(
+        &root,
+        "posix",
+        &[
+            "retrieve",
+            "retrieve",
+            "-o",
+            out.to_str().unwrap(),
+            "--allow-missing",
+        ],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stderr(&o).contains("names no keyword"), "{}", stderr(&o));
+    // A request that is not one (the issue's `haar retrieve foo`) is a usage error.
+    let o = haar(
+        &root,
+        "posix",
+        &["retrieve", "foo", "-o", out.to_str().unwrap()],
+    );
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    assert!(!stderr(&o).contains("missing:"), "{}", stderr(&o));
+}
+
 fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir).unwrap() {

@@ -205,24 +205,36 @@ fn retrieve(cli: &Cli, a: &RetrieveArgs) -> Result<(), Failure> {
             })?;
         }
     }
-    if !missing.is_empty() {
-        for m in missing.iter().take(20) {
-            eprintln!("haar: missing: {m}");
-        }
-        if missing.len() > 20 {
-            eprintln!("haar: … and {} more missing", missing.len() - 20);
-        }
-        if refuse {
-            return Err(Failure::missing(format!(
-                "{} requested field(s) missing{} (use --allow-missing to accept a partial result)",
-                missing.len(),
-                if a.output.is_some() {
-                    "; no output file written"
-                } else {
-                    ""
-                }
-            )));
-        }
+    // A request naming no keyword asks for every field; with none in the store the store
+    // reports one empty key as missing, which would print as a bare `missing:`.
+    let (unnamed, named): (Vec<&Key>, Vec<&Key>) = missing.iter().partition(|k| k.is_empty());
+    if !unnamed.is_empty() {
+        eprintln!(
+            "haar: nothing to retrieve: the request names no keyword and the store holds no \
+             flushed field (check --root or --config; `haar list` shows what is there)"
+        );
+    }
+    for m in named.iter().take(20) {
+        eprintln!("haar: missing: {m}");
+    }
+    if named.len() > 20 {
+        eprintln!("haar: … and {} more missing", named.len() - 20);
+    }
+    if refuse {
+        let no_file = if a.output.is_some() {
+            "; no output file written"
+        } else {
+            ""
+        };
+        return Err(Failure::missing(if named.is_empty() {
+            format!("no field retrieved{no_file} (use --allow-missing to accept an empty result)")
+        } else {
+            format!(
+                "{} requested field(s) missing{no_file} (use --allow-missing to accept a partial \
+                 result)",
+                named.len()
+            )
+        }));
     }
     Ok(())
 }
