@@ -411,6 +411,31 @@ fn retrieve_of_nothing_prints_no_empty_missing_line() {
     assert!(!stderr(&o).contains("missing:"), "{}", stderr(&o));
 }
 
+#[test]
+fn info_prints_values_without_json_quoting() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("store");
+    archive_raw(&root, "posix", tmp.path(), 0, "167", b"GRIB0167777");
+    let text = ok(&haar(&root, "posix", &["info"]));
+    assert!(!text.contains('"'), "{text}");
+    assert!(text.contains("  fsync: always\n"), "{text}");
+    assert!(
+        text.contains(&format!("  roots: {}\n", root.display())),
+        "{text}"
+    );
+    let pool = tmp.path().join("pool");
+    let text = ok(&haar(&pool, "pmem", &["info"]));
+    assert!(!text.contains('"'), "{text}");
+    assert!(
+        text.contains(&format!("  pool: {}\n", pool.join("haar.pool").display())),
+        "{text}"
+    );
+    // --json keeps its JSON.
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(&haar(&root, "posix", &["info", "--json"]))).unwrap();
+    assert_eq!(v["backend"]["fsync"], "always");
+}
+
 fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir).unwrap() {

@@ -67,6 +67,23 @@ pub(crate) fn write_stdout(args: std::fmt::Arguments<'_>) -> Result<(), Failure>
     std::io::stdout().write_fmt(args).map_err(out_err)
 }
 
+/// A JSON value as a person reads it in `haar info`: strings and paths bare, lists joined by
+/// commas, maps as `key=value`, null as `none` (`--json` keeps the JSON).
+fn plain(v: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "none".into(),
+        Value::Array(items) => items.iter().map(plain).collect::<Vec<_>>().join(", "),
+        Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| format!("{k}={}", plain(v)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        Value::Bool(_) | Value::Number(_) => v.to_string(),
+    }
+}
+
 fn list(cli: &Cli, a: &ListArgs) -> Result<(), Failure> {
     let store = open::field_store(cli)?;
     let stdout = std::io::stdout();
@@ -338,7 +355,7 @@ fn info(cli: &Cli, a: &InfoArgs) -> Result<(), Failure> {
     outln!("backend: {}", store.backend().describe())?;
     for (k, val) in backend.as_object().into_iter().flatten() {
         if k != "backend" {
-            outln!("  {k}: {val}")?;
+            outln!("  {k}: {}", plain(val))?;
         }
     }
     outln!(
