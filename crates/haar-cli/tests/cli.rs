@@ -332,6 +332,7 @@ fn closed_stdout_ends_quietly_with_exit_0() {
         &["wipe", &field],
         &["purge", DB],
         &["retrieve", &field],
+        &["generate", "completions", "bash"],
     ] {
         let o = haar_into_closed_pipe(&root, args);
         assert_eq!(
@@ -434,6 +435,52 @@ fn info_prints_values_without_json_quoting() {
     let v: serde_json::Value =
         serde_json::from_str(&ok(&haar(&root, "posix", &["info", "--json"]))).unwrap();
     assert_eq!(v["backend"]["fsync"], "always");
+}
+
+#[test]
+fn man_pages_and_completions_come_from_the_clap_definitions() {
+    let tmp = tempfile::tempdir().unwrap();
+    let man = tmp.path().join("man1");
+    ok(&haar(
+        tmp.path(),
+        "posix",
+        &["generate", "man", man.to_str().unwrap()],
+    ));
+    let top = std::fs::read_to_string(man.join("haar.1")).unwrap();
+    assert!(
+        top.contains(".TH haar 1"),
+        "not a section 1 man page: {top:.200}"
+    );
+    assert!(top.contains("retrieve"), "{top}");
+    let page = std::fs::read_to_string(man.join("haar-retrieve.1")).unwrap();
+    assert!(page.contains("allow\\-missing"), "{page}");
+    // Internal subcommands get no page.
+    assert!(!man.join("haar-workload-worker.1").exists());
+    assert!(!man.join("haar-generate.1").exists());
+
+    let bash = ok(&haar(
+        tmp.path(),
+        "posix",
+        &["generate", "completions", "bash"],
+    ));
+    assert!(bash.contains("retrieve"), "{bash}");
+    assert!(!bash.contains("workload-worker") && !bash.contains("generate"));
+    let script = tmp.path().join("haar.bash");
+    std::fs::write(&script, &bash).unwrap();
+    let syntax = Command::new("bash")
+        .arg("-n")
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert!(syntax.status.success(), "{}", stderr(&syntax));
+    for shell in ["zsh", "fish"] {
+        let text = ok(&haar(
+            tmp.path(),
+            "posix",
+            &["generate", "completions", shell],
+        ));
+        assert!(text.contains("retrieve"), "{shell}: {text}");
+    }
 }
 
 fn walk(dir: &Path) -> Vec<std::path::PathBuf> {

@@ -15,7 +15,8 @@ use serde_json::json;
 
 use crate::Failure;
 use crate::args::{
-    AxesArgs, Cli, Command, InfoArgs, ListArgs, ModifyArgs, RetrieveArgs, SchemaArgs,
+    AxesArgs, Cli, Command, Generate, GenerateArgs, InfoArgs, ListArgs, ModifyArgs, RetrieveArgs,
+    SchemaArgs,
 };
 use crate::open;
 
@@ -41,6 +42,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Hammer(a) => crate::workload::hammer::run(&cli, a),
         Command::Workflow(a) => crate::workload::workflow::run(&cli, a),
         Command::WorkloadWorker(a) => crate::workload::worker(&cli, a),
+        Command::Generate(a) => generate(a),
     }
 }
 
@@ -402,4 +404,38 @@ fn schema(cli: &Cli, a: &SchemaArgs) -> Result<(), Failure> {
         None => out!("{}", haar_core::schema::BUILTIN_SCHEMA)?,
     }
     Ok(())
+}
+
+/// `haar generate`: man pages or a completion script from the same clap definitions that parse
+/// the command line (clap_mangen, clap_complete), so the installed docs match the binary.
+fn generate(a: &GenerateArgs) -> Result<(), Failure> {
+    use clap::CommandFactory;
+    match &a.what {
+        Generate::Man { dir } => {
+            let cannot = |e: std::io::Error| {
+                Failure::io(format!("cannot write man pages to {}: {e}", dir.display()))
+            };
+            std::fs::create_dir_all(dir).map_err(cannot)?;
+            // Skips hidden subcommands (workload-worker, generate) itself.
+            clap_mangen::generate_to(Cli::command(), dir).map_err(cannot)
+        }
+        Generate::Completions { shell } => {
+            // clap_complete panics on a failed write: generate in memory, then write.
+            let mut script = Vec::new();
+            clap_complete::generate(*shell, &mut completion_command(), "haar", &mut script);
+            std::io::stdout().write_all(&script).map_err(out_err)
+        }
+    }
+}
+
+/// The command line as completions offer it. clap_complete walks hidden subcommands too
+/// (clap issue 1335) and clap has no way to remove one, so the root is re-assembled from
+/// `Cli`'s own arguments and its visible subcommands: nothing of the grammar is restated.
+fn completion_command() -> clap::Command {
+    use clap::CommandFactory;
+    let full = Cli::command();
+    clap::Command::new("haar")
+        .version(env!("CARGO_PKG_VERSION"))
+        .args(full.get_arguments().cloned())
+        .subcommands(full.get_subcommands().filter(|s| !s.is_hide_set()).cloned())
 }
