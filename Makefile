@@ -27,6 +27,7 @@ run: build
 lint:
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps
 
 # The Python GRIB readers are installed by setup, so their checks must run, not skip.
 unit:

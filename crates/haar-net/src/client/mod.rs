@@ -3,9 +3,9 @@
 //!
 //! Owns connections and their failure handling; routing over several servers belongs to
 //! `haar_store::dist`, which composes `RemoteStore`s as lanes. One module per concern:
-//! [`session`] (connect, handshake, liveness), [`retry`] (when a failed request is sent again),
-//! [`remote`] (the `FieldStore` over one server, request/reply framing), [`local`] (same-host
-//! reads, a wrapper that serves retrieves from the server's own store) and [`watch`] (WATCH
+//! `session` (connect, handshake, liveness), `retry` (when a failed request is sent again),
+//! `remote` (the `FieldStore` over one server, request/reply framing), `local` (same-host
+//! reads, a wrapper that serves retrieves from the server's own store) and `watch` (WATCH
 //! streams and `wait`).
 
 mod local;
