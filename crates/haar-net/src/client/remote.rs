@@ -466,18 +466,7 @@ impl FieldStore for RemoteStore {
             &Self::request_meta(req, false),
             &mut Self::no_fields,
         )?;
-        Ok(end
-            .databases
-            .into_iter()
-            .map(|s| DbStats {
-                db: s.db,
-                fields: s.fields,
-                bytes: s.bytes,
-                dead_fields: s.dead_fields,
-                dead_bytes: s.dead_bytes,
-                problems: s.problems,
-            })
-            .collect())
+        Ok(end.databases.into_iter().map(DbStats::from).collect())
     }
 }
 
