@@ -6,7 +6,6 @@ mod archive;
 mod args;
 mod commands;
 mod guarded_map;
-mod import;
 mod open;
 mod workload;
 

@@ -4,6 +4,8 @@
 //! - [`open`]: one configuration (a file, a YAML string or the defaults, plus overrides) opens
 //!   any store — a local [`Store`], one remote server, `dist` over several, `select` by key
 //!   pattern — as a [`FieldStore`].
+//! - [`import`]: an FDB5 database imported into any [`FieldStore`] through FDB5's own tools,
+//!   every field verified.
 //!
 //! Every operation goes through [`FieldStore`], whose contract is written on each method in
 //! `haar_store::frontend`. Byte layouts and the durability contract are in `docs/design.md`.
@@ -28,6 +30,7 @@
 
 #![warn(missing_docs)]
 
+pub mod import;
 pub mod open;
 
 pub use haar_store::{

@@ -6,6 +6,7 @@ pub mod bench_net;
 pub mod net;
 
 pub mod advise;
+pub mod import;
 pub mod stream;
 
 use std::io::{IsTerminal, Write};
@@ -31,7 +32,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Info(a) => info(&cli, a),
         Command::Schema(a) => schema(&cli, a),
         Command::Bench(a) => bench::run(&cli, a),
-        Command::ImportFdb5(a) => crate::import::run(&cli, a),
+        Command::ImportFdb5(a) => import::run(&cli, a),
         Command::Serve(a) => net::serve(&cli, a),
         Command::Watch(a) => net::watch(&cli, a),
         Command::Wait(a) => net::wait(&cli, a),
