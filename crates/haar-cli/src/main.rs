@@ -2,10 +2,8 @@
 //! output formats and exit codes (0 ok, 1 bad usage or request, 2 data missing, 3 I/O or
 //! corruption).
 
-mod archive;
 mod args;
 mod commands;
-mod guarded_map;
 mod open;
 mod workload;
 

@@ -4,6 +4,8 @@
 //! - [`open`]: one configuration (a file, a YAML string or the defaults, plus overrides) opens
 //!   any store — a local [`Store`], one remote server, `dist` over several, `select` by key
 //!   pattern — as a [`FieldStore`].
+//! - [`ingest`]: GRIB files, buffers and streams archived into any [`FieldStore`], keyed in
+//!   parallel, an input with a fault archiving nothing.
 //! - [`import`]: an FDB5 database imported into any [`FieldStore`] through FDB5's own tools,
 //!   every field verified.
 //!
@@ -31,6 +33,7 @@
 #![warn(missing_docs)]
 
 pub mod import;
+pub mod ingest;
 pub mod open;
 
 pub use haar_store::{

@@ -6,6 +6,7 @@ pub mod bench_net;
 pub mod net;
 
 pub mod advise;
+pub mod archive;
 pub mod import;
 pub mod stream;
 
@@ -23,7 +24,7 @@ use crate::open;
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> Result<(), Failure> {
     match &cli.command {
-        Command::Archive(a) => crate::archive::run(&cli, a),
+        Command::Archive(a) => archive::run(&cli, a),
         Command::List(a) => list(&cli, a),
         Command::Retrieve(a) => retrieve(&cli, a),
         Command::Axes(a) => axes(&cli, a),
