@@ -2,7 +2,7 @@
 //! index segments and commit slots all live in the pool.
 //!
 //! Owns the pool layout, allocation and the commit protocol; the persistence primitives
-//! (non-temporal copy, CLWB, msync, the mapping itself) come from [`crate::persist`].
+//! (non-temporal copy, CLWB, msync, the mapping itself) come from the [`haar_persist`] crate.
 
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
@@ -12,6 +12,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use haar_core::Key;
+use haar_persist::{PersistMode, PoolMapping};
 
 use serde::{Deserialize, Serialize};
 
@@ -20,7 +21,6 @@ use crate::backend::{
 };
 use crate::error::{Error, Result};
 use crate::format::{self, DataRef};
-use crate::persist::{PersistMode, PoolMapping};
 use crate::posix::flock;
 
 const MAGIC: &[u8; 8] = b"HAARPOOL";
@@ -829,7 +829,7 @@ impl DbWriter for PmemWriter {
         let pool = &*self.pool;
         // 1. field bytes durable (non-temporal stores need only the fence in CpuCache mode).
         match pool.map.mode() {
-            PersistMode::CpuCache => crate::persist::sfence(),
+            PersistMode::CpuCache => haar_persist::sfence(),
             PersistMode::Msync => {
                 for &(off, len) in &self.unpersisted {
                     self.persist(off, len)?;

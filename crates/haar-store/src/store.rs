@@ -168,7 +168,7 @@ impl Default for StoreOptions {
 /// let req = Request::parse("class=od,expver=1,stream=oper,date=20261121,time=12,\
 ///                           type=fc,levtype=sfc,step=0,param=167").unwrap();
 /// let mut got = Vec::new();
-/// let report = store.retrieve(&req, |_, bytes| { got.extend_from_slice(bytes); Ok(()) }).unwrap();
+/// let report = store.retrieve(&req, |_, bytes, _crc| { got.extend_from_slice(bytes); Ok(()) }).unwrap();
 /// assert_eq!(report.found, 1);
 /// assert_eq!(got, b"GRIB...7777");
 /// ```

@@ -392,7 +392,7 @@ fn run_in(a: &BenchArgs, dir: &Path) -> Result<(), Failure> {
     // 1. Raw limits on the same device, in the same run.
     let raw_bytes = if a.quick { 256 << 20 } else { 1 << 30 };
     let pb = bar(1, "raw copy limits");
-    let raw = haar_store::persist::measure_raw_limits(dir, raw_bytes)
+    let raw = haar_persist::measure_raw_limits(dir, raw_bytes)
         .map_err(|e| Failure::io(format!("bench: raw limits: {e}")))?;
     pb.finish_and_clear();
 

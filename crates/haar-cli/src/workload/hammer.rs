@@ -116,7 +116,7 @@ fn raw_limits(dir: &std::path::Path) -> Result<Value, Failure> {
     let io = |what: &str, e: std::io::Error| {
         Failure::io(format!("raw limits ({what}) in {}: {e}", dir.display()))
     };
-    let copy = haar_store::persist::measure_raw_limits(dir, BYTES).map_err(|e| io("copy", e))?;
+    let copy = haar_persist::measure_raw_limits(dir, BYTES).map_err(|e| io("copy", e))?;
     // write(2) of 1 MiB chunks into a new file, as a store's data file would be written.
     let path = dir.join(format!("haar-raw-write-{}", std::process::id()));
     let chunk = vec![0x5au8; 1 << 20];
