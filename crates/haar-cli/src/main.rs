@@ -19,11 +19,8 @@ macro_rules! out {
     };
 }
 
-mod archive;
 mod args;
 mod commands;
-mod guarded_map;
-mod import;
 mod open;
 mod workload;
 

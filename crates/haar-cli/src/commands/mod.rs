@@ -6,6 +6,8 @@ pub mod bench_net;
 pub mod net;
 
 pub mod advise;
+pub mod archive;
+pub mod import;
 pub mod stream;
 
 use std::io::{IsTerminal, Write};
@@ -23,7 +25,7 @@ use crate::open;
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> Result<(), Failure> {
     match &cli.command {
-        Command::Archive(a) => crate::archive::run(&cli, a),
+        Command::Archive(a) => archive::run(&cli, a),
         Command::List(a) => list(&cli, a),
         Command::Retrieve(a) => retrieve(&cli, a),
         Command::Axes(a) => axes(&cli, a),
@@ -32,7 +34,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Info(a) => info(&cli, a),
         Command::Schema(a) => schema(&cli, a),
         Command::Bench(a) => bench::run(&cli, a),
-        Command::ImportFdb5(a) => crate::import::run(&cli, a),
+        Command::ImportFdb5(a) => import::run(&cli, a),
         Command::Serve(a) => net::serve(&cli, a),
         Command::Watch(a) => net::watch(&cli, a),
         Command::Wait(a) => net::wait(&cli, a),
