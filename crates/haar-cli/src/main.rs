@@ -67,10 +67,20 @@ impl Failure {
     }
 }
 
+/// The exit status of a store error: 1 when the input is at fault, 2 when the data is missing,
+/// 3 for storage, server and network failures (the README's table).
+pub fn exit_code(e: &haar_store::Error) -> u8 {
+    match e.class() {
+        haar_store::Class::Input => 1,
+        haar_store::Class::Missing => 2,
+        _ => 3,
+    }
+}
+
 impl From<haar_store::Error> for Failure {
     fn from(e: haar_store::Error) -> Failure {
         Failure {
-            code: e.exit_code() as u8,
+            code: exit_code(&e),
             message: e.to_string(),
         }
     }

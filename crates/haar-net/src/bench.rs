@@ -145,13 +145,13 @@ pub fn notify_latency(
         producer.archive(&key, b"GRIB-latency-probe-7777")?;
         let t0 = Instant::now();
         producer.flush()?;
-        let t1 = rx
-            .recv_timeout(Duration::from_secs(10))
-            .map_err(|_| haar_store::Error::Io {
-                op: "watch on",
-                path: addr.into(),
-                source: std::io::Error::other("no event within 10 s of a flush"),
-            })?;
+        let t1 = rx.recv_timeout(Duration::from_secs(10)).map_err(|_| {
+            haar_store::Error::net(
+                "watch on",
+                addr,
+                std::io::Error::other("no event within 10 s of a flush"),
+            )
+        })?;
         out.push(t1.saturating_duration_since(t0));
     }
     Ok(out)

@@ -589,8 +589,37 @@ pub struct EventMeta {
 pub struct ErrorMeta {
     /// What went wrong and what to do.
     pub message: String,
-    /// The CLI exit code the error maps to (1 usage, 2 missing, 3 I/O).
+    /// The class of failure as a code ([`class_code`]): 1 input, 2 missing, 3 storage.
     pub exit_code: i32,
+}
+
+/// The code an ERROR carries for a class of failure: 1 input, 2 missing, 3 storage (the
+/// CLI's exit statuses, which is why the field is called `exit_code`).
+pub fn class_code(c: haar_store::Class) -> i32 {
+    match c {
+        haar_store::Class::Input => 1,
+        haar_store::Class::Missing => 2,
+        _ => 3,
+    }
+}
+
+impl ErrorMeta {
+    /// The ERROR for a store error.
+    pub fn from_error(e: &haar_store::Error) -> ErrorMeta {
+        ErrorMeta {
+            message: e.to_string(),
+            exit_code: class_code(e.class()),
+        }
+    }
+
+    /// The class of failure the code stands for (an unknown code counts as storage).
+    pub fn class(&self) -> haar_store::Class {
+        match self.exit_code {
+            1 => haar_store::Class::Input,
+            2 => haar_store::Class::Missing,
+            _ => haar_store::Class::Storage,
+        }
+    }
 }
 
 /// One listed field (`END` of LIST carries `{fields: [..]}`).

@@ -453,10 +453,7 @@ struct Session {
 }
 
 fn store_error(e: &haar_store::Error) -> ErrorMeta {
-    ErrorMeta {
-        message: e.to_string(),
-        exit_code: e.exit_code(),
-    }
+    ErrorMeta::from_error(e)
 }
 
 impl Session {
@@ -545,7 +542,7 @@ impl Session {
                 length: f.data.len() as u64,
                 crc: meta.crc,
             }),
-            Err(e) => self.defer(e.to_string(), e.exit_code()),
+            Err(e) => self.defer(e.to_string(), protocol::class_code(e.class())),
         }
     }
 
@@ -820,5 +817,9 @@ fn send_field(
         crc,
     };
     wire.send(Kind::Field, 0, id, &to_meta(&m), data)
-        .map_err(|e| haar_store::Error::io("send", "client", io::Error::other(e)))
+        .map_err(|e| {
+            let peer =
+                (wire.socket().peer_addr()).map_or_else(|_| "client".into(), |a| a.to_string());
+            haar_store::Error::net("send to", peer, io::Error::other(e))
+        })
 }

@@ -12,7 +12,7 @@ use haar_core::schema::{Schema, SplitKey};
 use haar_core::value::Context;
 use haar_core::{Key, rendezvous};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, LaneFailures, Result};
 use crate::frontend::{FieldStore, Sink, single_key_request};
 use crate::store::{DbStats, Field, PurgeReport, RetrieveReport, StoreOptions, WipeReport};
 
@@ -49,7 +49,11 @@ pub struct DistStore {
 fn lane_fault(e: &Error) -> bool {
     matches!(
         e,
-        Error::Io { .. } | Error::PoolFull { .. } | Error::Busy { .. }
+        Error::Io { .. }
+            | Error::Net { .. }
+            | Error::Lanes { .. }
+            | Error::PoolFull { .. }
+            | Error::Busy { .. }
     )
 }
 
@@ -183,7 +187,9 @@ impl DistStore {
             let found = self.retrieve_one(
                 &key,
                 Some(lane),
-                failed.as_ref().map(clone_fault),
+                failed
+                    .as_ref()
+                    .map(|e| clone_fault(&self.lanes[lane].name, e)),
                 sink,
                 report,
             )?;
@@ -195,16 +201,10 @@ impl DistStore {
     }
 }
 
-/// A copy of a lane error for the fallback's "every lane failed" message.
-fn clone_fault(e: &Error) -> Error {
-    Error::Io {
-        op: "retrieve",
-        path: match e {
-            Error::Io { path, .. } => path.clone(),
-            _ => "dist".into(),
-        },
-        source: std::io::Error::other(e.to_string()),
-    }
+/// A lane error met by a batch, handed on to the one-by-one fallback of each key it did not
+/// deliver (which needs an error of its own per key).
+fn clone_fault(lane: &str, e: &Error) -> Error {
+    Error::net("retrieve from", lane, std::io::Error::other(e.to_string()))
 }
 
 impl FieldStore for DistStore {
@@ -241,34 +241,34 @@ impl FieldStore for DistStore {
                 }
                 Err(e) if lane_fault(&e) && !lane.dirty => {
                     lane.down = true;
-                    failures.push(format!("{}: {e}", lane.name));
+                    failures.push((lane.name.clone(), e));
                 }
                 Err(e) if lane_fault(&e) => {
                     // This error reports the lane's unflushed fields lost; it no longer holds
                     // anything of this writer's, so later flushes must not wait for it.
                     lane.down = true;
                     lane.dirty = false;
-                    return Err(Error::Io {
+                    return Err(Error::Lanes {
                         op: "archive",
-                        path: lane.name.clone().into(),
-                        source: std::io::Error::other(format!(
-                            "server {} failed while holding unflushed fields from this writer; those fields are lost to it and must be archived again ({e})",
+                        summary: format!(
+                            "server {} failed while holding unflushed fields from this writer; those fields are lost to it and must be archived again",
                             lane.name
-                        )),
+                        ),
+                        failures: LaneFailures(vec![(lane.name.clone(), e)]),
                     });
                 }
                 Err(e) => return Err(e),
             }
         }
         if stored < self.replicas {
-            return Err(Error::Io {
+            return Err(Error::Lanes {
                 op: "archive",
-                path: split.full().to_string().into(),
-                source: std::io::Error::other(format!(
-                    "only {stored} of {} replica(s) could be stored; failed lanes: {}",
-                    self.replicas,
-                    failures.join("; ")
-                )),
+                summary: format!(
+                    "{}: only {stored} of {} replica(s) could be stored",
+                    split.full(),
+                    self.replicas
+                ),
+                failures: LaneFailures(failures),
             });
         }
         Ok(())
@@ -283,21 +283,20 @@ impl FieldStore for DistStore {
                     // Reported lost by the error below; the writer archives again elsewhere.
                     lane.down = true;
                     lane.dirty = false;
-                    errors.push(format!("{}: {e}", lane.name));
+                    errors.push((lane.name.clone(), e));
                 }
             }
         }
         if errors.is_empty() {
             Ok(())
         } else {
-            Err(Error::Io {
+            Err(Error::Lanes {
                 op: "flush",
-                path: "dist".into(),
-                source: std::io::Error::other(format!(
-                    "flush failed on {} lane(s): {}; fields archived since the last flush to those lanes must be archived again",
-                    errors.len(),
-                    errors.join("; ")
-                )),
+                summary: format!(
+                    "flush failed on {} lane(s); fields archived since the last flush to those lanes must be archived again",
+                    errors.len()
+                ),
+                failures: LaneFailures(errors),
             })
         }
     }
@@ -376,19 +375,16 @@ impl FieldStore for DistStore {
                         merged.entry(f.key()).or_insert(f);
                     }
                 }
-                Err(e) if lane_fault(&e) => failed.push(format!("{}: {e}", lane.name)),
+                Err(e) if lane_fault(&e) => failed.push((lane.name.clone(), e)),
                 Err(e) => return Err(e),
             }
         }
         // Without replicas a failed lane means fields silently absent: refuse instead.
         if !failed.is_empty() && (self.replicas == 1 || failed.len() >= self.replicas) {
-            return Err(Error::Io {
+            return Err(Error::Lanes {
                 op: "list",
-                path: "dist".into(),
-                source: std::io::Error::other(format!(
-                    "lanes failed and no replica covers them: {}",
-                    failed.join("; ")
-                )),
+                summary: "lanes failed and no replica covers them".into(),
+                failures: LaneFailures(failed),
             });
         }
         Ok(merged.into_values().collect())

@@ -69,17 +69,79 @@ pub enum Error {
     /// A configuration that cannot be used.
     #[error("configuration: {0}")]
     Config(String),
+    /// A connection to a server that failed (connect, handshake, a broken stream) or an I/O
+    /// failure the server reported: the request did not complete there.
+    #[error("{op} {server}: {source}")]
+    Net {
+        /// What haar was doing ("connection to", "flush to" …).
+        op: &'static str,
+        /// The server, `host:port`.
+        server: String,
+        /// What failed.
+        #[source]
+        source: io::Error,
+    },
     /// A request a remote server refused or could not satisfy (bad key or request, refused
-    /// access); connection and server-side I/O failures are [`Error::Io`] naming the server.
+    /// access); connection and server-side I/O failures are [`Error::Net`].
     #[error("server {server}: {message}")]
     Remote {
         /// `host:port`.
         server: String,
         /// The server's message, with what to do.
         message: String,
-        /// The exit code the server assigned (1 usage, 2 missing, 3 I/O).
-        exit_code: i32,
+        /// Whose fault, as the server classed it.
+        class: Class,
     },
+    /// Lanes of a `dist` front-end failed; each lane's own error is kept.
+    #[error("{op} through dist: {summary} ({failures})")]
+    Lanes {
+        /// The operation ("archive", "flush", "list").
+        op: &'static str,
+        /// What it means for the caller's data and what to do.
+        summary: String,
+        /// Every failed lane with its error.
+        #[source]
+        failures: LaneFailures,
+    },
+}
+
+/// Whose fault an error is: decides the CLI's exit status, the code a server sends, and
+/// whether `dist` tries another lane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Class {
+    /// The request, key, input or configuration: change it and try again.
+    Input,
+    /// The requested data is not there.
+    Missing,
+    /// Storage, a server or the network: an I/O failure, corruption, a full pool, a busy
+    /// database. Another replica may serve.
+    Storage,
+}
+
+/// The lanes of a `dist` operation that failed, each with its own error (the first is the
+/// [`source`](std::error::Error::source)).
+#[derive(Debug)]
+pub struct LaneFailures(pub Vec<(String, Error)>);
+
+impl std::fmt::Display for LaneFailures {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (lane, e)) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{lane}: {e}")?;
+        }
+        Ok(())
+    }
+}
+
+impl std::error::Error for LaneFailures {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.0
+            .first()
+            .map(|(_, e)| e as &(dyn std::error::Error + 'static))
+    }
 }
 
 impl Error {
@@ -114,15 +176,26 @@ impl Error {
         }
     }
 
-    /// The CLI exit code for this error: 1 for bad usage or input, 3 for I/O and corruption.
-    pub fn exit_code(&self) -> i32 {
+    /// Whose fault this is (see [`Class`]).
+    pub fn class(&self) -> Class {
         match self {
-            Error::BadKey { .. } | Error::BadRequest { .. } | Error::Config(_) => 1,
-            Error::Remote { exit_code, .. } => *exit_code,
+            Error::BadKey { .. } | Error::BadRequest { .. } | Error::Config(_) => Class::Input,
+            Error::Remote { class, .. } => *class,
             Error::Io { .. }
+            | Error::Net { .. }
+            | Error::Lanes { .. }
             | Error::Corrupt { .. }
             | Error::Busy { .. }
-            | Error::PoolFull { .. } => 3,
+            | Error::PoolFull { .. } => Class::Storage,
+        }
+    }
+
+    /// A failed connection to (or a failure reported by) `server`.
+    pub fn net(op: &'static str, server: impl Into<String>, source: io::Error) -> Error {
+        Error::Net {
+            op,
+            server: server.into(),
+            source,
         }
     }
 }

@@ -69,7 +69,7 @@ fn enospc_on_append_names_key_and_keeps_flushed_data() {
         msg.contains("step=99"),
         "error does not name the key: {msg}"
     );
-    assert_eq!(err.exit_code(), 3);
+    assert_eq!(err.class(), haar_store::Class::Storage);
     // The store keeps working, and nothing flushed was lost.
     s.flush().unwrap();
     assert!(
@@ -141,7 +141,7 @@ fn read_error_is_an_io_error() {
     archive_all(&mut s, &ks, 0);
     plan.arm(Fault::ReadIo, 0);
     let e = read(&s, &ks[0]).unwrap_err();
-    assert_eq!(e.exit_code(), 3);
+    assert_eq!(e.class(), haar_store::Class::Storage);
     assert_all_read(&s, &ks, 0);
 }
 
@@ -198,7 +198,7 @@ fn flipped_byte_in_posix_data_names_file_and_key() {
         "file not named: {msg}"
     );
     assert!(msg.contains("step=1"), "key not named: {msg}");
-    assert_eq!(e.exit_code(), 3);
+    assert_eq!(e.class(), haar_store::Class::Storage);
     for k in [&ks[0], &ks[2], &ks[3]] {
         assert!(read(&r, k).unwrap() == Some(payload(k, 0, 5000)));
     }

@@ -327,7 +327,7 @@ fn store_of(cfg: Config) -> Result<Store> {
 fn lane(addr: &str, cfg: &haar_net::ClientConfig) -> Result<Box<dyn FieldStore>> {
     Ok(match haar_net::RemoteStore::connect(addr, cfg) {
         Ok(r) => Box::new(r),
-        Err(e @ Error::Io { .. }) => Box::new(DownLane {
+        Err(e @ Error::Net { .. }) => Box::new(DownLane {
             addr: addr.to_string(),
             error: e.to_string(),
             opts: StoreOptions::default(),
@@ -346,11 +346,11 @@ struct DownLane {
 
 impl DownLane {
     fn err(&self) -> Error {
-        Error::Io {
-            op: "server",
-            path: self.addr.clone().into(),
-            source: std::io::Error::other(self.error.clone()),
-        }
+        Error::net(
+            "server",
+            &self.addr,
+            std::io::Error::other(self.error.clone()),
+        )
     }
 }
 

@@ -133,7 +133,7 @@ pub fn watch(cli: &Cli, a: &WatchArgs) -> Result<(), Failure> {
             Ok(x) => x,
             // A server went away: it is resubscribed when it returns, and its replay (minus
             // what was already printed) covers what it flushed meanwhile.
-            Err(e @ haar_store::Error::Io { .. }) => {
+            Err(e @ haar_store::Error::Net { .. }) => {
                 eprintln!("haar watch: {e}; watching the other servers and retrying it");
                 continue;
             }

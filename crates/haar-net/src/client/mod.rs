@@ -62,11 +62,7 @@ impl ClientConfig {
 }
 
 pub(crate) fn io_error(op: &'static str, addr: &str, e: impl std::fmt::Display) -> Error {
-    Error::Io {
-        op,
-        path: addr.into(),
-        source: io::Error::other(e.to_string()),
-    }
+    Error::net(op, addr, io::Error::other(e.to_string()))
 }
 
 pub(crate) fn wire_error(addr: &str, e: WireError) -> Error {
@@ -80,16 +76,15 @@ pub(crate) fn wire_error(addr: &str, e: WireError) -> Error {
     }
 }
 
-/// A server's ERROR as a store error: server-side I/O failures stay `Io` (a dist front-end
-/// fails over on them), everything else is `Remote` with the server's exit code.
+/// A server's ERROR as a store error: server-side storage failures are `Net` (a dist
+/// front-end fails over on them), everything else is `Remote` with the server's class.
 pub(crate) fn remote_error(addr: &str, m: ErrorMeta) -> Error {
-    if m.exit_code == 3 {
-        io_error("server", addr, m.message)
-    } else {
-        Error::Remote {
+    match m.class() {
+        haar_store::Class::Storage => io_error("server", addr, m.message),
+        class => Error::Remote {
             server: addr.into(),
             message: m.message,
-            exit_code: m.exit_code,
-        }
+            class,
+        },
     }
 }

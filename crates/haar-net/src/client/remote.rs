@@ -302,7 +302,7 @@ impl RemoteStore {
                 message: format!(
                     "archive of {key} refused: this client's token is read-only; use the read-write token (HAAR_TOKEN or --token-file)"
                 ),
-                exit_code: 1,
+                class: haar_store::Class::Input,
             });
         }
         let meta = to_meta(&FieldMeta {
@@ -384,7 +384,7 @@ impl FieldStore for RemoteStore {
         let r: Result<protocol::FlushOk> = self.call(Kind::Flush, b"{}", &mut Self::no_fields);
         match r {
             Ok(_) => Ok(()),
-            Err(e @ Error::Io { op, .. }) if n > 0 && op != "server" => Err(io_error(
+            Err(e @ Error::Net { op, .. }) if n > 0 && op != "server" => Err(io_error(
                 "flush to",
                 &self.addr,
                 format!(

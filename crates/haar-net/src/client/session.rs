@@ -137,7 +137,7 @@ pub(super) fn connect(addr: &str, cfg: &ClientConfig) -> Result<Session> {
         Error::Remote {
             server: addr.into(),
             message: format!("refused the connection: {reason}{extra}"),
-            exit_code: 1,
+            class: haar_store::Class::Input,
         }
     };
     let challenge: Challenge = match f.kind() {
@@ -159,7 +159,7 @@ pub(super) fn connect(addr: &str, cfg: &ClientConfig) -> Result<Session> {
                 challenge.version,
                 protocol::VERSION
             ),
-            exit_code: 1,
+            class: haar_store::Class::Input,
         });
     }
     let token = cfg.token.as_deref().unwrap_or("");
@@ -184,7 +184,7 @@ pub(super) fn connect(addr: &str, cfg: &ClientConfig) -> Result<Session> {
         return Err(Error::Remote {
             server: addr.into(),
             message: "the server could not prove it knows the token: wrong server, or a man in the middle; check the address".into(),
-            exit_code: 1,
+            class: haar_store::Class::Input,
         });
     }
     wire.set_read_timeout(None)

@@ -121,7 +121,7 @@ impl Iterator for Watch {
 /// several servers, and a server that comes back replays what it holds.
 ///
 /// A server that cannot be reached (an `Io` error) is retried every second until it answers
-/// again; its failure arrives as an `Err(Error::Io)` item naming it, and the stream goes on.
+/// again; its failure arrives as an `Err(Error::Net)` item naming it, and the stream goes on.
 /// Nothing flushed is missed across a reconnection: the new subscription replays every field
 /// the server holds. Any other error (a refused token, a bad request) is final for that server.
 /// The de-duplication remembers every field seen (about 100 bytes each).
@@ -144,7 +144,7 @@ impl WatchAll {
         let mut first: Vec<(String, Result<Watch>)> = Vec::new();
         for s in servers {
             match Watch::open(s, cfg, req) {
-                Err(e) if !matches!(e, Error::Io { .. }) => return Err(e),
+                Err(e) if !matches!(e, Error::Net { .. }) => return Err(e),
                 r => first.push((s.clone(), r)),
             }
         }
@@ -218,7 +218,7 @@ fn follow(
                 while let Some(item) = w.next_event() {
                     let failed = match &item {
                         Ok(_) => None,
-                        Err(e) => Some(matches!(e, Error::Io { .. })),
+                        Err(e) => Some(matches!(e, Error::Net { .. })),
                     };
                     if tx.send(item).is_err() {
                         return;
@@ -233,7 +233,7 @@ fn follow(
                     }
                 }
             }
-            Err(e @ Error::Io { .. }) => {
+            Err(e @ Error::Net { .. }) => {
                 if !reported && tx.send(Err(e)).is_err() {
                     return;
                 }
@@ -333,7 +333,7 @@ pub fn wait(
             }
             // A server that went away is resubscribed when it returns (its replay covers
             // what it flushed meanwhile); anything else ends the wait.
-            Some(Err(Error::Io { .. })) => {}
+            Some(Err(Error::Net { .. })) => {}
             Some(Err(e)) => return Err(e),
             Some(Ok((ev, _))) => {
                 missing.remove(&project(&ev.key));
