@@ -8,7 +8,6 @@ mod commands;
 mod guarded_map;
 mod import;
 mod open;
-mod workload;
 
 use std::process::ExitCode;
 

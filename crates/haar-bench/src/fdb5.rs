@@ -11,8 +11,8 @@ use std::path::Path;
 
 use haar_core::Key;
 
-use super::target::Target;
-use crate::Failure;
+use crate::error::{Error, io};
+use crate::target::Target;
 
 type H = *mut c_void;
 
@@ -101,29 +101,24 @@ pub fn available() -> bool {
 
 /// Prepares a self-contained FDB5 under `root` (config, schema copy, empty dbnames, `db/`)
 /// and returns the environment its processes need.
-pub fn setup_root(root: &Path) -> Result<Vec<(String, String)>, Failure> {
-    let io = |what: &str, p: &Path, e: std::io::Error| {
-        Failure::io(format!("FDB5 set-up: cannot {what} {}: {e}", p.display()))
-    };
+pub fn setup_root(root: &Path) -> Result<Vec<(String, String)>, Error> {
+    let io = |what: &str, p: &Path| io(format!("FDB5 set-up: cannot {what} {}", p.display()));
     let db = root.join("db");
-    std::fs::create_dir_all(&db).map_err(|e| io("create", &db, e))?;
+    std::fs::create_dir_all(&db).map_err(io("create", &db))?;
     let schema = root.join("schema");
-    std::fs::copy("/etc/fdb/schema", &schema).map_err(|e| {
-        io(
-            "copy /etc/fdb/schema (is the fdb5 package installed?) to",
-            &schema,
-            e,
-        )
-    })?;
+    std::fs::copy("/etc/fdb/schema", &schema).map_err(io(
+        "copy /etc/fdb/schema (is the fdb5 package installed?) to",
+        &schema,
+    ))?;
     let dbnames = root.join("dbnames");
-    std::fs::write(&dbnames, "").map_err(|e| io("write", &dbnames, e))?;
+    std::fs::write(&dbnames, "").map_err(io("write", &dbnames))?;
     let config = root.join("fdb5-config.yaml");
     let text = format!(
         "---\ntype: local\nengine: toc\nschema: {}\nspaces:\n  - handler: Default\n    roots:\n      - path: {}\n",
         schema.display(),
         db.display()
     );
-    std::fs::write(&config, text).map_err(|e| io("write", &config, e))?;
+    std::fs::write(&config, text).map_err(io("write", &config))?;
     Ok(vec![
         ("FDB5_CONFIG_FILE".into(), config.display().to_string()),
         ("FDB_DBNAMES_FILE".into(), dbnames.display().to_string()),
@@ -140,8 +135,8 @@ pub struct Fdb5 {
 
 impl Fdb5 {
     /// Loads the library, initialises FDB5 and opens a handle.
-    pub fn open() -> Result<Fdb5, Failure> {
-        let api = load().map_err(Failure::usage)?;
+    pub fn open() -> Result<Fdb5, Error> {
+        let api = load().map_err(Error::Usage)?;
         let mut f = Fdb5 {
             api,
             handle: std::ptr::null_mut(),
@@ -163,7 +158,7 @@ impl Fdb5 {
         Ok(f)
     }
 
-    fn check(&self, call: &str, rc: c_int) -> Result<(), Failure> {
+    fn check(&self, call: &str, rc: c_int) -> Result<(), Error> {
         if rc == 0 {
             return Ok(());
         }
@@ -176,11 +171,11 @@ impl Fdb5 {
                 CStr::from_ptr(p).to_string_lossy().into_owned()
             }
         };
-        Err(Failure::io(format!("FDB5 {call} failed ({rc}): {msg}")))
+        Err(Error::Failed(format!("FDB5 {call} failed ({rc}): {msg}")))
     }
 
     /// A fresh handle: FDB5 handles do not see data flushed after their first read.
-    fn renew(&mut self) -> Result<(), Failure> {
+    fn renew(&mut self) -> Result<(), Error> {
         // SAFETY: the old handle is ours and not used again.
         unsafe {
             (self.api.delete_handle)(self.handle);
@@ -192,7 +187,7 @@ impl Fdb5 {
     }
 
     /// Opens a reader for one key; returns (reader, size FDB5 reports).
-    fn open_reader(&self, key: &Key) -> Result<(H, c_long), Failure> {
+    fn open_reader(&self, key: &Key) -> Result<(H, c_long), Error> {
         let strings = cstrings(key);
         // SAFETY: pointers come from CStrings that outlive the calls; objects are freed below.
         unsafe {
@@ -254,7 +249,7 @@ impl Target for Fdb5 {
         format!("FDB5 {} (C API, TOC)", self.version)
     }
 
-    fn archive(&mut self, key: &Key, data: &[u8]) -> Result<(), Failure> {
+    fn archive(&mut self, key: &Key, data: &[u8]) -> Result<(), Error> {
         let strings = cstrings(key);
         // SAFETY: as in open_reader; `data` outlives the call.
         unsafe {
@@ -272,7 +267,7 @@ impl Target for Fdb5 {
         }
     }
 
-    fn flush(&mut self) -> Result<(), Failure> {
+    fn flush(&mut self) -> Result<(), Error> {
         // SAFETY: our handle.
         let rc = unsafe { (self.api.flush)(self.handle) };
         self.check("fdb_flush", rc)
@@ -282,8 +277,8 @@ impl Target for Fdb5 {
         &mut self,
         _req: &str,
         keys: &[Key],
-        sink: &mut super::target::FieldSink<'_>,
-    ) -> Result<usize, Failure> {
+        sink: &mut crate::target::FieldSink<'_>,
+    ) -> Result<usize, Error> {
         let mut found = 0;
         for key in keys {
             let (dr, size) = self.open_reader(key)?;
@@ -324,7 +319,7 @@ impl Target for Fdb5 {
         Ok(found)
     }
 
-    fn count(&mut self, _req: &str, keys: &[Key]) -> Result<usize, Failure> {
+    fn count(&mut self, _req: &str, keys: &[Key]) -> Result<usize, Error> {
         self.renew()?;
         let mut n = 0;
         for key in keys {

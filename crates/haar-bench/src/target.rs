@@ -7,22 +7,24 @@ use haar_core::Key;
 use haar_core::request::Request;
 use haar_store::{FieldStore, StoreOptions};
 
-use crate::Failure;
+use haar::OpenOptions;
+
+use crate::error::Error;
 
 /// Receives retrieved fields; an error stops the retrieve.
-pub type FieldSink<'a> = dyn FnMut(&Key, &[u8]) -> Result<(), Failure> + 'a;
+pub type FieldSink<'a> = dyn FnMut(&Key, &[u8]) -> Result<(), Error> + 'a;
 
 /// Keys of flushed fields, as notified.
-pub type KeyStream = Box<dyn Iterator<Item = Result<Key, Failure>>>;
+pub type KeyStream = Box<dyn Iterator<Item = Result<Key, Error>>>;
 
 /// The store under test.
 pub trait Target {
     /// What it is, for messages.
     fn describe(&self) -> String;
     /// Stores one field (invisible until flush).
-    fn archive(&mut self, key: &Key, data: &[u8]) -> Result<(), Failure>;
+    fn archive(&mut self, key: &Key, data: &[u8]) -> Result<(), Error>;
     /// The durability and visibility barrier.
-    fn flush(&mut self) -> Result<(), Failure>;
+    fn flush(&mut self) -> Result<(), Error>;
     /// Delivers the fields `keys` names (`req` is the same set as a MARS request); returns how
     /// many were found.
     fn retrieve(
@@ -30,17 +32,17 @@ pub trait Target {
         req: &str,
         keys: &[Key],
         sink: &mut FieldSink<'_>,
-    ) -> Result<usize, Failure>;
+    ) -> Result<usize, Error>;
     /// How many of `keys` (`req`) are flushed, without reading them.
-    fn count(&mut self, req: &str, keys: &[Key]) -> Result<usize, Failure>;
+    fn count(&mut self, req: &str, keys: &[Key]) -> Result<usize, Error>;
     /// A stream of the keys of fields matching `req` as they are flushed (those flushed
     /// before first), or `None` where the store cannot notify.
-    fn watch(&mut self, _req: &str) -> Result<Option<KeyStream>, Failure> {
+    fn watch(&mut self, _req: &str) -> Result<Option<KeyStream>, Error> {
         Ok(None)
     }
     /// Returns once every field of `keys` (`req`) is flushed: a notification where the store
     /// has them, polling otherwise. Returns how many polls it took (0 for notifications).
-    fn wait(&mut self, req: &str, keys: &[Key], timeout: Duration) -> Result<u64, Failure> {
+    fn wait(&mut self, req: &str, keys: &[Key], timeout: Duration) -> Result<u64, Error> {
         poll_until_flushed(self, req, keys, timeout)
     }
 }
@@ -51,7 +53,7 @@ pub fn poll_until_flushed<T: Target + ?Sized>(
     req: &str,
     keys: &[Key],
     timeout: Duration,
-) -> Result<u64, Failure> {
+) -> Result<u64, Error> {
     let deadline = Instant::now() + timeout;
     let mut polls = 0;
     loop {
@@ -61,7 +63,7 @@ pub fn poll_until_flushed<T: Target + ?Sized>(
             return Ok(polls);
         }
         if Instant::now() > deadline {
-            return Err(Failure::missing(format!(
+            return Err(Error::Missing(format!(
                 "{}: only {n} of {} fields of {req} flushed after {} s",
                 t.describe(),
                 keys.len(),
@@ -75,8 +77,8 @@ pub fn poll_until_flushed<T: Target + ?Sized>(
 /// How often a reader without notifications looks again (FDB5 users poll like this).
 pub const POLL: Duration = Duration::from_millis(10);
 
-fn parse(req: &str) -> Result<Request, Failure> {
-    Request::parse(req).map_err(|e| Failure::usage(format!("request {req:?}: {e}")))
+fn parse(req: &str) -> Result<Request, Error> {
+    Request::parse(req).map_err(|e| Error::Usage(format!("request {req:?}: {e}")))
 }
 
 /// haar through a front-end; `servers` (when the front-end has them) deliver notifications.
@@ -93,10 +95,10 @@ impl Target for Haar {
     fn describe(&self) -> String {
         self.store.describe()
     }
-    fn archive(&mut self, key: &Key, data: &[u8]) -> Result<(), Failure> {
+    fn archive(&mut self, key: &Key, data: &[u8]) -> Result<(), Error> {
         Ok(self.store.archive(key, data)?)
     }
-    fn flush(&mut self) -> Result<(), Failure> {
+    fn flush(&mut self) -> Result<(), Error> {
         Ok(self.store.flush()?)
     }
     fn retrieve(
@@ -104,7 +106,7 @@ impl Target for Haar {
         req: &str,
         _keys: &[Key],
         sink: &mut FieldSink<'_>,
-    ) -> Result<usize, Failure> {
+    ) -> Result<usize, Error> {
         let mut n = 0;
         let mut failure = None;
         let report = self.store.retrieve(&parse(req)?, &mut |k, d| {
@@ -120,29 +122,29 @@ impl Target for Haar {
         }
         let report = report?;
         if let Some(p) = report.problems.first() {
-            return Err(Failure::io(format!("retrieve {req}: {p}")));
+            return Err(Error::Failed(format!("retrieve {req}: {p}")));
         }
         Ok(n)
     }
-    fn count(&mut self, req: &str, _keys: &[Key]) -> Result<usize, Failure> {
+    fn count(&mut self, req: &str, _keys: &[Key]) -> Result<usize, Error> {
         Ok(self.store.list(&parse(req)?)?.len())
     }
-    fn watch(&mut self, req: &str) -> Result<Option<KeyStream>, Failure> {
+    fn watch(&mut self, req: &str) -> Result<Option<KeyStream>, Error> {
         let Some((servers, cfg)) = &self.servers else {
             return Ok(None);
         };
         let w = haar_net::WatchAll::open(servers, cfg, &parse(req)?)?;
         Ok(Some(Box::new(
-            w.map(|e| e.map(|(ev, _)| ev.key).map_err(Failure::from)),
+            w.map(|e| e.map(|(ev, _)| ev.key).map_err(Error::from)),
         )))
     }
-    fn wait(&mut self, req: &str, keys: &[Key], timeout: Duration) -> Result<u64, Failure> {
+    fn wait(&mut self, req: &str, keys: &[Key], timeout: Duration) -> Result<u64, Error> {
         let Some((servers, cfg)) = &self.servers else {
             return poll_until_flushed(self, req, keys, timeout);
         };
         match haar_net::wait(servers, cfg, &parse(req)?, &self.options, timeout)? {
             haar_net::WaitOutcome::Complete { .. } => Ok(0),
-            haar_net::WaitOutcome::TimedOut { missing } => Err(Failure::missing(format!(
+            haar_net::WaitOutcome::TimedOut { missing } => Err(Error::Missing(format!(
                 "{} field(s) of {req} not flushed after {} s, e.g. {}",
                 missing.len(),
                 timeout.as_secs(),
@@ -150,4 +152,30 @@ impl Target for Haar {
             ))),
         }
     }
+}
+
+/// Opens the target a worker writes to: FDB5 (configured by the environment) or haar through
+/// the front-end the global options describe; given the bytes it will write, a local pmem
+/// pool reserves and maps that much heap for it now rather than as its writes reach it.
+pub fn open_target(
+    opts: &OpenOptions,
+    fdb5: bool,
+    writes: Option<u64>,
+) -> Result<Box<dyn Target>, Error> {
+    if fdb5 {
+        return Ok(Box::new(crate::fdb5::Fdb5::open()?));
+    }
+    let store = match writes {
+        Some(bytes) => opts.field_store_for_writes(bytes)?,
+        None => opts.field_store()?,
+    };
+    let servers = match opts.server_names()? {
+        Some(s) => Some((s, opts.client_config()?)),
+        None => None,
+    };
+    Ok(Box::new(Haar {
+        store,
+        servers,
+        options: opts.store_options()?,
+    }))
 }
