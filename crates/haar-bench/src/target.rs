@@ -109,7 +109,7 @@ impl Target for Haar {
     ) -> Result<usize, Error> {
         let mut n = 0;
         let mut failure = None;
-        let report = self.store.retrieve(&parse(req)?, &mut |k, d| {
+        let report = self.store.retrieve(&parse(req)?, &mut |k, d, _| {
             n += 1;
             if let Err(f) = sink(k, d) {
                 failure = Some(f);

@@ -576,9 +576,11 @@ pub fn run(cli: &Cli, a: &ArchiveArgs) -> Result<(), Failure> {
                     for (i, &(_, offset, len)) in job.msgs.iter().enumerate() {
                         match job.outcome(i, &keying, &shared) {
                             Some(Ok(Some(split))) => {
-                                if let Err(e) = store
-                                    .archive_split(split.clone(), &job.bytes[offset..offset + len])
-                                {
+                                if let Err(e) = store.archive_split(
+                                    split,
+                                    &job.bytes[offset..offset + len],
+                                    None,
+                                ) {
                                     if !source_vanished(&e) {
                                         return Err(e.into());
                                     }
@@ -647,7 +649,7 @@ pub fn run(cli: &Cli, a: &ArchiveArgs) -> Result<(), Failure> {
             for (i, (split, range)) in prepared.fields.iter().enumerate() {
                 match &mut remote {
                     Some(r) => r.archive(&split.full(), &bytes[range.clone()])?,
-                    None => match store.archive_split(split.clone(), &bytes[range.clone()]) {
+                    None => match store.archive_split(split, &bytes[range.clone()], None) {
                         Err(e) if source_vanished(&e) => {
                             vanished = true;
                             break;

@@ -287,7 +287,7 @@ pub fn run(cli: &Cli, a: &ImportFdb5Args) -> Result<(), Failure> {
             let Some(part) = part else { continue };
             match store.split(&f.key) {
                 Ok(split) => {
-                    store.archive_split(split, part)?;
+                    store.archive_split(&split, part, None)?;
                     archived.push((f, part.as_slice(), crc32c(part)));
                 }
                 Err(e) => failures.push(format!("{}: not archived: {e}", f.key)),
@@ -300,7 +300,11 @@ pub fn run(cli: &Cli, a: &ImportFdb5Args) -> Result<(), Failure> {
         let mut buf = Vec::new();
         for (f, theirs, crc) in archived {
             buf.clear();
-            match store.retrieve_key(&f.key, &mut buf) {
+            let read = store.retrieve_keys(std::slice::from_ref(&f.key), |_, b, _| {
+                buf.extend_from_slice(b);
+                Ok(())
+            });
+            match read.map(|r| r.found == 1) {
                 Ok(true) if buf == theirs && crc32c(&buf) == crc => {
                     imported += 1;
                     bytes += buf.len() as u64;

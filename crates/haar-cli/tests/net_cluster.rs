@@ -655,7 +655,7 @@ fn replicas_2_survive_kill_9(net: &Net) {
             req.set(kw, haar_core::request::Values::List(vec![val.to_string()]));
         }
         let mut n = 0;
-        back.retrieve(&req, &mut |_, d| {
+        back.retrieve(&req, &mut |_, d, _| {
             identify(d);
             n += 1;
             Ok(())

@@ -487,7 +487,7 @@ fn kill_9_and_restart_keeps_every_flushed_field() {
     .unwrap();
     let mut n = 0;
     let report = reader
-        .retrieve(&req, &mut |k, d| {
+        .retrieve(&req, &mut |k, d, _| {
             let m: u32 = k.get("number").unwrap().parse().unwrap();
             let st: u32 = k.get("step").unwrap().parse().unwrap();
             assert_eq!(d, field(m, st, 200_000), "{k}");

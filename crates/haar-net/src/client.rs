@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use haar_core::Key;
 use haar_core::request::{Request, Values};
+use haar_core::schema::SplitKey;
 use haar_store::{
     DbStats, Error, Event, Field, FieldStore, PurgeReport, Result, RetrieveReport, Sink,
     StoreOptions, WipeReport,
@@ -330,6 +331,8 @@ pub struct RemoteStore {
     lost: Cell<u64>,
     /// The store of the server's latest same-host offer, when it could be opened.
     local: RefCell<Option<LocalStore>>,
+    /// Schema and context keys are split with before they are sent.
+    opts: StoreOptions,
 }
 
 impl RemoteStore {
@@ -345,7 +348,34 @@ impl RemoteStore {
             unflushed: 0,
             lost: Cell::new(0),
             local: RefCell::new(None),
+            opts: StoreOptions::default(),
         })
+    }
+
+    /// Splits keys with this schema and context (the built-in schema by default); the
+    /// server splits them again with its own.
+    pub fn with_options(mut self, opts: StoreOptions) -> RemoteStore {
+        self.opts = opts;
+        self
+    }
+
+    /// Reads the fields of `keys` as one RETRIEVE_KEYS round trip (or from the server's own
+    /// store on its host).
+    fn fetch_keys(&self, keys: &[Key], sink: &mut Sink<'_>) -> Result<RetrieveReport> {
+        if self.local_ready() {
+            let local = self.local.borrow();
+            if let Some(st) = local.as_ref().and_then(|l| l.store.as_ref()) {
+                return st.retrieve_keys(keys, sink);
+            }
+        }
+        let meta = to_meta(&protocol::KeysMeta {
+            keys: keys.to_vec(),
+        });
+        let addr = &self.addr;
+        let end: RetrieveEnd = self.call(Kind::RetrieveKeys, &meta, &mut |m, data| {
+            deliver(addr, m, data, sink)
+        })?;
+        Ok(end.into())
     }
 
     /// `host:port`.
@@ -557,20 +587,9 @@ struct ReportEnd<T> {
     report: T,
 }
 
-impl FieldStore for RemoteStore {
-    fn describe(&self) -> String {
-        let local = self.local.borrow();
-        match local.as_ref().and_then(|l| l.store.as_ref()) {
-            Some(st) => format!(
-                "remote {} (same-host reads from {})",
-                self.addr,
-                st.backend().describe()
-            ),
-            None => format!("remote {}", self.addr),
-        }
-    }
-
-    fn archive(&mut self, key: &Key, data: &[u8]) -> Result<()> {
+impl RemoteStore {
+    /// ARCHIVE: pipelined, no reply; the server checks `crc` (computed here when unknown).
+    fn send_field(&mut self, key: &Key, data: &[u8], crc: Option<u32>) -> Result<()> {
         if self.access != Access::ReadWrite {
             return Err(Error::Remote {
                 server: self.addr.clone(),
@@ -582,7 +601,7 @@ impl FieldStore for RemoteStore {
         }
         let meta = to_meta(&FieldMeta {
             key: key.clone(),
-            crc: crc32c::crc32c(data),
+            crc: crc.unwrap_or_else(|| crc32c::crc32c(data)),
         });
         let id = self.id();
         let mut slot = self.session.borrow_mut();
@@ -613,6 +632,34 @@ impl FieldStore for RemoteStore {
                 ))
             }
         }
+    }
+}
+
+impl FieldStore for RemoteStore {
+    fn describe(&self) -> String {
+        let local = self.local.borrow();
+        match local.as_ref().and_then(|l| l.store.as_ref()) {
+            Some(st) => format!(
+                "remote {} (same-host reads from {})",
+                self.addr,
+                st.backend().describe()
+            ),
+            None => format!("remote {}", self.addr),
+        }
+    }
+
+    fn options(&self) -> &StoreOptions {
+        &self.opts
+    }
+
+    /// Sends the key as given: the server splits it with its own schema (which may differ
+    /// from this client's), and refuses it at the next flush if it does not fit.
+    fn archive(&mut self, key: &Key, data: &[u8]) -> Result<()> {
+        self.send_field(key, data, None)
+    }
+
+    fn archive_split(&mut self, split: &SplitKey, data: &[u8], crc: Option<u32>) -> Result<()> {
+        self.send_field(&split.full(), data, crc)
     }
 
     fn flush(&mut self) -> Result<()> {
@@ -653,22 +700,13 @@ impl FieldStore for RemoteStore {
         let end: RetrieveEnd = self.call(
             Kind::Retrieve,
             &Self::request_meta(req, false),
-            &mut |m: FieldMeta, data: &[u8]| {
-                let crc = crc32c::crc32c(data);
-                if crc != m.crc {
-                    return Err(Error::Corrupt {
-                        what: "field",
-                        path: addr.into(),
-                        detail: format!(
-                            "{} arrived with crc {crc:#010x}, the server sent {:#010x} (damaged in transit); retrieve again",
-                            m.key, m.crc
-                        ),
-                    });
-                }
-                sink(&m.key, data)
-            },
+            &mut |m: FieldMeta, data: &[u8]| deliver(addr, m, data, sink),
         )?;
         Ok(end.into())
+    }
+
+    fn retrieve_keys(&self, keys: &[Key], sink: &mut Sink<'_>) -> Result<RetrieveReport> {
+        self.fetch_keys(keys, sink)
     }
 
     fn list(&self, req: &Request) -> Result<Vec<Field>> {
@@ -1063,4 +1101,20 @@ pub fn wait(
     Ok(WaitOutcome::Complete {
         fields: expected.len(),
     })
+}
+
+/// Hands a received field to `sink` after checking it against the CRC-32C the server sent.
+fn deliver(addr: &str, m: FieldMeta, data: &[u8], sink: &mut Sink<'_>) -> Result<()> {
+    let crc = crc32c::crc32c(data);
+    if crc != m.crc {
+        return Err(Error::checksum(
+            addr,
+            &m.key,
+            crc,
+            m.crc,
+            "the server sent",
+            "damaged in transit: retrieve again",
+        ));
+    }
+    sink(&m.key, data, crc)
 }

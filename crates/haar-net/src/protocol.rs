@@ -58,6 +58,8 @@ pub enum Kind {
     Purge = 23,
     /// `{request}` → `EVENT`… (and `HEARTBEAT`) until the client closes.
     Watch = 24,
+    /// `{keys}` → `FIELD`… then `END {report}`: many keys in one round trip.
+    RetrieveKeys = 25,
     /// Reply to FLUSH: `{fields}`.
     Ok = 32,
     /// One retrieved field: `{key, crc}` + bytes.
@@ -91,6 +93,7 @@ impl Kind {
             22 => Wipe,
             23 => Purge,
             24 => Watch,
+            25 => RetrieveKeys,
             32 => Ok,
             33 => Field,
             34 => End,
@@ -118,6 +121,7 @@ impl Kind {
             Stats => "STATS",
             Wipe => "WIPE",
             Purge => "PURGE",
+            RetrieveKeys => "RETRIEVE_KEYS",
             Watch => "WATCH",
             Ok => "OK",
             Field => "FIELD",
@@ -544,6 +548,13 @@ pub struct RequestMeta {
     /// WIPE / PURGE: really do it.
     #[serde(default)]
     pub doit: bool,
+}
+
+/// Meta of RETRIEVE_KEYS: the keys whose fields to send, each matched as a one-key request.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct KeysMeta {
+    /// The keys, in the order their fields are sent.
+    pub keys: Vec<Key>,
 }
 
 /// `OK` (reply to FLUSH).

@@ -19,8 +19,8 @@ use serde_json::json;
 use crate::auth::{self, Tokens};
 use crate::protocol::{
     self, Access, Challenge, ErrorMeta, EventMeta, FLAG_END, FieldMeta, FlushOk, Frame, Hello,
-    Kind, Limits, ListedField, LocalOffer, PurgeEnd, Refused, RequestMeta, RetrieveEnd, StatsEntry,
-    WipeEnd, WireError, to_meta,
+    KeysMeta, Kind, Limits, ListedField, LocalOffer, PurgeEnd, Refused, RequestMeta, RetrieveEnd,
+    StatsEntry, WipeEnd, WireError, to_meta,
 };
 use crate::transport::{Conn, Wire};
 
@@ -172,22 +172,13 @@ struct Shared {
 }
 
 impl Shared {
-    fn open(&self) -> haar_store::Result<Handle> {
+    fn open(&self) -> haar_store::Result<Box<dyn FieldStore>> {
         Ok(match &self.target {
             Target::Local { backend, options } => {
-                Handle::Local(Store::with_options(backend.clone(), options.clone()))
+                Box::new(Store::with_options(backend.clone(), options.clone()))
             }
-            Target::Front { open, .. } => Handle::Front(open()?),
+            Target::Front { open, .. } => open()?,
         })
-    }
-
-    /// The stored form of a key (normalised, schema order), or the key as given.
-    fn normalise(&self, key: &Key) -> Key {
-        let o = self.target.options();
-        o.schema
-            .split(key, &o.context)
-            .map(|s| s.full())
-            .unwrap_or_else(|_| key.clone())
     }
 
     /// A request resolved as `Store::list` resolves it (keywords no rule uses dropped).
@@ -202,52 +193,18 @@ impl Shared {
     }
 }
 
-enum Handle {
-    Local(Store),
-    Front(Box<dyn FieldStore>),
-}
-
-impl Handle {
-    fn store(&mut self) -> &mut dyn FieldStore {
-        match self {
-            Handle::Local(s) => s,
-            Handle::Front(f) => f.as_mut(),
-        }
-    }
-
-    /// Archives bytes whose sender computed `crc` and returns the key as it will be listed
-    /// (for the flush event). The local store checks `crc` against the checksum it computes
-    /// while storing, so the bytes are read once.
-    fn archive(
-        &mut self,
-        shared: &Shared,
-        key: &Key,
-        data: &[u8],
-        crc: u32,
-    ) -> haar_store::Result<Key> {
-        match self {
-            Handle::Local(s) => {
-                let split = s.split(key)?;
-                let full = split.full();
-                s.archive_split_checked(split, data, crc)?;
-                Ok(full)
-            }
-            Handle::Front(f) => {
-                let actual = crc32c::crc32c(data);
-                if actual != crc {
-                    return Err(haar_store::Error::Corrupt {
-                        what: "field",
-                        path: "(received bytes)".into(),
-                        detail: format!(
-                            "{key} arrived with crc {actual:#010x}, the sender computed {crc:#010x} (damaged in transit); not stored"
-                        ),
-                    });
-                }
-                f.archive(key, data)?;
-                Ok(shared.normalise(key))
-            }
-        }
-    }
+/// Archives bytes whose sender computed `crc` into `store` and returns the key as it will be
+/// listed (for the flush event). The store checks `crc` against the checksum it computes while
+/// storing, so the bytes are read once.
+fn archive_checked(
+    store: &mut dyn FieldStore,
+    key: &Key,
+    data: &[u8],
+    crc: u32,
+) -> haar_store::Result<Key> {
+    let split = store.split(key)?;
+    store.archive_split(&split, data, Some(crc))?;
+    Ok(split.full())
 }
 
 /// A bound server, ready to run.
@@ -462,12 +419,12 @@ fn connection(shared: &Arc<Shared>, stream: TcpStream) -> Result<(), WireError> 
         return Ok(());
     };
     wire.set_read_timeout(None)?;
-    let handle = shared.open().map_err(|e| io::Error::other(e.to_string()))?;
+    let store = shared.open().map_err(|e| io::Error::other(e.to_string()))?;
     Session {
         shared: shared.clone(),
         wire,
         access,
-        handle,
+        store,
         pending: Vec::new(),
         deferred: Vec::new(),
         deferred_code: 0,
@@ -487,7 +444,7 @@ struct Session {
     shared: Arc<Shared>,
     wire: Wire,
     access: Access,
-    handle: Handle,
+    store: Box<dyn FieldStore>,
     /// Fields archived since the last flush: the next flush's events.
     pending: Vec<Pending>,
     /// ARCHIVE failures since the last flush (reported by the next FLUSH).
@@ -534,6 +491,7 @@ impl Session {
                 Some(Kind::Flush) => self.flush(id),
                 Some(
                     k @ (Kind::Retrieve
+                    | Kind::RetrieveKeys
                     | Kind::List
                     | Kind::Axes
                     | Kind::Stats
@@ -581,10 +539,7 @@ impl Session {
             Ok(m) => m,
             Err(e) => return self.defer(e.to_string(), 1),
         };
-        match self
-            .handle
-            .archive(&self.shared, &meta.key, &f.data, meta.crc)
-        {
+        match archive_checked(self.store.as_mut(), &meta.key, &f.data, meta.crc) {
             Ok(full) => self.pending.push(Pending {
                 key: full,
                 length: f.data.len() as u64,
@@ -610,7 +565,7 @@ impl Session {
         let n = self.pending.len() as u64;
         let result = {
             let _gate = self.shared.gate.read().unwrap();
-            let r = self.handle.store().flush();
+            let r = self.store.flush();
             if r.is_ok() {
                 self.shared.events.append(self.pending.drain(..));
             }
@@ -677,7 +632,26 @@ impl Session {
             })
     }
 
+    /// RETRIEVE_KEYS: the fields of many keys as one reply stream.
+    fn retrieve_keys(&mut self, f: &Frame) -> Result<(), ErrorMeta> {
+        let m: KeysMeta = f.meta().map_err(|e| ErrorMeta {
+            message: e.to_string(),
+            exit_code: 1,
+        })?;
+        let (id, wire) = (f.id, &mut self.wire);
+        let report = self
+            .store
+            .retrieve_keys(&m.keys, &mut |key, data, crc| {
+                send_field(wire, id, key, data, crc)
+            })
+            .map_err(|e| store_error(&e))?;
+        self.end(id, json!(RetrieveEnd::from(&report)))
+    }
+
     fn request(&mut self, kind: Kind, f: &Frame) -> Result<(), ErrorMeta> {
+        if kind == Kind::RetrieveKeys {
+            return self.retrieve_keys(f);
+        }
         let (req, doit) = self.parse(f)?;
         let id = f.id;
         if matches!(kind, Kind::Wipe | Kind::Purge) && self.access != Access::ReadWrite {
@@ -694,26 +668,16 @@ impl Session {
             Kind::Retrieve => {
                 let wire = &mut self.wire;
                 let report = self
-                    .handle
-                    .store()
-                    .retrieve_checked(&req, &mut |key, data, crc| {
-                        // The store verified the bytes against this CRC-32C just now.
-                        let m = FieldMeta {
-                            key: key.clone(),
-                            crc,
-                        };
-                        wire.send(Kind::Field, 0, id, &to_meta(&m), data)
-                            .map_err(|e| {
-                                haar_store::Error::io("send", "client", io::Error::other(e))
-                            })
+                    .store
+                    .retrieve(&req, &mut |key, data, crc| {
+                        send_field(wire, id, key, data, crc)
                     })
                     .map_err(e)?;
                 self.end(id, json!(RetrieveEnd::from(&report)))
             }
             Kind::List => {
                 let fields: Vec<ListedField> = self
-                    .handle
-                    .store()
+                    .store
                     .list(&req)
                     .map_err(e)?
                     .iter()
@@ -722,13 +686,12 @@ impl Session {
                 self.end(id, json!({ "fields": fields }))
             }
             Kind::Axes => {
-                let axes = self.handle.store().axes(&req).map_err(e)?;
+                let axes = self.store.axes(&req).map_err(e)?;
                 self.end(id, json!({ "axes": axes }))
             }
             Kind::Stats => {
                 let dbs: Vec<StatsEntry> = self
-                    .handle
-                    .store()
+                    .store
                     .stats(&req)
                     .map_err(e)?
                     .into_iter()
@@ -744,7 +707,7 @@ impl Session {
                 self.end(id, json!({ "databases": dbs }))
             }
             Kind::Wipe => {
-                let r = self.handle.store().wipe(&req, doit).map_err(e)?;
+                let r = self.store.wipe(&req, doit).map_err(e)?;
                 let w = WipeEnd {
                     databases: r.databases,
                     fields: r.fields,
@@ -753,7 +716,7 @@ impl Session {
                 self.end(id, json!({ "report": w }))
             }
             Kind::Purge => {
-                let r = self.handle.store().purge(&req, doit).map_err(e)?;
+                let r = self.store.purge(&req, doit).map_err(e)?;
                 let p = PurgeEnd {
                     databases: r.databases,
                     dropped_fields: r.dropped_fields,
@@ -777,11 +740,7 @@ impl Session {
             })?;
             let _gate = self.shared.gate.write().unwrap();
             let start = self.shared.events.inner.lock().unwrap().next();
-            let listed = self
-                .handle
-                .store()
-                .list(&req)
-                .map_err(|e| store_error(&e))?;
+            let listed = self.store.list(&req).map_err(|e| store_error(&e))?;
             Ok((resolved, start, listed))
         });
         let (resolved, start, listed) = match prepared {
@@ -853,4 +812,20 @@ impl Session {
             self.wire.flush()?;
         }
     }
+}
+
+/// Sends one retrieved field; the store verified the bytes against `crc` just now.
+fn send_field(
+    wire: &mut Wire,
+    id: u64,
+    key: &Key,
+    data: &[u8],
+    crc: u32,
+) -> haar_store::Result<()> {
+    let m = FieldMeta {
+        key: key.clone(),
+        crc,
+    };
+    wire.send(Kind::Field, 0, id, &to_meta(&m), data)
+        .map_err(|e| haar_store::Error::io("send", "client", io::Error::other(e)))
 }

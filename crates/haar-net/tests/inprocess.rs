@@ -88,7 +88,7 @@ fn retrieve_all(c: &RemoteStore, steps: &str) -> Vec<(Key, Vec<u8>)> {
     ))
     .unwrap();
     let mut got = Vec::new();
-    c.retrieve(&req, &mut |k, d| {
+    c.retrieve(&req, &mut |k, d, _| {
         got.push((k.clone(), d.to_vec()));
         Ok(())
     })
@@ -190,7 +190,7 @@ fn archive_flush_retrieve_list_byte_identical() {
     .unwrap();
     let mut got = Vec::new();
     let report = other
-        .retrieve(&req, &mut |k, d| {
+        .retrieve(&req, &mut |k, d, _| {
             got.push((k.clone(), d.to_vec()));
             Ok(())
         })

@@ -69,8 +69,14 @@ fn main() {
         }
         let t0 = Instant::now();
         for k in &keys {
-            let n = store.retrieve_key_with(k, |b| b.len()).unwrap();
-            assert_eq!(n, Some(size));
+            let mut n = 0;
+            store
+                .retrieve_keys(std::slice::from_ref(k), |_, b, _| {
+                    n = b.len();
+                    Ok(())
+                })
+                .unwrap();
+            assert_eq!(n, size);
         }
         let r = t0.elapsed().as_secs_f64();
         println!(

@@ -50,7 +50,7 @@ fn get(s: &Store, req: &str) -> (Vec<(Key, Vec<u8>)>, Vec<Key>) {
     let req = Request::parse(req).expect("valid request");
     let mut got = Vec::new();
     let rep = s
-        .retrieve(&req, |k, b| {
+        .retrieve(&req, |k, b, _| {
             got.push((k.clone(), b.to_vec()));
             Ok(())
         })
@@ -73,7 +73,7 @@ pub fn run_all(f: Factory<'_>) {
     concurrent_writers_same_database(f);
     hostile_values_round_trip(f);
     many_databases_and_sizes(f);
-    retrieve_key_with_lends_verified_bytes(f);
+    retrieve_keys_lends_verified_bytes(f);
     discarded_fields_are_never_visible(f);
 }
 
@@ -310,7 +310,7 @@ pub fn concurrent_writers_same_database(f: Factory<'_>) {
     let mut n = 0;
     r.retrieve(
         &Request::parse("date=20260107,param=130,step=all").unwrap(),
-        |k, b| {
+        |k, b, _| {
             assert!(b == payload(k, 0, 257), "bytes of {k} differ");
             n += 1;
             Ok(())
@@ -374,9 +374,10 @@ pub fn many_databases_and_sizes(f: Factory<'_>) {
     }
 }
 
-/// `retrieve_key_with` hands `f` exactly the flushed bytes (lent or owned), `None` for a
-/// missing key, and `f` may call back into the store.
-pub fn retrieve_key_with_lends_verified_bytes(f: Factory<'_>) {
+/// `retrieve_keys` hands the sink exactly the flushed bytes (lent or owned) with their
+/// CRC-32C, in the order of the keys, reports missing keys, and the sink may call back into
+/// the store.
+pub fn retrieve_keys_lends_verified_bytes(f: Factory<'_>) {
     let mut w = store(f);
     let keys: Vec<Key> = (0..3)
         .map(|i| field_key("20260505", i, 850, "130"))
@@ -386,32 +387,40 @@ pub fn retrieve_key_with_lends_verified_bytes(f: Factory<'_>) {
     }
     w.flush().unwrap();
     let r = store(f);
-    for (i, k) in keys.iter().enumerate() {
-        let got = r.retrieve_key_with(k, |b| b.to_vec()).unwrap();
-        assert_eq!(
-            got,
-            Some(payload(k, 0, 1 << (10 + 4 * i))),
-            "bytes differ for {k}"
-        );
-        let mut copy = Vec::new();
-        assert!(r.retrieve_key(k, &mut copy).unwrap());
-        assert_eq!(
-            Some(copy),
-            got,
-            "retrieve_key and retrieve_key_with disagree for {k}"
-        );
-    }
     let missing = field_key("20260505", 99, 850, "130");
-    assert_eq!(r.retrieve_key_with(&missing, |b| b.len()).unwrap(), None);
-    // The callback runs outside the store's locks: calling back in must not deadlock.
-    let listed = r
-        .retrieve_key_with(&keys[0], |_| {
-            r.list(&Request::parse("date=20260505").unwrap())
-                .unwrap()
-                .len()
+    let mut asked = keys.clone();
+    asked.insert(1, missing.clone());
+    let mut got = Vec::new();
+    let report = r
+        .retrieve_keys(&asked, |k, b, crc| {
+            assert_eq!(
+                crc,
+                crc32c::crc32c(b),
+                "crc handed with {k} is not the bytes'"
+            );
+            got.push((k.clone(), b.to_vec()));
+            Ok(())
         })
         .unwrap();
-    assert_eq!(listed, Some(keys.len()));
+    assert_eq!(report.found, keys.len());
+    assert_eq!(report.missing, vec![missing]);
+    assert_eq!(got.len(), keys.len());
+    for (i, (k, (gk, gb))) in keys.iter().zip(&got).enumerate() {
+        assert_eq!(gk, &r.split(k).unwrap().full(), "order or key differs");
+        assert_eq!(
+            gb,
+            &payload(k, 0, 1 << (10 + 4 * i)),
+            "bytes differ for {k}"
+        );
+    }
+    // The sink runs outside the store's locks: calling back in must not deadlock.
+    let mut listed = 0;
+    r.retrieve_keys(&keys[..1], |_, _, _| {
+        listed = r.list(&Request::parse("date=20260505").unwrap())?.len();
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(listed, keys.len());
 }
 
 /// Fields archived after a checkpoint and discarded never become visible, in a database that

@@ -4,17 +4,17 @@
 //! full key), with `replicas` copies and the failover rules of the design. `SelectStore` routes
 //! by key patterns. Both are pure composition: they know nothing of servers or backends.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use haar_core::request::{Request, Values};
-use haar_core::schema::Schema;
+use haar_core::schema::{Schema, SplitKey};
 use haar_core::value::Context;
 use haar_core::{Key, rendezvous};
 
 use crate::error::{Error, Result};
-use crate::frontend::{FieldStore, Sink};
-use crate::store::{DbStats, Field, PurgeReport, RetrieveReport, WipeReport};
+use crate::frontend::{FieldStore, Sink, single_key_request};
+use crate::store::{DbStats, Field, PurgeReport, RetrieveReport, StoreOptions, WipeReport};
 
 /// What the rendezvous hash places.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -42,8 +42,7 @@ pub struct DistStore {
     names: Vec<String>,
     replicas: usize,
     placement: Placement,
-    schema: Arc<Schema>,
-    ctx: Context,
+    opts: StoreOptions,
 }
 
 /// Errors worth trying the next lane for (the lane, not the request, is at fault).
@@ -52,14 +51,6 @@ fn lane_fault(e: &Error) -> bool {
         e,
         Error::Io { .. } | Error::PoolFull { .. } | Error::Busy { .. }
     )
-}
-
-fn single_key_request(key: &Key) -> Request {
-    let mut r = Request::default();
-    for (k, v) in key.iter() {
-        r.set(k, Values::List(vec![v.to_string()]));
-    }
-    r
 }
 
 impl DistStore {
@@ -94,57 +85,125 @@ impl DistStore {
             names,
             replicas,
             placement,
-            schema,
-            ctx,
+            opts: StoreOptions {
+                schema,
+                context: ctx,
+            },
         })
     }
 
     /// Lanes ranked for `key` (best first).
     pub fn ranking(&self, key: &Key) -> Result<Vec<usize>> {
-        let split = self
-            .schema
-            .split(key, &self.ctx)
-            .map_err(|e| Error::BadKey {
-                key: key.to_string(),
-                reason: e.to_string(),
-            })?;
-        let place = match self.placement {
-            Placement::Database => split.db,
-            Placement::Field => split.full(),
-        };
-        Ok(rendezvous::rank(&self.names, &place))
+        Ok(self.ranking_split(&self.opts.split(key)?))
     }
 
-    /// Reads one complete key: the lanes in ranking order, falling back on a miss or an error.
+    /// Lanes ranked for a split key (best first).
+    fn ranking_split(&self, split: &SplitKey) -> Vec<usize> {
+        match self.placement {
+            Placement::Database => rendezvous::rank(&self.names, &split.db),
+            Placement::Field => rendezvous::rank(&self.names, &split.full()),
+        }
+    }
+
+    /// Reads one complete key from the lanes in ranking order (but `skip`, already asked),
+    /// falling back on a miss or an error; `failed` is a lane error met before.
     fn retrieve_one(
         &self,
         key: &Key,
+        skip: Option<usize>,
+        mut failed: Option<Error>,
         sink: &mut Sink<'_>,
         report: &mut RetrieveReport,
     ) -> Result<bool> {
-        let req = single_key_request(key);
-        let mut last_err = None;
         for i in self.ranking(key)? {
-            let lane = &self.lanes[i];
+            if Some(i) == skip {
+                continue;
+            }
             let mut found = false;
-            let res = lane.store.retrieve(&req, &mut |k, b| {
-                found = true;
-                report.found += 1;
-                report.bytes += b.len() as u64;
-                sink(k, b)
-            });
+            let res =
+                self.lanes[i]
+                    .store
+                    .retrieve_keys(std::slice::from_ref(key), &mut |k, b, c| {
+                        found = true;
+                        report.found += 1;
+                        report.bytes += b.len() as u64;
+                        sink(k, b, c)
+                    });
             match res {
                 Ok(_) if found => return Ok(true),
-                Ok(_) => {}
-                Err(e) if lane_fault(&e) => last_err = Some(e),
+                Ok(r) => report.problems.extend(r.problems),
+                Err(e) if lane_fault(&e) => failed = Some(e),
                 Err(e) => return Err(e),
             }
         }
-        match last_err {
+        match failed {
             // Every lane that could hold it failed: that is an error, not "missing".
             Some(e) if self.replicas == 1 || self.lanes.len() == 1 => Err(e),
             _ => Ok(false),
         }
+    }
+
+    /// Reads complete keys whose best lane is `lane` with one batch (one round trip to a
+    /// server); keys it lacks, or all it did not deliver if it fails, are read one by one from
+    /// the other lanes of their ranking. Keys not found anywhere go to `report.missing`.
+    fn retrieve_group(
+        &self,
+        lane: usize,
+        keys: &[Key],
+        sink: &mut Sink<'_>,
+        report: &mut RetrieveReport,
+    ) -> Result<()> {
+        let mut delivered: HashSet<Key> = HashSet::new();
+        let res = self.lanes[lane].store.retrieve_keys(keys, &mut |k, b, c| {
+            delivered.insert(k.clone());
+            report.found += 1;
+            report.bytes += b.len() as u64;
+            sink(k, b, c)
+        });
+        let (rest, failed): (Vec<Key>, Option<Error>) = match res {
+            Ok(r) => {
+                report.problems.extend(r.problems);
+                (r.missing, None)
+            }
+            Err(e) if lane_fault(&e) => {
+                let rest = (keys.iter())
+                    .filter(|k| match self.opts.split(k) {
+                        Ok(s) => !delivered.contains(&s.full()),
+                        Err(_) => true,
+                    })
+                    .cloned()
+                    .collect();
+                (rest, Some(e))
+            }
+            Err(e) => return Err(e),
+        };
+        // Even without replicas a field may be on a later lane of its ranking: archive fails
+        // over to it while the best lane is down.
+        for key in rest {
+            let found = self.retrieve_one(
+                &key,
+                Some(lane),
+                failed.as_ref().map(clone_fault),
+                sink,
+                report,
+            )?;
+            if !found {
+                report.missing.push(key);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A copy of a lane error for the fallback's "every lane failed" message.
+fn clone_fault(e: &Error) -> Error {
+    Error::Io {
+        op: "retrieve",
+        path: match e {
+            Error::Io { path, .. } => path.clone(),
+            _ => "dist".into(),
+        },
+        source: std::io::Error::other(e.to_string()),
     }
 }
 
@@ -159,8 +218,12 @@ impl FieldStore for DistStore {
         )
     }
 
-    fn archive(&mut self, key: &Key, data: &[u8]) -> Result<()> {
-        let ranking = self.ranking(key)?;
+    fn options(&self) -> &StoreOptions {
+        &self.opts
+    }
+
+    fn archive_split(&mut self, split: &SplitKey, data: &[u8], crc: Option<u32>) -> Result<()> {
+        let ranking = self.ranking_split(split);
         let mut stored = 0;
         let mut failures = Vec::new();
         for i in ranking {
@@ -171,7 +234,7 @@ impl FieldStore for DistStore {
             if lane.down {
                 continue;
             }
-            match lane.store.archive(key, data) {
+            match lane.store.archive_split(split, data, crc) {
                 Ok(()) => {
                     lane.dirty = true;
                     stored += 1;
@@ -200,7 +263,7 @@ impl FieldStore for DistStore {
         if stored < self.replicas {
             return Err(Error::Io {
                 op: "archive",
-                path: key.to_string().into(),
+                path: split.full().to_string().into(),
                 source: std::io::Error::other(format!(
                     "only {stored} of {} replica(s) could be stored; failed lanes: {}",
                     self.replicas,
@@ -239,24 +302,27 @@ impl FieldStore for DistStore {
         }
     }
 
+    /// Request order is kept: consecutive complete keys with the same best lane go to it as
+    /// one batch (with database placement, a request within one database is one round trip).
+    /// A field its best lane lacks is then read from the next lanes of its ranking, after the
+    /// rest of its batch.
     fn retrieve(&self, req: &Request, sink: &mut Sink<'_>) -> Result<RetrieveReport> {
-        let resolved = req
-            .resolve(&self.schema, &self.ctx)
-            .map_err(|e| Error::BadRequest {
-                request: req.to_string(),
-                reason: e.to_string(),
-            })?;
-        let mut report = RetrieveReport::default();
+        let (resolved, ignored) = self.opts.resolve(req)?;
+        let mut report = RetrieveReport {
+            ignored,
+            ..RetrieveReport::default()
+        };
         let complete = !resolved
             .params
             .iter()
             .any(|p| matches!(p.values, Values::All));
+        let mut run: Vec<Key> = Vec::new();
+        let mut run_lane = usize::MAX;
+        let mut keys: Vec<Key> = Vec::new();
         if complete {
             for key in resolved.expand() {
-                if self.schema.split(&key, &self.ctx).is_ok() {
-                    if !self.retrieve_one(&key, sink, &mut report)? {
-                        report.missing.push(key);
-                    }
+                if self.opts.split(&key).is_ok() {
+                    keys.push(key);
                     continue;
                 }
                 // A partial combination: every listed field that agrees with it.
@@ -264,14 +330,38 @@ impl FieldStore for DistStore {
                 if fields.is_empty() {
                     report.missing.push(key);
                 }
-                for f in fields {
-                    self.retrieve_one(&f.key(), sink, &mut report)?;
-                }
+                keys.extend(fields.iter().map(Field::key));
             }
         } else {
-            for f in self.list(&resolved)? {
-                self.retrieve_one(&f.key(), sink, &mut report)?;
+            keys.extend(self.list(&resolved)?.iter().map(Field::key));
+        }
+        for key in keys {
+            let lane = self.ranking(&key)?[0];
+            if lane != run_lane && !run.is_empty() {
+                self.retrieve_group(run_lane, &std::mem::take(&mut run), sink, &mut report)?;
             }
+            run_lane = lane;
+            run.push(key);
+        }
+        if !run.is_empty() {
+            self.retrieve_group(run_lane, &run, sink, &mut report)?;
+        }
+        Ok(report)
+    }
+
+    /// One batch per lane: every key goes to its best lane, so the whole call costs one round
+    /// trip per server (plus one per key a best lane lacks).
+    fn retrieve_keys(&self, keys: &[Key], sink: &mut Sink<'_>) -> Result<RetrieveReport> {
+        let mut groups: BTreeMap<usize, Vec<Key>> = BTreeMap::new();
+        for key in keys {
+            groups
+                .entry(self.ranking(key)?[0])
+                .or_default()
+                .push(key.clone());
+        }
+        let mut report = RetrieveReport::default();
+        for (lane, keys) in groups {
+            self.retrieve_group(lane, &keys, sink, &mut report)?;
         }
         Ok(report)
     }
@@ -352,8 +442,7 @@ fn add_purge(total: &mut PurgeReport, r: PurgeReport) {
 /// key takes it; reads consult every route whose pattern is compatible with the request.
 pub struct SelectStore {
     routes: Vec<(Request, Box<dyn FieldStore>)>,
-    schema: Arc<Schema>,
-    ctx: Context,
+    opts: StoreOptions,
 }
 
 impl SelectStore {
@@ -375,26 +464,21 @@ impl SelectStore {
         }
         Ok(SelectStore {
             routes: resolved,
-            schema,
-            ctx,
+            opts: StoreOptions {
+                schema,
+                context: ctx,
+            },
         })
     }
 
-    fn route_for(&mut self, key: &Key) -> Result<&mut Box<dyn FieldStore>> {
-        let full = self
-            .schema
-            .split(key, &self.ctx)
-            .map_err(|e| Error::BadKey {
-                key: key.to_string(),
-                reason: e.to_string(),
-            })?
-            .full();
+    fn route_for(&mut self, split: &SplitKey) -> Result<&mut Box<dyn FieldStore>> {
+        let full = split.full();
         self.routes
             .iter_mut()
             .find(|(p, _)| p.matches(&full))
             .map(|(_, s)| s)
             .ok_or_else(|| Error::BadKey {
-                key: key.to_string(),
+                key: full.to_string(),
                 reason: "no select route matches it; add a catch-all route".into(),
             })
     }
@@ -402,7 +486,7 @@ impl SelectStore {
     /// Routes whose pattern can overlap `req` (no keyword with disjoint value lists).
     fn overlapping(&self, req: &Request) -> Vec<&(Request, Box<dyn FieldStore>)> {
         let req = req
-            .resolve(&self.schema, &self.ctx)
+            .resolve(&self.opts.schema, &self.opts.context)
             .unwrap_or_else(|_| req.clone());
         self.routes
             .iter()
@@ -427,8 +511,11 @@ impl FieldStore for SelectStore {
             .collect();
         format!("select({})", r.join("; "))
     }
-    fn archive(&mut self, key: &Key, data: &[u8]) -> Result<()> {
-        self.route_for(key)?.archive(key, data)
+    fn options(&self) -> &StoreOptions {
+        &self.opts
+    }
+    fn archive_split(&mut self, split: &SplitKey, data: &[u8], crc: Option<u32>) -> Result<()> {
+        self.route_for(split)?.archive_split(split, data, crc)
     }
     fn flush(&mut self) -> Result<()> {
         for (_, s) in &mut self.routes {

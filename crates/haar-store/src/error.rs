@@ -92,6 +92,28 @@ impl Error {
         }
     }
 
+    /// A field whose bytes do not have the CRC-32C they should: `expected` is what the index
+    /// recorded or the sender computed, `actual` what the bytes have. `path` names where the
+    /// bytes are (a file, a pool, a server, or "(received bytes)"); `found` says how the
+    /// expected checksum is known ("index says", "the sender computed"), `consequence` what
+    /// happened and what to do.
+    pub fn checksum(
+        path: impl Into<PathBuf>,
+        key: impl std::fmt::Display,
+        actual: u32,
+        expected: u32,
+        found: &str,
+        consequence: &str,
+    ) -> Error {
+        Error::Corrupt {
+            what: "field",
+            path: path.into(),
+            detail: format!(
+                "{key} has crc {actual:#010x}, {found} {expected:#010x}; {consequence}"
+            ),
+        }
+    }
+
     /// The CLI exit code for this error: 1 for bad usage or input, 3 for I/O and corruption.
     pub fn exit_code(&self) -> i32 {
         match self {

@@ -6,16 +6,17 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use haar_core::Key;
-use haar_core::request::Request;
+use haar_core::request::{Request, Values};
+use haar_core::schema::SplitKey;
 
 use crate::error::Result;
-use crate::store::{DbStats, Field, PurgeReport, RetrieveReport, Store, WipeReport};
+use crate::store::{
+    Checkpoint, DbStats, Field, PurgeReport, RetrieveReport, Store, StoreOptions, WipeReport,
+};
 
-/// Receives retrieved fields in order.
-pub type Sink<'a> = dyn FnMut(&Key, &[u8]) -> Result<()> + 'a;
-
-/// A sink that also receives each field's verified CRC-32C.
-pub type CheckedSink<'a> = dyn FnMut(&Key, &[u8], u32) -> Result<()> + 'a;
+/// Receives retrieved fields: the key as stored, the bytes, and their CRC-32C (already
+/// verified against the bytes, so a sender forwards it instead of computing it again).
+pub type Sink<'a> = dyn FnMut(&Key, &[u8], u32) -> Result<()> + 'a;
 
 /// A flushed field, as a notification.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -29,30 +30,67 @@ pub struct Event {
 }
 
 /// The operations every front-end offers. Each method has the semantics of the [`Store`]
-/// method of the same name; front-ends document only how they route.
+/// method of the same name; front-ends document only how they route. Optional abilities are
+/// capabilities ([`FieldStore::checkpoint`]) with a provided answer, never stubs that fail.
 pub trait FieldStore: Send {
     /// A description for messages (`local posix:/data`, `remote host:port`, `dist(3 lanes)`).
     fn describe(&self) -> String;
 
+    /// The schema and normalisation context this store splits keys with.
+    fn options(&self) -> &StoreOptions;
+
+    /// Normalises and splits `key` with [`FieldStore::options`]; the error names the key.
+    fn split(&self, key: &Key) -> Result<SplitKey> {
+        self.options().split(key)
+    }
+
     /// Stores `data` under `key`; invisible until [`FieldStore::flush`].
-    fn archive(&mut self, key: &Key, data: &[u8]) -> Result<()>;
+    fn archive(&mut self, key: &Key, data: &[u8]) -> Result<()> {
+        let split = self.split(key)?;
+        self.archive_split(&split, data, None)
+    }
+
+    /// Stores `data` under a key already split by [`FieldStore::split`]; invisible until
+    /// [`FieldStore::flush`]. With `crc`, the CRC-32C the store computes while storing must
+    /// equal it, or nothing is stored and the error names the key (the bytes are read once).
+    fn archive_split(&mut self, split: &SplitKey, data: &[u8], crc: Option<u32>) -> Result<()>;
 
     /// Makes every field archived through this handle durable and visible; returns only when
     /// every destination (every replica) has persisted.
     fn flush(&mut self) -> Result<()>;
 
+    /// Capability: a point to go back to with [`FieldStore::discard_since`], or `None` where
+    /// archived fields cannot be taken back before the flush (remote and dist: they are
+    /// already sent). Ingestion uses it to stream a file's fields as their keys arrive.
+    fn checkpoint(&self) -> Option<Checkpoint> {
+        None
+    }
+
+    /// Forgets every unflushed field archived since `cp` (a checkpoint this store returned):
+    /// none of them ever becomes visible. Returns how many were forgotten.
+    fn discard_since(&mut self, _cp: &Checkpoint) -> usize {
+        0
+    }
+
     /// Delivers the fields of `req` in request-expansion order; missing combinations are
     /// reported, not errors.
     fn retrieve(&self, req: &Request, sink: &mut Sink<'_>) -> Result<RetrieveReport>;
 
-    /// [`FieldStore::retrieve`], also handing the sink each field's CRC-32C (verified against
-    /// the bytes), so a server forwards it rather than computing it again.
-    fn retrieve_checked(
-        &self,
-        req: &Request,
-        sink: &mut CheckedSink<'_>,
-    ) -> Result<RetrieveReport> {
-        self.retrieve(req, &mut |k, d| sink(k, d, crc32c::crc32c(d)))
+    /// Delivers the fields of many complete keys as one batch: each found field once, with its
+    /// key as stored, in an order the store chooses (dist: grouped per server, one round trip
+    /// each); keys with no flushed field are reported missing.
+    fn retrieve_keys(&self, keys: &[Key], sink: &mut Sink<'_>) -> Result<RetrieveReport> {
+        let mut total = RetrieveReport::default();
+        for key in keys {
+            let r = self.retrieve(&single_key_request(key), sink)?;
+            total.found += r.found;
+            total.bytes += r.bytes;
+            if r.found == 0 {
+                total.missing.push(key.clone());
+            }
+            total.problems.extend(r.problems);
+        }
+        Ok(total)
     }
 
     /// Every flushed field matching `req`, de-duplicated, sorted by key.
@@ -60,13 +98,7 @@ pub trait FieldStore: Send {
 
     /// Values present per keyword among the fields matching `req`.
     fn axes(&self, req: &Request) -> Result<BTreeMap<String, BTreeSet<String>>> {
-        let mut axes: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-        for f in self.list(req)? {
-            for (k, v) in f.key().iter().filter(|(_, v)| !v.is_empty()) {
-                axes.entry(k.to_string()).or_default().insert(v.to_string());
-            }
-        }
-        Ok(axes)
+        Ok(axes_of(&self.list(req)?))
     }
 
     /// Removes fields matching `req` (a dry run unless `doit`).
@@ -79,25 +111,56 @@ pub trait FieldStore: Send {
     fn stats(&self, req: &Request) -> Result<Vec<DbStats>>;
 }
 
+/// The values present per keyword among `fields` (empty values left out).
+pub fn axes_of(fields: &[Field]) -> BTreeMap<String, BTreeSet<String>> {
+    let mut axes: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for f in fields {
+        for (k, v) in f.key().iter().filter(|(_, v)| !v.is_empty()) {
+            axes.entry(k.to_string()).or_default().insert(v.to_string());
+        }
+    }
+    axes
+}
+
+/// The request that names exactly one key.
+pub fn single_key_request(key: &Key) -> Request {
+    let mut r = Request::default();
+    for (k, v) in key.iter() {
+        r.set(k, Values::List(vec![v.to_string()]));
+    }
+    r
+}
+
 impl FieldStore for Store {
     fn describe(&self) -> String {
         format!("local {}", self.backend().describe())
     }
+    fn options(&self) -> &StoreOptions {
+        Store::options(self)
+    }
+    fn split(&self, key: &Key) -> Result<SplitKey> {
+        Store::split(self, key)
+    }
     fn archive(&mut self, key: &Key, data: &[u8]) -> Result<()> {
         Store::archive(self, key, data)
+    }
+    fn archive_split(&mut self, split: &SplitKey, data: &[u8], crc: Option<u32>) -> Result<()> {
+        Store::archive_split(self, split, data, crc)
     }
     fn flush(&mut self) -> Result<()> {
         Store::flush(self)
     }
+    fn checkpoint(&self) -> Option<Checkpoint> {
+        Some(Store::checkpoint(self))
+    }
+    fn discard_since(&mut self, cp: &Checkpoint) -> usize {
+        Store::discard_since(self, cp)
+    }
     fn retrieve(&self, req: &Request, sink: &mut Sink<'_>) -> Result<RetrieveReport> {
         Store::retrieve(self, req, sink)
     }
-    fn retrieve_checked(
-        &self,
-        req: &Request,
-        sink: &mut CheckedSink<'_>,
-    ) -> Result<RetrieveReport> {
-        Store::retrieve_checked(self, req, sink)
+    fn retrieve_keys(&self, keys: &[Key], sink: &mut Sink<'_>) -> Result<RetrieveReport> {
+        Store::retrieve_keys(self, keys, sink)
     }
     fn list(&self, req: &Request) -> Result<Vec<Field>> {
         Store::list(self, req)

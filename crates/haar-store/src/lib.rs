@@ -7,6 +7,7 @@
 #![warn(missing_docs)]
 
 pub mod backend;
+mod catalogue;
 pub mod config;
 pub mod conformance;
 pub mod dist;
@@ -25,7 +26,7 @@ pub use backend::{
 };
 pub use config::{BackendKind, Config, FrontendConfig, Route};
 pub use error::{Error, Result};
-pub use frontend::{CheckedSink, Event, FieldStore, Sink};
+pub use frontend::{Event, FieldStore, Sink};
 pub use memory::MemoryBackend;
 pub use pmem::PmemBackend;
 pub use posix::{FsyncPolicy, PosixBackend};

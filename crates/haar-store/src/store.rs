@@ -13,7 +13,8 @@ use haar_core::request::{Request, Values};
 use haar_core::schema::{Schema, SplitKey, Splitter};
 use haar_core::value::Context;
 
-use crate::backend::{Backend, Committed, DbReader, DbWriter, FieldBytes};
+use crate::backend::{Backend, DbWriter, FieldBytes};
+use crate::catalogue::Catalogue;
 use crate::error::{Error, Result};
 use crate::format::{self, DataRef, Entry, FLAG_SNAPSHOT, SegmentBuilder};
 
@@ -104,157 +105,6 @@ struct PendingDb {
     sequence: u64,
 }
 
-/// Reader-side view of one database: the commit log applied in order.
-struct Catalogue {
-    reader: Box<dyn DbReader>,
-    fields: HashMap<(Key, Key), DataRef>,
-    dead_fields: u64,
-    dead_bytes: u64,
-    /// Dead bytes per data object (for purge).
-    dead_by_object: HashMap<u64, u64>,
-    problems: Vec<String>,
-}
-
-impl Catalogue {
-    fn new(reader: Box<dyn DbReader>) -> Self {
-        Catalogue {
-            reader,
-            fields: HashMap::new(),
-            dead_fields: 0,
-            dead_bytes: 0,
-            dead_by_object: HashMap::new(),
-            problems: Vec::new(),
-        }
-    }
-
-    fn reset(&mut self) {
-        self.fields.clear();
-        self.dead_fields = 0;
-        self.dead_bytes = 0;
-        self.dead_by_object.clear();
-        self.problems.clear();
-    }
-
-    fn kill(&mut self, old: DataRef) {
-        self.dead_fields += 1;
-        self.dead_bytes += old.length;
-        *self.dead_by_object.entry(old.object).or_default() += old.length;
-    }
-
-    /// Applies every segment committed since the last refresh.
-    fn refresh(&mut self, db: &Key) -> Result<()> {
-        for c in self.reader.poll()? {
-            match c {
-                Committed::Wiped => self.reset(),
-                Committed::Unreadable { origin, detail } => {
-                    self.problems.push(format!("{origin}: {detail}"))
-                }
-                Committed::Segment { bytes, origin } => match format::decode_segment(&bytes) {
-                    Err(e) => self.problems.push(format!("{origin}: index segment: {e}")),
-                    Ok(seg) if &seg.db != db => self.problems.push(format!(
-                        "{origin}: index segment names database {}, expected {db}",
-                        seg.db
-                    )),
-                    Ok(seg) => {
-                        if seg.is_snapshot() {
-                            self.reset();
-                        }
-                        for e in seg.entries {
-                            match e {
-                                Entry::Field { index, datum, data } => {
-                                    if let Some(old) = self.fields.insert((index, datum), data) {
-                                        self.kill(old);
-                                    }
-                                }
-                                Entry::Tombstone { index, datum } => {
-                                    if let Some(old) = self.fields.remove(&(index, datum)) {
-                                        self.kill(old);
-                                    }
-                                }
-                            }
-                        }
-                    }
-                },
-            }
-        }
-        Ok(())
-    }
-
-    /// The verified bytes of one field and their CRC-32C, lent by the backend where it can (no
-    /// copy), else read into `scratch`; `None` if the field is not there. A vanished file (concurrent purge) is
-    /// retried once after a refresh.
-    fn fetch(
-        &mut self,
-        db: &Key,
-        index: &Key,
-        datum: &Key,
-        mut scratch: Vec<u8>,
-    ) -> Result<Option<(FieldBytes, u32)>> {
-        for attempt in 0..2 {
-            let Some(data) = self.fields.get(&(index.clone(), datum.clone())).copied() else {
-                return Ok(None);
-            };
-            match self.reader.read_bytes(&data, scratch) {
-                Ok(bytes) => {
-                    let crc = crc32c::crc32c(&bytes);
-                    if crc != data.crc {
-                        return Err(self.crc_error(db, index, datum, &data, crc));
-                    }
-                    return Ok(Some((bytes, crc)));
-                }
-                Err(Error::Io { source, .. })
-                    if attempt == 0 && source.kind() == io::ErrorKind::NotFound =>
-                {
-                    self.refresh(db)?;
-                    scratch = Vec::new();
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(None)
-    }
-
-    fn crc_error(&self, db: &Key, index: &Key, datum: &Key, data: &DataRef, crc: u32) -> Error {
-        Error::Corrupt {
-            what: "field",
-            path: self.reader.locate(data).into(),
-            detail: format!(
-                "key {} has crc {crc:#010x}, index says {:#010x}; other fields are unaffected",
-                db.joined(index).joined(datum),
-                data.crc
-            ),
-        }
-    }
-
-    /// Reads and verifies one field; a vanished file (concurrent purge) is retried once after
-    /// a refresh.
-    fn read(&mut self, db: &Key, index: &Key, datum: &Key, out: &mut Vec<u8>) -> Result<bool> {
-        for attempt in 0..2 {
-            let Some(data) = self.fields.get(&(index.clone(), datum.clone())).copied() else {
-                return Ok(false);
-            };
-            let start = out.len();
-            match self.reader.read(&data, out) {
-                Ok(()) => {
-                    let crc = crc32c::crc32c(&out[start..]);
-                    if crc != data.crc {
-                        out.truncate(start);
-                        return Err(self.crc_error(db, index, datum, &data, crc));
-                    }
-                    return Ok(true);
-                }
-                Err(Error::Io { source, .. })
-                    if attempt == 0 && source.kind() == io::ErrorKind::NotFound =>
-                {
-                    self.refresh(db)?;
-                }
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(false)
-    }
-}
-
 /// Options for opening a [`Store`].
 #[derive(Clone)]
 pub struct StoreOptions {
@@ -262,6 +112,37 @@ pub struct StoreOptions {
     pub schema: Arc<Schema>,
     /// Clock and parameter table for value normalisation.
     pub context: Context,
+}
+
+impl StoreOptions {
+    /// Normalises and splits a key with the schema; the error names the key.
+    pub fn split(&self, key: &Key) -> Result<SplitKey> {
+        self.schema
+            .split(key, &self.context)
+            .map_err(|e| Error::BadKey {
+                key: key.to_string(),
+                reason: e.to_string(),
+            })
+    }
+
+    /// Resolves a request against the schema: ranges expanded, values normalised, keywords
+    /// no schema rule uses removed (returned separately).
+    pub fn resolve(&self, req: &Request) -> Result<(Request, Vec<String>)> {
+        let resolved = req
+            .resolve(&self.schema, &self.context)
+            .map_err(|e| bad_request(req, e.to_string()))?;
+        let known: HashSet<&str> = self.schema.keywords().into_iter().collect();
+        let mut ignored = Vec::new();
+        let mut out = resolved;
+        out.params.retain(|p| {
+            let keep = known.contains(p.keyword.as_str());
+            if !keep {
+                ignored.push(p.keyword.clone());
+            }
+            keep
+        });
+        Ok((out, ignored))
+    }
 }
 
 impl Default for StoreOptions {
@@ -293,8 +174,7 @@ impl Default for StoreOptions {
 /// ```
 pub struct Store {
     backend: Arc<dyn Backend>,
-    schema: Arc<Schema>,
-    ctx: Context,
+    opts: StoreOptions,
     pending: HashMap<Key, PendingDb>,
     catalogues: Mutex<HashMap<Key, Catalogue>>,
     /// Splits archived keys; reuses the last split when only datum-like values change. Boxed:
@@ -374,15 +254,14 @@ fn append_field(p: &mut PendingDb, split: &SplitKey, data: &[u8], crc: Option<u3
         )
     })?;
     if let Some(expected) = crc.filter(|&c| c != data.crc) {
-        return Err(Error::Corrupt {
-            what: "field",
-            path: "(received bytes)".into(),
-            detail: format!(
-                "{} arrived with crc {:#010x}, the sender computed {expected:#010x} (damaged in transit); not stored",
-                db.joined(index).joined(datum),
-                data.crc
-            ),
-        });
+        return Err(Error::checksum(
+            "(received bytes)",
+            db.joined(index).joined(datum),
+            data.crc,
+            expected,
+            "the sender computed",
+            "damaged in transit, not stored: send it again",
+        ));
     }
     p.builder
         .push_field(index, datum, &data)
@@ -403,8 +282,7 @@ impl Store {
         Store {
             backend,
             splitter: Box::new(Splitter::new(opts.schema.clone(), opts.context.clone())),
-            schema: opts.schema,
-            ctx: opts.context,
+            opts,
             pending: HashMap::new(),
             catalogues: Mutex::new(HashMap::new()),
         }
@@ -415,24 +293,24 @@ impl Store {
         &self.backend
     }
 
+    /// The schema and normalisation context keys are split with.
+    pub fn options(&self) -> &StoreOptions {
+        &self.opts
+    }
+
     /// The schema.
     pub fn schema(&self) -> &Schema {
-        &self.schema
+        &self.opts.schema
     }
 
     /// The normalisation context (clock, parameter table).
     pub fn context(&self) -> &Context {
-        &self.ctx
+        &self.opts.context
     }
 
     /// Normalises and splits a key with the schema.
     pub fn split(&self, key: &Key) -> Result<SplitKey> {
-        self.schema
-            .split(key, &self.ctx)
-            .map_err(|e| Error::BadKey {
-                key: key.to_string(),
-                reason: e.to_string(),
-            })
+        self.opts.split(key)
     }
 
     /// Stores `data` under `key`. Invisible to every reader until [`Store::flush`].
@@ -445,16 +323,12 @@ impl Store {
         archive_parts(&self.backend, &mut self.pending, split, data, None)
     }
 
-    /// [`Store::archive`] for a key already split by [`Store::split`].
-    pub fn archive_split(&mut self, split: SplitKey, data: &[u8]) -> Result<()> {
-        archive_parts(&self.backend, &mut self.pending, &split, data, None)
-    }
-
-    /// [`Store::archive_split`] for bytes whose CRC-32C the sender computed (the network
-    /// server): the checksum the backend computes while storing them must equal `crc`, or the
-    /// field is not indexed and the error names the key. Saves a second pass over the bytes.
-    pub fn archive_split_checked(&mut self, split: SplitKey, data: &[u8], crc: u32) -> Result<()> {
-        archive_parts(&self.backend, &mut self.pending, &split, data, Some(crc))
+    /// [`Store::archive`] for a key already split by [`Store::split`]. With `crc` (bytes
+    /// whose CRC-32C the sender computed, e.g. the network server's), the checksum the backend
+    /// computes while storing them must equal it, or the field is not indexed and the error
+    /// names the key: the bytes are read once.
+    pub fn archive_split(&mut self, split: &SplitKey, data: &[u8], crc: Option<u32>) -> Result<()> {
+        archive_parts(&self.backend, &mut self.pending, split, data, crc)
     }
 
     /// Makes every field archived so far durable and visible, atomically per database.
@@ -529,20 +403,7 @@ impl Store {
     /// Resolves a request against the schema: ranges expanded, values normalised, keywords
     /// no schema rule uses removed (returned separately).
     pub fn resolve(&self, req: &Request) -> Result<(Request, Vec<String>)> {
-        let resolved = req
-            .resolve(&self.schema, &self.ctx)
-            .map_err(|e| bad_request(req, e.to_string()))?;
-        let known: HashSet<&str> = self.schema.keywords().into_iter().collect();
-        let mut ignored = Vec::new();
-        let mut out = resolved.clone();
-        out.params.retain(|p| {
-            let keep = known.contains(p.keyword.as_str());
-            if !keep {
-                ignored.push(p.keyword.clone());
-            }
-            keep
-        });
-        Ok((out, ignored))
+        self.opts.resolve(req)
     }
 
     fn with_catalogue<T>(
@@ -609,39 +470,49 @@ impl Store {
 
     /// The values present for each keyword among fields matching `req`.
     pub fn axes(&self, req: &Request) -> Result<BTreeMap<String, BTreeSet<String>>> {
-        let mut axes: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-        for f in self.list(req)? {
-            for (k, v) in f.key().iter().filter(|(_, v)| !v.is_empty()) {
-                axes.entry(k.to_string()).or_default().insert(v.to_string());
+        Ok(crate::frontend::axes_of(&self.list(req)?))
+    }
+
+    /// Delivers the verified bytes of the field of each of `keys` to `sink` with its CRC-32C,
+    /// in the order given. Each key is matched as a one-key request is by [`Store::retrieve`]:
+    /// the field with exactly that key first, else every field that agrees with it (a key
+    /// that omits an optional keyword); keys matching nothing are reported missing. The bytes
+    /// are lent by the backend where it can (pmem: straight from the pool mapping, no copy),
+    /// so this is the fastest way to read fields whose keys are known. `sink` runs after the
+    /// store's locks are released and may call back into the store.
+    pub fn retrieve_keys(
+        &self,
+        keys: &[Key],
+        mut sink: impl FnMut(&Key, &[u8], u32) -> Result<()>,
+    ) -> Result<RetrieveReport> {
+        let mut report = RetrieveReport::default();
+        let mut buf = Vec::new();
+        for key in keys {
+            if let Ok(split) = self.opts.schema.split(key, &self.opts.context)
+                && let Some((bytes, crc)) = self.fetch(
+                    &split.db,
+                    &split.index,
+                    &split.datum,
+                    std::mem::take(&mut buf),
+                )?
+            {
+                report.found += 1;
+                report.bytes += bytes.len() as u64;
+                sink(&split.full(), &bytes, crc)?;
+                buf = bytes.into_buffer();
+                continue;
             }
+            let r = self.retrieve(&crate::frontend::single_key_request(key), &mut sink)?;
+            report.found += r.found;
+            report.bytes += r.bytes;
+            if r.found == 0 {
+                report.missing.push(key.clone());
+            }
+            report.problems.extend(r.problems);
         }
-        Ok(axes)
-    }
-
-    /// Reads the field with exactly this (complete) key into `out` (appended); `Ok(false)` if
-    /// no such field is flushed. The fast path for one-field-at-a-time readers.
-    pub fn retrieve_key(&self, key: &Key, out: &mut Vec<u8>) -> Result<bool> {
-        let split = self.split(key)?;
-        Ok(self
-            .with_catalogue(&split.db, |cat| {
-                cat.read(&split.db, &split.index, &split.datum, out)
-            })?
-            .unwrap_or(false))
-    }
-
-    /// Calls `f` with the verified bytes of the field with exactly this (complete) key and
-    /// returns its result; `Ok(None)` if no such field is flushed. The bytes are lent by the
-    /// backend where it can (pmem: straight from the pool mapping, no copy), so this is the
-    /// fastest way to read one field. `f` runs after the store's locks are released and may
-    /// call back into the store.
-    pub fn retrieve_key_with<T>(&self, key: &Key, f: impl FnOnce(&[u8]) -> T) -> Result<Option<T>> {
-        let split = self.split(key)?;
-        let bytes = self
-            .with_catalogue(&split.db, |cat| {
-                cat.fetch(&split.db, &split.index, &split.datum, Vec::new())
-            })?
-            .flatten();
-        Ok(bytes.map(|(b, _)| f(&b)))
+        report.problems.sort();
+        report.problems.dedup();
+        Ok(report)
     }
 
     /// The verified bytes of one field of a split key (lent where the backend can) and their
@@ -661,17 +532,10 @@ impl Store {
     /// Delivers every field of `req` to `sink` in request-expansion order (first keyword
     /// slowest). Combinations with no field are listed in the report; the caller decides
     /// whether that is an error.
+    ///
+    /// The sink also receives each field's CRC-32C, already verified against the bytes, so a
+    /// sender forwards it instead of computing it again.
     pub fn retrieve(
-        &self,
-        req: &Request,
-        mut sink: impl FnMut(&Key, &[u8]) -> Result<()>,
-    ) -> Result<RetrieveReport> {
-        self.retrieve_checked(req, |k, d, _| sink(k, d))
-    }
-
-    /// [`Store::retrieve`], also handing the sink each field's CRC-32C — already verified
-    /// against the bytes, so a sender can forward it instead of computing it again.
-    pub fn retrieve_checked(
         &self,
         req: &Request,
         mut sink: impl FnMut(&Key, &[u8], u32) -> Result<()>,
@@ -703,7 +567,7 @@ impl Store {
         let mut listed: Option<Vec<Field>> = None;
         for key in resolved.expand() {
             // Fast path: the combination is a complete key of a schema rule.
-            if let Ok(split) = self.schema.split(&key, &self.ctx)
+            if let Ok(split) = self.opts.schema.split(&key, &self.opts.context)
                 && let Some((bytes, crc)) = self.fetch(
                     &split.db,
                     &split.index,
@@ -739,9 +603,16 @@ impl Store {
                 report.missing.push(key);
             }
         }
+        self.add_problems(&mut report)?;
+        Ok(report)
+    }
+
+    /// Adds the damage found in the databases of missing fields to a report: a missing field
+    /// may have been in them.
+    fn add_problems(&self, report: &mut RetrieveReport) -> Result<()> {
         let mut seen = HashSet::new();
         for key in &report.missing {
-            let Ok(split) = self.schema.split(key, &self.ctx) else {
+            let Ok(split) = self.opts.schema.split(key, &self.opts.context) else {
                 continue;
             };
             if seen.insert(split.db.clone())
@@ -752,7 +623,7 @@ impl Store {
                     .extend(p.into_iter().map(|p| format!("database {}: {p}", split.db)));
             }
         }
-        Ok(report)
+        Ok(())
     }
 
     /// Removes fields matching `req`. A database the request selects as a whole (every

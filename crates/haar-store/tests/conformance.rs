@@ -5,6 +5,22 @@ use std::sync::Arc;
 use haar_store::pmem::PmemOptions;
 use haar_store::{Backend, FsyncPolicy, MemoryBackend, PmemBackend, PosixBackend, conformance};
 
+/// One field's bytes, copied out of `retrieve_keys` (`None` when missing).
+trait GetCopy {
+    fn get_copy(&self, key: &haar_core::Key) -> haar_store::Result<Option<Vec<u8>>>;
+}
+
+impl GetCopy for haar_store::Store {
+    fn get_copy(&self, key: &haar_core::Key) -> haar_store::Result<Option<Vec<u8>>> {
+        let mut got = None;
+        self.retrieve_keys(std::slice::from_ref(key), |_, b, _| {
+            got = Some(b.to_vec());
+            Ok(())
+        })?;
+        Ok(got)
+    }
+}
+
 #[test]
 fn memory_backend_conforms() {
     let b = MemoryBackend::new();
@@ -136,8 +152,7 @@ fn pmem_commit_log_is_not_limited_by_the_slot_array() {
     w.archive(&key(1, 0), b"GRIB-first-7777").unwrap();
     w.flush().unwrap();
     let early = Store::with_options(tiny_slot_pool(&root), StoreOptions::default());
-    let mut probe = Vec::new();
-    assert!(early.retrieve_key(&key(1, 0), &mut probe).unwrap());
+    assert!(early.get_copy(&key(1, 0)).unwrap().is_some());
     for flush in 1..40 {
         for db in 1..4 {
             w.archive(&key(db, flush), &payload(&key(db, flush), 0, 3000))
@@ -149,9 +164,7 @@ fn pmem_commit_log_is_not_limited_by_the_slot_array() {
     for s in [&early, &fresh] {
         for flush in 1..40 {
             for db in 1..4 {
-                let got = s
-                    .retrieve_key_with(&key(db, flush), |b| b.to_vec())
-                    .unwrap();
+                let got = s.get_copy(&key(db, flush)).unwrap();
                 assert_eq!(
                     got,
                     Some(payload(&key(db, flush), 0, 3000)),
@@ -201,10 +214,7 @@ fn pmem_version_1_pool_keeps_its_slot_limit_and_its_data() {
     assert!(e.to_string().contains("version 1"), "{e}");
     let r = Store::with_options(tiny_slot_pool(&root), StoreOptions::default());
     for i in 0..3 {
-        assert_eq!(
-            r.retrieve_key_with(&key(i), |b| b.to_vec()).unwrap(),
-            Some(b"GRIB-v1-7777".to_vec())
-        );
+        assert_eq!(r.get_copy(&key(i)).unwrap(), Some(b"GRIB-v1-7777".to_vec()));
     }
     assert_eq!(r.backend().info()["pool_version"], 1);
 }
@@ -268,7 +278,7 @@ fn pmem_writers_take_private_chunks_and_give_back_their_tails() {
     let fresh = store(open(1 << 20, Prefault::Create));
     for w in 1..=2 {
         for i in 0..20 {
-            let got = fresh.retrieve_key_with(&key(w, i), |d| d.to_vec()).unwrap();
+            let got = fresh.get_copy(&key(w, i)).unwrap();
             assert_eq!(
                 got,
                 Some(payload(&key(w, i), 0, 100_000)),

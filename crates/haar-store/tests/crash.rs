@@ -154,7 +154,7 @@ fn verify(kind: &str, root: &std::path::Path, acked: &BTreeMap<u32, i64>) {
                     let k = field_key(date, b, w * 1000 + i, "130");
                     let mut got = None;
                     store
-                        .retrieve(&Request::parse(&k.to_string()).unwrap(), |_, bytes| {
+                        .retrieve(&Request::parse(&k.to_string()).unwrap(), |_, bytes, _| {
                             got = Some(bytes.to_vec());
                             Ok(())
                         })

@@ -2,17 +2,17 @@
 //! failover and read fallback (design §7). Real servers are tested in haar-net.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use haar_core::request::Request;
-use haar_core::schema::Schema;
+use haar_core::schema::{Schema, SplitKey};
 use haar_core::value::Context;
 use haar_core::{Key, rendezvous};
 use haar_store::conformance::{field_key, payload};
 use haar_store::dist::{DistStore, Placement, SelectStore};
 use haar_store::{
     DbStats, Error, Field, FieldStore, MemoryBackend, PurgeReport, RetrieveReport, Sink, Store,
-    WipeReport,
+    StoreOptions, WipeReport,
 };
 
 /// A lane that can be switched off, like a server that died.
@@ -20,6 +20,8 @@ struct Switchable {
     inner: Store,
     down: Arc<AtomicBool>,
     name: String,
+    /// Read calls that reached this lane (each is one round trip to a server).
+    reads: Arc<AtomicUsize>,
 }
 
 impl Switchable {
@@ -40,17 +42,35 @@ impl FieldStore for Switchable {
     fn describe(&self) -> String {
         self.name.clone()
     }
-    fn archive(&mut self, key: &Key, data: &[u8]) -> haar_store::Result<()> {
+    fn options(&self) -> &StoreOptions {
+        self.inner.options()
+    }
+    fn archive_split(
+        &mut self,
+        split: &SplitKey,
+        data: &[u8],
+        crc: Option<u32>,
+    ) -> haar_store::Result<()> {
         self.check()?;
-        self.inner.archive(key, data)
+        self.inner.archive_split(split, data, crc)
     }
     fn flush(&mut self) -> haar_store::Result<()> {
         self.check()?;
         self.inner.flush()
     }
     fn retrieve(&self, req: &Request, sink: &mut Sink<'_>) -> haar_store::Result<RetrieveReport> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
         self.check()?;
         FieldStore::retrieve(&self.inner, req, sink)
+    }
+    fn retrieve_keys(
+        &self,
+        keys: &[Key],
+        sink: &mut Sink<'_>,
+    ) -> haar_store::Result<RetrieveReport> {
+        self.reads.fetch_add(1, Ordering::SeqCst);
+        self.check()?;
+        FieldStore::retrieve_keys(&self.inner, keys, sink)
     }
     fn list(&self, req: &Request) -> haar_store::Result<Vec<Field>> {
         self.check()?;
@@ -74,6 +94,7 @@ struct Cluster {
     names: Vec<String>,
     backends: Vec<MemoryBackend>,
     switches: Vec<Arc<AtomicBool>>,
+    reads: Vec<Arc<AtomicUsize>>,
 }
 
 impl Cluster {
@@ -82,6 +103,7 @@ impl Cluster {
             names: (0..n).map(|i| format!("node{i}:7000")).collect(),
             backends: (0..n).map(|_| MemoryBackend::new()).collect(),
             switches: (0..n).map(|_| Arc::new(AtomicBool::new(false))).collect(),
+            reads: (0..n).map(|_| Arc::new(AtomicUsize::new(0))).collect(),
         }
     }
     fn dist(&self, replicas: usize, placement: Placement) -> DistStore {
@@ -91,6 +113,7 @@ impl Cluster {
                     inner: Store::new(self.backends[i].clone()),
                     down: self.switches[i].clone(),
                     name: self.names[i].clone(),
+                    reads: self.reads[i].clone(),
                 });
                 (self.names[i].clone(), lane)
             })
@@ -108,8 +131,10 @@ impl Cluster {
         (0..self.names.len())
             .filter(|&i| {
                 let s = Store::new(self.backends[i].clone());
-                let mut b = Vec::new();
-                s.retrieve_key(key, &mut b).unwrap()
+                s.retrieve_keys(std::slice::from_ref(key), |_, _, _| Ok(()))
+                    .unwrap()
+                    .found
+                    == 1
             })
             .collect()
     }
@@ -154,7 +179,7 @@ fn each_database_lives_on_its_top_lane() {
     let req = Request::parse("class=od,expver=1,stream=oper,date=20260403/20260401,time=12,type=fc,levtype=pl,levelist=500,step=4/0,param=130").unwrap();
     let mut got = Vec::new();
     let rep = d
-        .retrieve(&req, &mut |k, b| {
+        .retrieve(&req, &mut |k, b, _| {
             assert!(b == payload(k, 0, 300));
             got.push((
                 k.get("date").unwrap().to_string(),
@@ -163,7 +188,7 @@ fn each_database_lives_on_its_top_lane() {
             Ok(())
         })
         .unwrap();
-    assert!(rep.missing.is_empty());
+    assert!(rep.missing.is_empty(), "{:?}", rep.missing);
     assert_eq!(
         got,
         [
@@ -217,7 +242,7 @@ fn replicas_survive_a_dead_lane_and_failover_is_by_hash_order() {
     for k in keys() {
         let mut n = 0;
         reader
-            .retrieve(&Request::parse(&k.to_string()).unwrap(), &mut |kk, b| {
+            .retrieve(&Request::parse(&k.to_string()).unwrap(), &mut |kk, b, _| {
                 assert!(b == payload(kk, 0, 200));
                 n += 1;
                 Ok(())
@@ -261,7 +286,9 @@ fn a_lane_dying_with_unflushed_data_is_an_error_naming_it() {
     // With replicas 1, reads of its data name the dead server.
     let r = c.dist(1, Placement::Database);
     let e = r
-        .retrieve(&Request::parse(&k.to_string()).unwrap(), &mut |_, _| Ok(()))
+        .retrieve(&Request::parse(&k.to_string()).unwrap(), &mut |_, _, _| {
+            Ok(())
+        })
         .map(|rep| rep.missing.len())
         .unwrap_err()
         .to_string();
@@ -336,10 +363,9 @@ fn select_routes_by_pattern() {
     s.archive(&oper, b"GRIB-oper-7777").unwrap();
     s.archive(&ens, b"GRIB-enfo-7777").unwrap();
     s.flush().unwrap();
-    let mut b = Vec::new();
-    assert!(Store::new(enfo.clone()).retrieve_key(&ens, &mut b).unwrap());
-    assert!(!Store::new(enfo).retrieve_key(&oper, &mut b).unwrap());
-    assert!(Store::new(rest).retrieve_key(&oper, &mut b).unwrap());
+    assert!(has(&Store::new(enfo.clone()), &ens));
+    assert!(!has(&Store::new(enfo), &oper));
+    assert!(has(&Store::new(rest), &oper));
     assert_eq!(
         s.list(&Request::parse("date=20260701").unwrap())
             .unwrap()
@@ -347,11 +373,70 @@ fn select_routes_by_pattern() {
         2
     );
     let mut n = 0;
-    s.retrieve(&Request::parse(&ens.to_string()).unwrap(), &mut |_, d| {
-        assert_eq!(d, b"GRIB-enfo-7777");
-        n += 1;
-        Ok(())
-    })
+    s.retrieve(
+        &Request::parse(&ens.to_string()).unwrap(),
+        &mut |_, d, _| {
+            assert_eq!(d, b"GRIB-enfo-7777");
+            n += 1;
+            Ok(())
+        },
+    )
     .unwrap();
     assert_eq!(n, 1);
+}
+
+/// A batch of keys costs one read per lane holding them, not one per field, with either
+/// placement; fields are delivered once each, and missing keys are reported.
+#[test]
+fn retrieve_keys_costs_one_call_per_lane() {
+    for placement in [Placement::Database, Placement::Field] {
+        let c = Cluster::new(3);
+        let mut d = c.dist(1, placement);
+        let ks = keys();
+        for k in &ks {
+            d.archive(k, &payload(k, 0, 64)).unwrap();
+        }
+        d.flush().unwrap();
+        let used: std::collections::BTreeSet<usize> =
+            ks.iter().map(|k| d.ranking(k).unwrap()[0]).collect();
+        assert!(used.len() > 1, "the keys should spread over lanes");
+        for r in &c.reads {
+            r.store(0, Ordering::SeqCst);
+        }
+        let mut asked = ks.clone();
+        let missing = field_key("20260430", 0, 500, "130");
+        asked.push(missing.clone());
+        let mut got = std::collections::BTreeMap::new();
+        let report = d
+            .retrieve_keys(&asked, &mut |k, b, crc| {
+                assert_eq!(crc, crc32c::crc32c(b));
+                assert!(got.insert(k.clone(), b.to_vec()).is_none(), "{k} twice");
+                Ok(())
+            })
+            .unwrap();
+        assert_eq!(report.found, ks.len());
+        assert_eq!(report.missing, vec![missing.clone()]);
+        for k in &ks {
+            let full = d.split(k).unwrap().full();
+            assert_eq!(got.get(&full), Some(&payload(k, 0, 64)), "{k}");
+        }
+        let reads: usize = c.reads.iter().map(|r| r.load(Ordering::SeqCst)).sum();
+        // One batch per lane used, plus one read per other lane for the missing key (a field
+        // may live on a later lane of its ranking after a failover).
+        assert_eq!(
+            reads,
+            used.len() + 2,
+            "{placement:?}: reads per lane {:?}",
+            c.reads
+        );
+    }
+}
+
+/// Whether `store` has a flushed field under `key`.
+fn has(store: &Store, key: &Key) -> bool {
+    store
+        .retrieve_keys(std::slice::from_ref(key), |_, _, _| Ok(()))
+        .unwrap()
+        .found
+        == 1
 }

@@ -17,8 +17,12 @@ fn keys(date: &str, n: u32) -> Vec<Key> {
 }
 
 fn read(store: &Store, k: &Key) -> Result<Option<Vec<u8>>, Error> {
-    let mut buf = Vec::new();
-    Ok(store.retrieve_key(k, &mut buf)?.then_some(buf))
+    let mut got = None;
+    store.retrieve_keys(std::slice::from_ref(k), |_, b, _| {
+        got = Some(b.to_vec());
+        Ok(())
+    })?;
+    Ok(got)
 }
 
 fn assert_all_read(store: &Store, ks: &[Key], generation: u8) {
@@ -216,7 +220,7 @@ fn flipped_byte_in_index_or_toc_loses_only_that_flush() {
     let r = Store::with_options(posix(dir.path()), StoreOptions::default());
     assert_all_read(&r, &b, 0);
     let req = haar_core::Request::parse(&a[0].to_string()).unwrap();
-    let rep = r.retrieve(&req, |_, _| Ok(())).unwrap();
+    let rep = r.retrieve(&req, |_, _, _| Ok(())).unwrap();
     assert_eq!(rep.missing.len(), 1);
     assert!(
         rep.problems
@@ -277,11 +281,13 @@ fn flipped_byte_in_pmem_pool_names_pool_and_key() {
         "{msg}"
     );
     // The zero-copy path checks the same checksum before lending a byte.
-    let e = r.retrieve_key_with(&ks[1], |_| ()).unwrap_err().to_string();
+    let e = (r.retrieve_keys(&ks[1..2], |_, _, _| Ok(())))
+        .unwrap_err()
+        .to_string();
     assert!(e.contains("step=1") && e.contains("crc"), "{e}");
     let req = haar_core::Request::parse(&ks[1].to_string()).unwrap();
     assert!(
-        r.retrieve(&req, |_, _| Ok(())).is_err(),
+        r.retrieve(&req, |_, _, _| Ok(())).is_err(),
         "retrieve lent damaged bytes"
     );
     assert!(read(&r, &ks[0]).unwrap() == Some(payload(&ks[0], 0, 5000)));

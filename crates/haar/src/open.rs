@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use haar_core::request::{Request, VERBS, parse_requests};
-use haar_core::schema::Schema;
+use haar_core::schema::{Schema, SplitKey};
 use haar_store::{
     Config, DbStats, Error, Field, FieldStore, FrontendConfig, PurgeReport, Result, RetrieveReport,
     Sink, Store, StoreOptions, WipeReport,
@@ -328,30 +328,41 @@ fn store_of(cfg: Config) -> Result<Store> {
 fn lane(addr: &str, cfg: &haar_net::ClientConfig) -> Result<Box<dyn FieldStore>> {
     Ok(match haar_net::RemoteStore::connect(addr, cfg) {
         Ok(r) => Box::new(r),
-        Err(e @ Error::Io { .. }) => Box::new(DownLane(addr.to_string(), e.to_string())),
+        Err(e @ Error::Io { .. }) => Box::new(DownLane {
+            addr: addr.to_string(),
+            error: e.to_string(),
+            opts: StoreOptions::default(),
+        }),
         Err(e) => return Err(e),
     })
 }
 
 /// A lane whose server could not be reached when the store was opened: every operation fails
 /// with the connect error, so `dist` skips it (archive) or falls back (reads).
-struct DownLane(String, String);
+struct DownLane {
+    addr: String,
+    error: String,
+    opts: StoreOptions,
+}
 
 impl DownLane {
     fn err(&self) -> Error {
         Error::Io {
             op: "server",
-            path: self.0.clone().into(),
-            source: std::io::Error::other(self.1.clone()),
+            path: self.addr.clone().into(),
+            source: std::io::Error::other(self.error.clone()),
         }
     }
 }
 
 impl FieldStore for DownLane {
     fn describe(&self) -> String {
-        format!("remote {} (down)", self.0)
+        format!("remote {} (down)", self.addr)
     }
-    fn archive(&mut self, _: &haar_core::Key, _: &[u8]) -> Result<()> {
+    fn options(&self) -> &StoreOptions {
+        &self.opts
+    }
+    fn archive_split(&mut self, _: &SplitKey, _: &[u8], _: Option<u32>) -> Result<()> {
         Err(self.err())
     }
     fn flush(&mut self) -> Result<()> {

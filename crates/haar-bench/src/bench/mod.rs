@@ -136,7 +136,7 @@ fn write_run(
 }
 
 /// Retrieve one field at a time with a fresh store handle, through the zero-copy
-/// `retrieve_key_with` (the store checks every byte's CRC-32C before lending them). Inside the
+/// `retrieve_keys` (the store checks every byte's CRC-32C before lending them). Inside the
 /// timing each field gets the checks the FDB5 peer makes (length, `GRIB`, field number,
 /// `7777`); afterwards, untimed, every field is compared byte for byte. Returns (seconds,
 /// per-field latencies in µs, sorted).
@@ -151,12 +151,16 @@ fn read_run(
     let mut total = 0.0;
     for (i, k) in keys.iter().enumerate() {
         let t = Instant::now();
-        let ok = store
-            .retrieve_key_with(k, |b| {
-                b.len() == size
-                    && b.starts_with(b"GRIB")
-                    && b[4..12] == (i as u64).to_le_bytes()
-                    && b.ends_with(b"7777")
+        let mut ok = None;
+        store
+            .retrieve_keys(std::slice::from_ref(k), |_, b, _| {
+                ok = Some(
+                    b.len() == size
+                        && b.starts_with(b"GRIB")
+                        && b[4..12] == (i as u64).to_le_bytes()
+                        && b.ends_with(b"7777"),
+                );
+                Ok(())
             })
             .map_err(fail("retrieve"))?;
         let dt = t.elapsed().as_secs_f64();
@@ -181,7 +185,7 @@ fn read_run(
     let mut buf = Vec::with_capacity(size);
     for (i, k) in keys.iter().enumerate() {
         buf.clear();
-        let found = store.retrieve_key(k, &mut buf).map_err(fail("retrieve"))?;
+        let found = read_into(store, k, &mut buf).map_err(fail("retrieve"))?;
         stamp(&mut expect, i);
         if !found || buf != expect {
             return Err(Error::Failed(format!(
@@ -248,7 +252,7 @@ pub fn visibility_reader(root: &Path, n: usize) -> Result<(), Error> {
         let k = bench_key(1_000_000 + i);
         loop {
             buf.clear();
-            if store.retrieve_key(&k, &mut buf).map_err(fail("retrieve"))? {
+            if read_into(&store, &k, &mut buf).map_err(fail("retrieve"))? {
                 break;
             }
             std::hint::spin_loop();
@@ -544,7 +548,7 @@ fn markdown(r: &Value, table: &str) -> String {
            bandwidth into a pre-faulted mapping of the same directory.\n\
          - *÷ FDB5*: fields per second relative to the real FDB5 (Debian 5.10.8) through its C API\n\
            (`bench/fdb5_peer.c`), same keys, sizes, flush interval and directory.\n\
-         - retrieve: one field per call (`Store::retrieve_key_with`, zero-copy where the backend\n\
+         - retrieve: one field per call (`Store::retrieve_keys`, zero-copy where the backend\n\
            lends its bytes, CRC-32C of every byte checked), a fresh store handle, the peer's\n\
            checks inside the timing; every field compared byte for byte after timing.\n\n{}\n",
         r["command"].as_str().unwrap_or("haar bench"),
@@ -552,4 +556,13 @@ fn markdown(r: &Value, table: &str) -> String {
         r["machine"].as_str().unwrap_or(""),
         table
     )
+}
+
+/// Appends the field of `key` to `out`; false when it is not flushed.
+fn read_into(store: &Store, key: &Key, out: &mut Vec<u8>) -> haar_store::Result<bool> {
+    let r = store.retrieve_keys(std::slice::from_ref(key), |_, b, _| {
+        out.extend_from_slice(b);
+        Ok(())
+    })?;
+    Ok(r.found == 1)
 }

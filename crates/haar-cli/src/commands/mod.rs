@@ -141,7 +141,7 @@ fn retrieve(cli: &Cli, a: &RetrieveArgs) -> Result<(), Failure> {
     let mut bytes = 0;
     let result = (|| -> Result<(), Failure> {
         for req in &reqs {
-            let rep = store.retrieve(req, &mut |_, data| {
+            let rep = store.retrieve(req, &mut |_, data, _| {
                 sink.write_all(data)
                     .map_err(|e| haar_store::Error::io("write", "output", e))
             })?;

@@ -57,7 +57,14 @@ fn reader(a: &[String]) {
                 for i in (0..per).rev() {
                     let k = torture_key("20250101", w, b, i);
                     buf.clear();
-                    let visible = store.retrieve_key(&k, &mut buf).expect("retrieve");
+                    let visible = store
+                        .retrieve_keys(std::slice::from_ref(&k), |_, b, _| {
+                            buf.extend_from_slice(b);
+                            Ok(())
+                        })
+                        .expect("retrieve")
+                        .found
+                        == 1;
                     checks += 1;
                     if visible {
                         assert!(
