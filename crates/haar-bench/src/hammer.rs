@@ -16,7 +16,7 @@ use crate::field::{self, Header};
 use crate::layout::Layout;
 use crate::procs::{Group, Reporter};
 use crate::stats::{monotonic_ns, summary};
-use crate::target::open_target;
+use crate::target;
 use crate::worker::{self, WorkerSpec};
 
 /// What the hammer does.
@@ -478,7 +478,7 @@ pub fn worker(opts: &OpenOptions, spec: Spec, mut rep: Reporter) -> Result<(), E
     // Reserving and mapping pool space is set-up, like opening connections: before the
     // barrier. Reads and lists write nothing.
     let writes = (spec.mode == Mode::Write).then(|| source.bytes_to_write(&spec));
-    let mut target = open_target(opts, spec.fdb5, writes)?;
+    let (mut store, _) = target::open(opts, spec.fdb5, writes)?;
     let l = spec.layout.clone();
     let per_step = l.fields_per_step();
     let (mut op_us, mut flush_us) = (Vec::new(), Vec::new());
@@ -494,7 +494,7 @@ pub fn worker(opts: &OpenOptions, spec: Spec, mut rep: Reporter) -> Result<(), E
                         let key = l.key(m, s, f);
                         let data = source.field(&l, m, s, f);
                         let t = monotonic_ns();
-                        target.archive(&key, data)?;
+                        store.archive(&key, data)?;
                         op_us.push((monotonic_ns() - t) as f64 / 1e3);
                         bytes += data.len() as u64;
                         fields += 1;
@@ -504,21 +504,19 @@ pub fn worker(opts: &OpenOptions, spec: Spec, mut rep: Reporter) -> Result<(), E
                 Mode::Read => {
                     for f in 0..per_step {
                         let key = l.key(m, s, f);
-                        let req = key.to_string();
                         let t = monotonic_ns();
                         let mut got = 0usize;
-                        let n =
-                            target.retrieve(&req, std::slice::from_ref(&key), &mut |_, d| {
-                                got = d.len();
-                                source
-                                    .verify(&l, m, s, f, d)
-                                    .map_err(|e| Error::Failed(format!("field {key}: {e}")))
-                            })?;
+                        let n = target::retrieve(&*store, std::slice::from_ref(&key), |_, d| {
+                            got = d.len();
+                            source
+                                .verify(&l, m, s, f, d)
+                                .map_err(|e| Error::Failed(format!("field {key}: {e}")))
+                        })?;
                         op_us.push((monotonic_ns() - t) as f64 / 1e3);
                         if n != 1 {
                             return Err(Error::Missing(format!(
                                 "field {key} is missing from {} (was it written with the same --members/--steps/--levels/--params?)",
-                                target.describe()
+                                store.describe()
                             )));
                         }
                         bytes += got as u64;
@@ -532,9 +530,8 @@ pub fn worker(opts: &OpenOptions, spec: Spec, mut rep: Reporter) -> Result<(), E
                         &format!("number=1/to/{}", l.members),
                         &format!("number={m}"),
                     );
-                    let keys: Vec<_> = (0..per_step).map(|f| l.key(m, s, f)).collect();
                     let t = monotonic_ns();
-                    let n = target.count(&req, &keys)?;
+                    let n = store.list(&target::request(&req)?)?.len();
                     op_us.push((monotonic_ns() - t) as f64 / 1e3);
                     if n != per_step as usize {
                         return Err(Error::Missing(format!(
@@ -549,14 +546,14 @@ pub fn worker(opts: &OpenOptions, spec: Spec, mut rep: Reporter) -> Result<(), E
         }
         if spec.mode == Mode::Write {
             let t = monotonic_ns();
-            target.flush()?;
+            store.flush()?;
             flush_us.push((monotonic_ns() - t) as f64 / 1e3);
         }
         rep.say(&format!("progress {done}"))?;
     }
     let secs = (monotonic_ns() - t0) as f64 / 1e9;
     let result = json!({
-        "target": target.describe(), "fields": fields, "bytes": bytes, "verified": verified,
+        "target": store.describe(), "fields": fields, "bytes": bytes, "verified": verified,
         "seconds": secs, "op_us": op_us, "flush_us": flush_us,
     });
     rep.say(&format!("result {result}"))

@@ -11,14 +11,16 @@ use crate::error::Error;
 use crate::field::{self, Kind};
 use crate::layout::Layout;
 use crate::procs::Reporter;
-use crate::target::Target;
+use haar_store::FieldStore;
+
+use crate::target;
 
 /// Sample points checked per product (all when the field is smaller).
 const CHECK_POINTS: usize = 2048;
 
 pub(super) fn verify_products(
     l: &Layout,
-    target: &mut dyn Target,
+    store: &dyn FieldStore,
     mut rep: Reporter,
 ) -> Result<(), Error> {
     rep.ready_then_wait()?;
@@ -47,9 +49,8 @@ pub(super) fn verify_products(
                 .collect();
             for (kind, which) in [("em", Kind::Mean), ("es", Kind::Spread)] {
                 let key = l.product_key(kind, s, f);
-                let req = key.to_string();
                 let mut found = false;
-                target.retrieve(&req, std::slice::from_ref(&key), &mut |_, d| {
+                target::retrieve(store, std::slice::from_ref(&key), |_, d| {
                     found = true;
                     check_product(d, which, s, n, &points, &expect)
                         .map_err(|e| Error::Failed(format!("product {key}: {e}")))?;

@@ -18,7 +18,9 @@ use crate::field::{self, Header, Kind};
 use crate::layout::Layout;
 use crate::procs::Reporter;
 use crate::stats::monotonic_ns;
-use crate::target::{KeyStream, Target, open_target};
+use haar_store::FieldStore;
+
+use crate::target::{self, KeyStream};
 
 /// A consumer's (or, with `verify`, the product checker's) instructions.
 #[derive(Debug, Serialize, Deserialize)]
@@ -39,15 +41,15 @@ pub struct ConsumerSpec {
 /// reads every product and compares it with values recomputed from the seeds.
 pub fn consumer(opts: &OpenOptions, spec: ConsumerSpec, mut rep: Reporter) -> Result<(), Error> {
     let l = &spec.layout;
-    let mut target = open_target(opts, spec.fdb5, None)?;
+    let (mut store, flushes) = target::open(opts, spec.fdb5, None)?;
     if spec.verify {
-        return super::check::verify_products(l, target.as_mut(), rep);
+        return super::check::verify_products(l, &*store, rep);
     }
     let n = field::nvalues16(l.field_size) as usize;
     if spec.streaming
-        && let Some(stream) = target.watch(&l.request_all_steps())?
+        && let Some(stream) = flushes.watch(&target::request(&l.request_all_steps())?)?
     {
-        return consumer_streaming(l, &spec, target.as_mut(), stream, rep);
+        return consumer_streaming(l, &spec, store.as_mut(), stream, rep);
     }
     let mut bufs: Vec<(Vec<u8>, Header)> = Vec::new();
     rep.ready_then_wait()?;
@@ -60,13 +62,10 @@ pub fn consumer(opts: &OpenOptions, spec: ConsumerSpec, mut rep: Reporter) -> Re
     let mut spent = [0i128; 4];
     for s in 0..l.steps {
         let t_wait = monotonic_ns();
-        let all_keys: Vec<_> = (1..=l.members)
-            .flat_map(|m| (0..l.fields_per_step()).map(move |f| (m, f)))
-            .map(|(m, f)| l.key(m, s, f))
-            .collect();
-        let polls = target.wait(
-            &l.request("pf", s, None),
-            &all_keys,
+        let polls = flushes.wait(
+            &*store,
+            &target::request(&l.request("pf", s, None))?,
+            l.members as usize * l.fields_per_step() as usize,
             Duration::from_secs(spec.timeout),
         )?;
         polls_total += polls;
@@ -78,9 +77,8 @@ pub fn consumer(opts: &OpenOptions, spec: ConsumerSpec, mut rep: Reporter) -> Re
             let t_read = monotonic_ns();
             let keys: Vec<_> = (1..=l.members).map(|m| l.key(m, s, f)).collect();
             let mut seen = vec![false; l.members as usize + 1];
-            let req = l.request("pf", s, Some(f));
             let mut got_fields = 0;
-            target.retrieve(&req, &keys, &mut |key, d| {
+            target::retrieve(&*store, &keys, |key, d| {
                 let h = check_member(l, key, d, s, f, &mut seen)?;
                 if bufs.len() == got_fields {
                     bufs.push((Vec::new(), h));
@@ -97,7 +95,8 @@ pub fn consumer(opts: &OpenOptions, spec: ConsumerSpec, mut rep: Reporter) -> Re
             let got = seen.iter().filter(|x| **x).count() as u64;
             if got != u64::from(l.members) {
                 return Err(Error::Missing(format!(
-                    "step {s} said complete, but {req} gave {got} of {} members",
+                    "step {s} said complete, but {} gave {got} of {} members",
+                    l.request("pf", s, Some(f)),
                     l.members
                 )));
             }
@@ -109,11 +108,11 @@ pub fn consumer(opts: &OpenOptions, spec: ConsumerSpec, mut rep: Reporter) -> Re
             let stats = field::ensemble_stats(&members, n);
             let t_write = monotonic_ns();
             spent[2] += t_write - t_compute;
-            write_products(target.as_mut(), l, s, f, stats)?;
+            write_products(store.as_mut(), l, s, f, stats)?;
             spent[3] += monotonic_ns() - t_write;
         }
         let t_flush = monotonic_ns();
-        target.flush()?;
+        store.flush()?;
         spent[3] += monotonic_ns() - t_flush;
         delivered += step_delivered;
         rep.say(&format!(
@@ -161,7 +160,7 @@ pub(super) fn check_member(
 
 /// Archives the ensemble mean and standard deviation of field `f` at step `s`.
 fn write_products(
-    target: &mut dyn Target,
+    store: &mut dyn FieldStore,
     l: &Layout,
     s: u32,
     f: u32,
@@ -191,8 +190,8 @@ fn write_products(
         },
         &sd,
     );
-    target.archive(&l.product_key("em", s, f), &mean)?;
-    target.archive(&l.product_key("es", s, f), &spread)
+    store.archive(&l.product_key("em", s, f), &mean)?;
+    Ok(store.archive(&l.product_key("es", s, f), &spread)?)
 }
 
 /// A field's members read so far (bytes and header) and which numbers they are.
@@ -215,7 +214,7 @@ struct StepState {
 fn consumer_streaming(
     l: &Layout,
     spec: &ConsumerSpec,
-    target: &mut dyn Target,
+    store: &mut dyn FieldStore,
     stream: KeyStream,
     mut rep: Reporter,
 ) -> Result<(), Error> {
@@ -277,15 +276,11 @@ fn consumer_streaming(
                 .entry(f)
                 .or_insert_with(|| (Vec::with_capacity(members), vec![false; members + 1]));
             let want = l.key(m, s, f);
-            let found = target.retrieve(
-                &want.to_string(),
-                std::slice::from_ref(&want),
-                &mut |k, d| {
-                    let h = check_member(l, k, d, s, f, seen)?;
-                    bufs.push((d.to_vec(), h));
-                    Ok(())
-                },
-            )?;
+            let found = target::retrieve(store, std::slice::from_ref(&want), |k, d| {
+                let h = check_member(l, k, d, s, f, seen)?;
+                bufs.push((d.to_vec(), h));
+                Ok(())
+            })?;
             if found != 1 {
                 return Err(Error::Missing(format!(
                     "{want} was notified but cannot be read"
@@ -300,7 +295,7 @@ fn consumer_streaming(
                 let stats = field::ensemble_stats(&all, n);
                 let t_write = monotonic_ns();
                 spent[2] += t_write - t_compute;
-                write_products(target, l, s, f, stats)?;
+                write_products(store, l, s, f, stats)?;
                 st.mine_left -= 1;
                 spent[3] += monotonic_ns() - t_write;
             }
@@ -313,7 +308,7 @@ fn consumer_streaming(
                 break;
             }
             let t = monotonic_ns();
-            target.flush()?;
+            store.flush()?;
             spent[3] += monotonic_ns() - t;
             rep.say(&format!("triggered {next} {triggered}"))?;
             rep.say(&format!(

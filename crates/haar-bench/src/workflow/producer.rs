@@ -16,7 +16,7 @@ use crate::field;
 use crate::layout::Layout;
 use crate::procs::Reporter;
 use crate::stats::monotonic_ns;
-use crate::target::open_target;
+use crate::target;
 
 /// A producer's instructions.
 #[derive(Debug, Serialize, Deserialize)]
@@ -30,7 +30,7 @@ pub struct ProducerSpec {
 /// The producer process.
 pub fn producer(opts: &OpenOptions, spec: ProducerSpec, mut rep: Reporter) -> Result<(), Error> {
     let l = &spec.layout;
-    let mut target = open_target(opts, spec.fdb5, None)?;
+    let (mut store, _) = target::open(opts, spec.fdb5, None)?;
     let mut templates: Vec<(Vec<u8>, u64, u32)> = (0..l.fields_per_step())
         .map(|f| {
             let seed = field::seed(SALT, spec.member, f);
@@ -51,10 +51,10 @@ pub fn producer(opts: &OpenOptions, spec: ProducerSpec, mut rep: Reporter) -> Re
         for (f, (buf, seed, crc)) in templates.iter_mut().enumerate() {
             let f = f as u32;
             field::stamp(buf, &member_header(l, spec.member, s, f, *seed, *crc));
-            target.archive(&l.key(spec.member, s, f), buf)?;
+            store.archive(&l.key(spec.member, s, f), buf)?;
             bytes += buf.len() as u64;
         }
-        target.flush()?;
+        store.flush()?;
         let done = monotonic_ns();
         io_ns += done - t;
         rep.say(&format!("flushed {s} {done}"))?;
