@@ -11,8 +11,8 @@
 //!
 //! Shared parts: the synthetic field payload ([`field`], docs/design.md §10.2), the key layout
 //! ([`layout`]), worker processes ([`procs`], [`worker`]), opening the store under test and
-//! learning when fields are flushed ([`target`]), order statistics ([`stats`]) and the progress
-//! bar ([`progress`]).
+//! learning when fields are flushed ([`target`]), order statistics ([`stats`]), the progress
+//! bar ([`progress`]) and the workflow's figure ([`plot`]).
 //!
 //! Stores are opened through [`haar::OpenOptions`]; failures are [`Error`]s, whose kind a face
 //! maps onto its exit codes. The workloads run their load as real processes: workers,
@@ -28,6 +28,7 @@ pub mod fdb5;
 pub mod field;
 pub mod hammer;
 pub mod layout;
+pub mod plot;
 pub mod procs;
 pub mod progress;
 pub mod stats;

@@ -152,6 +152,8 @@ pub fn run(opts: &OpenOptions, a: &Options) -> Result<(), Error> {
             )));
         }
     }
+    // The figure is drawn at the end: a missing font must not cost the whole run.
+    haar_mem::plot::prepare_fonts().map_err(Error::Usage)?;
     crate::procs::install_interrupt_handler();
     eprintln!(
         "haar workflow: {} members x {} steps x {} fields of {} bytes = {:.2} GiB per run; {} consumers; {} ms model time per step",

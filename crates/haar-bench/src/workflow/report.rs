@@ -174,9 +174,9 @@ pub(super) fn print_table(l: &Layout, a: &Options, floor_ms: f64, rows: &[Row]) 
 }
 
 pub(super) fn plot(path: &Path, rows: &[Row]) -> Result<(), Error> {
-    let bars: Vec<haar_mem::plot::BarGroup> = rows
+    let bars: Vec<crate::plot::BarGroup> = rows
         .iter()
-        .map(|r| haar_mem::plot::BarGroup {
+        .map(|r| crate::plot::BarGroup {
             name: r.backend.replace("shared-posix", "posix dir"),
             values: vec![
                 r.alone.as_ref().map(|x| x.producer_wall_s).unwrap_or(0.0),
@@ -197,10 +197,10 @@ pub(super) fn plot(path: &Path, rows: &[Row]) -> Result<(), Error> {
                 .collect(),
         })
         .collect();
-    haar_mem::plot::workflow_png(
+    crate::plot::workflow_png(
         path,
-        "HAAR WORKFLOW",
-        &["ALONE", "WITH PGEN"],
+        "haar workflow",
+        &["alone", "with product generation"],
         &bars,
         &lines,
     )

@@ -288,7 +288,7 @@ pub struct BenchArgs {
     /// A smaller run (a quarter of the fields, smaller raw-limit buffers).
     #[arg(long)]
     pub quick: bool,
-    /// Only the GRIB section (`haar archive` beside `fdb-write`, see bench_grib.rs).
+    /// Only the GRIB section (`haar archive` beside `fdb-write`, see haar-bench's bench/grib.rs).
     #[arg(long)]
     pub grib_only: bool,
     /// Internal: run as the visibility reader of ROOT (pmem) for N fields.
