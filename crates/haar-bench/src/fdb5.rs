@@ -20,6 +20,7 @@
 //! its values (`fdb_list` is not used: its C signature differs between FDB5 5.10 and 5.11+).
 //!
 //! Every `unsafe` of haar's access to FDB5 is in this module; each says why it is sound.
+//! Owns FDB5's C API and its set-up (a self-contained root); must not know any workload.
 
 use std::cell::RefCell;
 use std::ffi::{CStr, CString, c_char, c_int, c_long, c_void};

@@ -2,6 +2,9 @@
 //! read, or list) members × steps × levels × params fields, flushing at the end of every step,
 //! through any front-end; pre-built templates keep encoding out of the timed path; reads are
 //! verified by checksum, so a fast wrong answer fails.
+//!
+//! Owns the hammer's load, its timing and its report (docs/design.md §10.3); stores are opened
+//! by [`crate::target`], workers run by [`crate::procs`]; must not know any store's insides.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

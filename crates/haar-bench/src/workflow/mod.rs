@@ -12,7 +12,8 @@
 //! [`producer`] and [`consumer`] are the worker processes, [`check`] the independent product
 //! checker, [`runs`] runs one configuration and collects its figures, [`report`] prints the
 //! table, saves the JSON and draws the plot. This module holds the options, the run's order
-//! and the in-memory floor.
+//! and the in-memory floor; none of them knows a store's insides (every store is a
+//! `dyn FieldStore`, see [`crate::target`]).
 
 mod check;
 mod consumer;
