@@ -8,14 +8,14 @@
 #   1. installs what is missing (scripts/setup.sh: ecCodes, FDB5 and its C API headers), builds
 #      haar and the FDB5 C-API peer harness (bench/fdb5_peer.c);
 #   2. `haar bench`: core archive/retrieve figures beside memcpy / non-temporal copy into a
-#      mapping and the FDB5 C-API harness -> docs/benchmarks.json, docs/benchmarks.md;
+#      mapping and the FDB5 C-API harness -> bench/results/benchmarks.json, docs/benchmarks.md;
 #   3. `haar hammer`, one workload (members x steps x levels x params, a flush per step) through
 #      haar's pmem store, through haar `dist` over 3 local servers, and through FDB5's C API
 #      (haar hammer --fdb5, and the C harness bench/fdb5_peer with the same field count, size and
 #      flush interval), with memcpy, NT copy, write(2) and loopback TCP measured in the same run
-#      -> docs/hammer-*.json;
-#   4. `haar workflow` (SC'19 Table 9 in miniature) -> docs/workflow.json, docs/workflow.png, and
-#      at the delivery-latency target's shape -> docs/workflow-10x100.json, .png;
+#      -> bench/results/hammer-*.json;
+#   4. `haar workflow` (SC'19 Table 9 in miniature) -> bench/results/workflow.json, bench/results/workflow.png, and
+#      at the delivery-latency target's shape -> bench/results/workflow-10x100.json, .png;
 #   5. appends the hammer and workflow sections, with ratios and exact commands, to
 #      docs/benchmarks.md (bench/render_compare.py).
 set -euo pipefail
@@ -47,7 +47,7 @@ SHAPE=(--members "$MEMBERS" --steps "$STEPS" --levels "$LEVELS" --params "$PARAM
 FIELDS=$((MEMBERS * STEPS * LEVELS * PARAMS))
 
 # 2. Core figures.
-run "$HAAR" bench $BENCH_QUICK --json docs/benchmarks.json --markdown docs/benchmarks.md
+run "$HAAR" bench $BENCH_QUICK --json bench/results/benchmarks.json --markdown docs/benchmarks.md
 
 # 3. Hammer: one writer process per member pair, then readers; raw limits with the first run.
 hammer() { # NAME GLOBALS... -- HAMMER-ARGS...
@@ -55,7 +55,7 @@ hammer() { # NAME GLOBALS... -- HAMMER-ARGS...
     local globals=()
     while [ "$1" != -- ]; do globals+=("$1"); shift; done
     shift
-    run "$HAAR" "${globals[@]}" hammer "${SHAPE[@]}" --quiet --json "docs/hammer-$name.json" "$@"
+    run "$HAAR" "${globals[@]}" hammer "${SHAPE[@]}" --quiet --json "bench/results/hammer-$name.json" "$@"
 }
 for procs in 1 2; do
     rm -rf "$WORK/pmem"
@@ -95,15 +95,15 @@ hammer haar-dist-read-p2 --config "$WORK/dist.yaml" --token-file "$WORK/token" -
 PER_FLUSH=$((MEMBERS * LEVELS * PARAMS))
 for mode in write read; do
     echo "+ target/fdb5_peer $mode $WORK/peer $FIELDS $SIZE $PER_FLUSH" >&2
-    target/fdb5_peer "$mode" "$WORK/peer" "$FIELDS" "$SIZE" "$PER_FLUSH" > "docs/hammer-fdb5-c-harness-$mode.json"
+    target/fdb5_peer "$mode" "$WORK/peer" "$FIELDS" "$SIZE" "$PER_FLUSH" > "bench/results/hammer-fdb5-c-harness-$mode.json"
 done
 
 # 4. The workflow: the default (`make run`), then the delivery-latency target's shape (10
 #    members x 100 fields of 800 KiB per step), with model time long enough for the consumers
 #    of this machine to finish a step before the next one starts.
-run "$HAAR" workflow $WF --json docs/workflow.json --plot docs/workflow.png
+run "$HAAR" workflow $WF --json bench/results/workflow.json --plot bench/results/workflow.png
 run "$HAAR" workflow --members 10 --levels 20 --params 5 --field-size 800KiB ${WF:---steps 3} \
-    --compute-ms 2000 --json docs/workflow-10x100.json --plot docs/workflow-10x100.png
+    --compute-ms 2000 --json bench/results/workflow-10x100.json --plot bench/results/workflow-10x100.png
 
 # 5. Report.
 run python3 bench/render_compare.py "$FIELDS" "$SIZE" "${SHAPE[*]}" >> docs/benchmarks.md

@@ -7,11 +7,12 @@ import json
 import os
 import sys
 
-DOCS = os.path.join(os.path.dirname(__file__), "..", "docs")
+# The result files compare.sh writes (JSON, plots, the STREAM session notes).
+RESULTS = os.path.join(os.path.dirname(__file__), "results")
 
 
 def load(name):
-    path = os.path.join(DOCS, name)
+    path = os.path.join(RESULTS, name)
     if not os.path.exists(path):
         return None
     with open(path) as f:
@@ -129,7 +130,7 @@ def workflow_section(wf, name, title):
         f"`haar workflow`: {l['members']} members × {l['steps']} steps × {l['levels'] * l['params']} fields of "
         f"{l['field_size'] // 1024} KiB ({wf['volume_bytes_per_run'] / 2**30:.2f} GiB per run), "
         f"{wf['consumers']} consumers, {wf['compute_ms']} ms model time per step; each backend "
-        f"run alone and with consumers on fresh stores. Figures: `docs/{name}`, plot: `docs/{png}`.\n"
+        f"run alone and with consumers on fresh stores. Figures: `bench/results/{name}`, plot: `bench/results/{png}`.\n"
     )
     out.append("| storage | producers alone s | with PGEN s | slowdown | I/O slowdown | product p50 / p99 ms | p50 ÷ floor | trigger p50 / p99 ms | consumer polls |")
     out.append("|---|---|---|---|---|---|---|---|---|")
@@ -162,8 +163,8 @@ def workflow_section(wf, name, title):
 
 
 def stream_section():
-    """The STREAM figures (haar stream beside the reference), from docs/benchmarks-stream.md."""
-    path = os.path.join(DOCS, "benchmarks-stream.md")
+    """The STREAM figures (haar stream beside the reference), from bench/results/benchmarks-stream.md."""
+    path = os.path.join(RESULTS, "benchmarks-stream.md")
     if not os.path.exists(path):
         return []
     lines = open(path).read().splitlines()
@@ -180,7 +181,7 @@ def stream_section():
         "\n## Memory bandwidth: `haar stream` beside the reference STREAM\n",
         "`HAAR=target/release/haar bench/stream-compare.sh` runs `haar stream` and `bench/stream_ref.c` "
         "(McCalpin's STREAM 5.10 rules) alternately in one session, 143 MiB arrays (4× the L3), 2 pinned "
-        "threads, best of 5 rounds, MB/s (from the session that wrote docs/benchmarks-stream.md, where "
+        "threads, best of 5 rounds, MB/s (from the session that wrote bench/results/benchmarks-stream.md, where "
         "the machine, the sweep plot and every command are):\n",
         *table,
     ]

@@ -74,7 +74,7 @@ pub struct Options {
 fn raw_limits(dir: &std::path::Path) -> Result<Value, Error> {
     const BYTES: usize = 512 << 20;
     let io = |what: &str| io(format!("raw limits ({what}) in {}", dir.display()));
-    let copy = haar_store::persist::measure_raw_limits(dir, BYTES).map_err(io("copy"))?;
+    let copy = haar_persist::measure_raw_limits(dir, BYTES).map_err(io("copy"))?;
     // write(2) of 1 MiB chunks into a new file, as a store's data file would be written.
     let path = dir.join(format!("haar-raw-write-{}", std::process::id()));
     let chunk = vec![0x5au8; 1 << 20];

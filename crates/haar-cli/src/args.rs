@@ -139,6 +139,10 @@ pub enum Command {
     /// Internal: one worker process of `hammer` or `workflow`.
     #[command(name = "workload-worker", hide = true)]
     WorkloadWorker(crate::commands::workloads::WorkerArgs),
+    /// Internal: man pages and shell completions generated from these definitions, for
+    /// `make install-docs` and packagers.
+    #[command(hide = true)]
+    Generate(GenerateArgs),
 }
 
 /// `haar archive`.
@@ -256,4 +260,30 @@ pub struct ImportFdb5Args {
     /// Print a JSON summary.
     #[arg(long)]
     pub json: bool,
+}
+
+/// `haar generate` (hidden): documentation generated from this grammar, so it cannot drift.
+#[derive(Debug, Args)]
+pub struct GenerateArgs {
+    /// What to generate.
+    #[command(subcommand)]
+    pub what: Generate,
+}
+
+/// What `haar generate` writes.
+#[derive(Debug, Subcommand)]
+pub enum Generate {
+    /// Man pages: `haar.1` and one `haar-SUBCOMMAND.1` per visible subcommand, into DIR
+    /// (created if missing).
+    Man {
+        /// Directory to write the pages into.
+        #[arg(value_name = "DIR")]
+        dir: PathBuf,
+    },
+    /// The completion script for SHELL, on stdout.
+    Completions {
+        /// Shell to complete for.
+        #[arg(value_enum, value_name = "SHELL")]
+        shell: clap_complete::Shell,
+    },
 }

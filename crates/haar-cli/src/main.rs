@@ -1,12 +1,26 @@
 //! `haar`: the one command-line tool. A thin layer over `haar_store::Store`: argument parsing,
 //! output formats and exit codes (0 ok, 1 bad usage or request, 2 data missing, 3 I/O or
-//! corruption).
+//! corruption). A closed stdout (`haar list | head`) is not a failure: the command stops and
+//! haar exits 0 without a message, as Unix tools do.
 
-mod archive;
+/// `println!` for a command's results: returns `Result<(), Failure>` instead of panicking when
+/// stdout cannot be written, so a closed pipe ends the command quietly and any other write
+/// error is exit 3 (see `commands::out_err`).
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::commands::write_stdout(format_args!("{}\n", format_args!($($arg)*)))
+    };
+}
+
+/// `print!` for a command's results; see `outln!`.
+macro_rules! out {
+    ($($arg:tt)*) => {
+        $crate::commands::write_stdout(format_args!($($arg)*))
+    };
+}
+
 mod args;
 mod commands;
-mod guarded_map;
-mod import;
 mod open;
 
 use std::process::ExitCode;
@@ -33,6 +47,14 @@ impl Failure {
         Failure {
             code: 2,
             message: message.into(),
+        }
+    }
+    /// Stdout's reader went away (`haar list | head`): the command stops where it is and haar
+    /// exits 0 without a message, as `cat` or `grep` end under `head`.
+    pub fn output_closed() -> Failure {
+        Failure {
+            code: 0,
+            message: String::new(),
         }
     }
     /// I/O or corruption (exit 3).
@@ -66,11 +88,40 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    // A worker's stdout is its parent's protocol pipe (and its println! goes to stderr): a
+    // worker that loses it must not pass for one that finished, so it keeps the plain panic.
+    if !matches!(cli.command, args::Command::WorkloadWorker(_)) {
+        exit_quietly_when_stdout_closes();
+    }
     match commands::run(cli) {
         Ok(()) => ExitCode::SUCCESS,
+        Err(f) if f.code == 0 => ExitCode::SUCCESS,
         Err(f) => {
             eprintln!("haar: {}", f.message);
             ExitCode::from(f.code)
         }
     }
+}
+
+/// Rust ignores SIGPIPE, so a write to a closed pipe fails with EPIPE and `println!` panics on
+/// it. The commands write through `outln!`, which turns EPIPE into `Failure::output_closed`;
+/// this hook covers the `println!` calls that remain (archive and import summaries, the
+/// workloads and benchmarks): a panic that is exactly "stdout's pipe is closed" ends the
+/// process with exit 0 and no message. Every such print comes after the command's work is
+/// done and flushed, so nothing acknowledged is lost by stopping there.
+fn exit_quietly_when_stdout_closes() {
+    let default = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        if info.payload_as_str().is_some_and(is_closed_stdout_panic) {
+            std::process::exit(0);
+        }
+        default(info)
+    }));
+}
+
+/// Whether a panic message is std's `println!` failing on EPIPE: "failed printing to stdout:
+/// Broken pipe (os error 32)". The errno is matched, not the (localisable) text.
+fn is_closed_stdout_panic(message: &str) -> bool {
+    message.starts_with("failed printing to stdout")
+        && message.ends_with(&format!("(os error {})", libc::EPIPE))
 }

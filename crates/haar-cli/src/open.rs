@@ -47,23 +47,9 @@ pub fn options(cli: &Cli) -> Result<StoreOptions, Failure> {
     Ok(open_options(cli).store_options()?)
 }
 
-/// A store in memory with the configured schema: splits and resolves keys for commands whose
-/// fields go to servers.
-pub fn normaliser(cli: &Cli) -> Result<Store, Failure> {
-    Ok(Store::with_options(
-        std::sync::Arc::new(haar_store::MemoryBackend::new()),
-        options(cli)?,
-    ))
-}
-
 /// Token and TLS trust for connecting to servers.
 pub fn client_config(cli: &Cli) -> Result<haar_net::ClientConfig, Failure> {
     Ok(open_options(cli).client_config()?)
-}
-
-/// The servers of `--servers` (or the configuration's front-end), if any.
-pub fn remote(cli: &Cli) -> Result<Option<Box<dyn FieldStore>>, Failure> {
-    Ok(open_options(cli).remote()?)
 }
 
 /// The servers `--servers` or the configuration's front-end names (for notifications), if any.

@@ -2,7 +2,7 @@
 //! (0 ok, 1 usage/request, 2 missing, 3 I/O or corruption), dry runs, JSON output.
 
 use std::path::Path;
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 fn haar(root: &Path, backend: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_haar"))
@@ -295,6 +295,192 @@ fn corruption_in_the_store_exits_3_naming_the_file() {
         "{}",
         stderr(&o)
     );
+}
+
+/// Runs haar with stdout a pipe whose read end is closed before haar starts, so its first write
+/// to stdout fails with EPIPE every time (a reader that leaves after one line, like `head -1`,
+/// only does so once the output outgrows the 64 KiB pipe buffer).
+fn haar_into_closed_pipe(root: &Path, args: &[&str]) -> Output {
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    Command::new(env!("CARGO_BIN_EXE_haar"))
+        .arg("--root")
+        .arg(root)
+        .args(args)
+        .env_remove("HAAR_CONFIG")
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .expect("run haar")
+}
+
+#[test]
+fn closed_stdout_ends_quietly_with_exit_0() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("store");
+    archive_raw(&root, "posix", tmp.path(), 0, "167", b"GRIB0167777");
+    let field = format!("{DB},type=fc,levtype=sfc,step=0,param=167");
+    for args in [
+        &["list"][..],
+        &["list", "--json"],
+        &["list", "--fdb", "--location"],
+        &["axes"],
+        &["axes", "--json"],
+        &["info"],
+        &["info", "--json"],
+        &["schema"],
+        &["wipe", &field],
+        &["purge", DB],
+        &["retrieve", &field],
+        &["generate", "completions", "bash"],
+    ] {
+        let o = haar_into_closed_pipe(&root, args);
+        assert_eq!(
+            (o.status.code(), stderr(&o).as_str()),
+            (Some(0), ""),
+            "haar {args:?} with stdout closed"
+        );
+    }
+    // archive prints its summary with println! after flushing: it too ends quietly, and the
+    // field it acknowledged by flushing is there.
+    let f = tmp.path().join("six.bin");
+    std::fs::write(&f, b"GRIB6167777").unwrap();
+    let key = format!("{DB},type=fc,levtype=sfc,step=6,param=167");
+    let o = haar_into_closed_pipe(&root, &["archive", "--key", &key, f.to_str().unwrap()]);
+    assert_eq!((o.status.code(), stderr(&o).as_str()), (Some(0), ""));
+    assert_eq!(
+        ok(&haar(&root, "posix", &["list", "step=6"]))
+            .lines()
+            .count(),
+        1
+    );
+    // Any other write error still fails as I/O (exit 3), naming it.
+    let o = Command::new(env!("CARGO_BIN_EXE_haar"))
+        .arg("--root")
+        .arg(&root)
+        .arg("list")
+        .env_remove("HAAR_CONFIG")
+        .stdout(std::fs::File::create("/dev/full").unwrap())
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 3, "{}", stderr(&o));
+    assert!(stderr(&o).contains("cannot write output"), "{}", stderr(&o));
+}
+
+#[test]
+fn retrieve_of_nothing_prints_no_empty_missing_line() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("empty");
+    let out = tmp.path().join("out.bin");
+    // A request naming no keyword on a store holding nothing: the store's one "missing" key is
+    // empty and used to print as a bare `haar: missing:`.
+    let o = haar(
+        &root,
+        "posix",
+        &["retrieve", "retrieve", "-o", out.to_str().unwrap()],
+    );
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.lines().all(|l| l.trim_end() != "haar: missing:"),
+        "{err}"
+    );
+    assert!(err.contains("names no keyword"), "{err}");
+    assert!(err.contains("no field retrieved"), "{err}");
+    assert!(!out.exists());
+    // Accepting an empty result succeeds, still saying why it is empty.
+    let o = haar(
+        &root,
+        "posix",
+        &[
+            "retrieve",
+            "retrieve",
+            "-o",
+            out.to_str().unwrap(),
+            "--allow-missing",
+        ],
+    );
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(stderr(&o).contains("names no keyword"), "{}", stderr(&o));
+    // A request that is not one (the issue's `haar retrieve foo`) is a usage error.
+    let o = haar(
+        &root,
+        "posix",
+        &["retrieve", "foo", "-o", out.to_str().unwrap()],
+    );
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    assert!(!stderr(&o).contains("missing:"), "{}", stderr(&o));
+}
+
+#[test]
+fn info_prints_values_without_json_quoting() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("store");
+    archive_raw(&root, "posix", tmp.path(), 0, "167", b"GRIB0167777");
+    let text = ok(&haar(&root, "posix", &["info"]));
+    assert!(!text.contains('"'), "{text}");
+    assert!(text.contains("  fsync: always\n"), "{text}");
+    assert!(
+        text.contains(&format!("  roots: {}\n", root.display())),
+        "{text}"
+    );
+    let pool = tmp.path().join("pool");
+    let text = ok(&haar(&pool, "pmem", &["info"]));
+    assert!(!text.contains('"'), "{text}");
+    assert!(
+        text.contains(&format!("  pool: {}\n", pool.join("haar.pool").display())),
+        "{text}"
+    );
+    // --json keeps its JSON.
+    let v: serde_json::Value =
+        serde_json::from_str(&ok(&haar(&root, "posix", &["info", "--json"]))).unwrap();
+    assert_eq!(v["backend"]["fsync"], "always");
+}
+
+#[test]
+fn man_pages_and_completions_come_from_the_clap_definitions() {
+    let tmp = tempfile::tempdir().unwrap();
+    let man = tmp.path().join("man1");
+    ok(&haar(
+        tmp.path(),
+        "posix",
+        &["generate", "man", man.to_str().unwrap()],
+    ));
+    let top = std::fs::read_to_string(man.join("haar.1")).unwrap();
+    assert!(
+        top.contains(".TH haar 1"),
+        "not a section 1 man page: {top:.200}"
+    );
+    assert!(top.contains("retrieve"), "{top}");
+    let page = std::fs::read_to_string(man.join("haar-retrieve.1")).unwrap();
+    assert!(page.contains("allow\\-missing"), "{page}");
+    // Internal subcommands get no page.
+    assert!(!man.join("haar-workload-worker.1").exists());
+    assert!(!man.join("haar-generate.1").exists());
+
+    let bash = ok(&haar(
+        tmp.path(),
+        "posix",
+        &["generate", "completions", "bash"],
+    ));
+    assert!(bash.contains("retrieve"), "{bash}");
+    assert!(!bash.contains("workload-worker") && !bash.contains("generate"));
+    let script = tmp.path().join("haar.bash");
+    std::fs::write(&script, &bash).unwrap();
+    let syntax = Command::new("bash")
+        .arg("-n")
+        .arg(&script)
+        .output()
+        .unwrap();
+    assert!(syntax.status.success(), "{}", stderr(&syntax));
+    for shell in ["zsh", "fish"] {
+        let text = ok(&haar(
+            tmp.path(),
+            "posix",
+            &["generate", "completions", shell],
+        ));
+        assert!(text.contains("retrieve"), "{shell}: {text}");
+    }
 }
 
 fn walk(dir: &Path) -> Vec<std::path::PathBuf> {

@@ -722,6 +722,32 @@ pub struct StatsEntry {
     pub problems: Vec<String>,
 }
 
+impl From<haar_store::DbStats> for StatsEntry {
+    fn from(s: haar_store::DbStats) -> Self {
+        StatsEntry {
+            db: s.db,
+            fields: s.fields,
+            bytes: s.bytes,
+            dead_fields: s.dead_fields,
+            dead_bytes: s.dead_bytes,
+            problems: s.problems,
+        }
+    }
+}
+
+impl From<StatsEntry> for haar_store::DbStats {
+    fn from(s: StatsEntry) -> Self {
+        haar_store::DbStats {
+            db: s.db,
+            fields: s.fields,
+            bytes: s.bytes,
+            dead_fields: s.dead_fields,
+            dead_bytes: s.dead_bytes,
+            problems: s.problems,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

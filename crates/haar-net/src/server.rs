@@ -695,14 +695,7 @@ impl Session {
                     .stats(&req)
                     .map_err(e)?
                     .into_iter()
-                    .map(|s| StatsEntry {
-                        db: s.db,
-                        fields: s.fields,
-                        bytes: s.bytes,
-                        dead_fields: s.dead_fields,
-                        dead_bytes: s.dead_bytes,
-                        problems: s.problems,
-                    })
+                    .map(StatsEntry::from)
                     .collect();
                 self.end(id, json!({ "databases": dbs }))
             }

@@ -1,6 +1,6 @@
 //! A/B of the archive copy: `copy_nt` then `crc32c` (two passes) against `copy_nt_crc32c`
 //! (one), interleaved so host noise hits both alike. Prints GB/s per field size.
-use haar_store::persist::{PersistMode, PoolMapping, copy_nt, copy_nt_crc32c, sfence};
+use haar_persist::{PersistMode, PoolMapping, copy_nt, copy_nt_crc32c, sfence};
 use std::time::Instant;
 
 fn main() {

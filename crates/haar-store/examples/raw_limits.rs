@@ -10,7 +10,7 @@
 
 use std::path::PathBuf;
 
-use haar_store::persist::{CpuFeatures, measure_raw_limits};
+use haar_persist::{CpuFeatures, measure_raw_limits};
 
 fn main() -> std::io::Result<()> {
     let mut args = std::env::args().skip(1);

@@ -16,7 +16,6 @@ pub mod fault;
 pub mod format;
 pub mod frontend;
 pub mod memory;
-pub mod persist;
 pub mod pmem;
 pub mod posix;
 pub mod store;

@@ -168,7 +168,7 @@ impl Default for StoreOptions {
 /// let req = Request::parse("class=od,expver=1,stream=oper,date=20261121,time=12,\
 ///                           type=fc,levtype=sfc,step=0,param=167").unwrap();
 /// let mut got = Vec::new();
-/// let report = store.retrieve(&req, |_, bytes| { got.extend_from_slice(bytes); Ok(()) }).unwrap();
+/// let report = store.retrieve(&req, |_, bytes, _crc| { got.extend_from_slice(bytes); Ok(()) }).unwrap();
 /// assert_eq!(report.found, 1);
 /// assert_eq!(got, b"GRIB...7777");
 /// ```
@@ -488,19 +488,16 @@ impl Store {
         let mut report = RetrieveReport::default();
         let mut buf = Vec::new();
         for key in keys {
-            if let Ok(split) = self.opts.schema.split(key, &self.opts.context)
-                && let Some((bytes, crc)) = self.fetch(
-                    &split.db,
-                    &split.index,
-                    &split.datum,
-                    std::mem::take(&mut buf),
-                )?
-            {
-                report.found += 1;
-                report.bytes += bytes.len() as u64;
-                sink(&split.full(), &bytes, crc)?;
-                buf = bytes.into_buffer();
-                continue;
+            if let Ok(split) = self.opts.schema.split(key, &self.opts.context) {
+                if self.deliver(&split, &mut buf, &mut report, &mut sink)? {
+                    continue;
+                }
+                // The key names every keyword of its rule, so no other field can agree with
+                // it: the miss is final (and cheap, for pollers).
+                if split.full().iter().all(|(k, _)| key.get(k).is_some()) {
+                    report.missing.push(key.clone());
+                    continue;
+                }
             }
             let r = self.retrieve(&crate::frontend::single_key_request(key), &mut sink)?;
             report.found += r.found;
@@ -513,6 +510,26 @@ impl Store {
         report.problems.sort();
         report.problems.dedup();
         Ok(report)
+    }
+
+    /// Hands the field of a split key to `sink` if it is flushed (counting it in `report`);
+    /// `buf` is the scratch buffer passed from read to read.
+    fn deliver(
+        &self,
+        split: &SplitKey,
+        buf: &mut Vec<u8>,
+        report: &mut RetrieveReport,
+        sink: &mut impl FnMut(&Key, &[u8], u32) -> Result<()>,
+    ) -> Result<bool> {
+        let scratch = std::mem::take(buf);
+        let Some((bytes, crc)) = self.fetch(&split.db, &split.index, &split.datum, scratch)? else {
+            return Ok(false);
+        };
+        report.found += 1;
+        report.bytes += bytes.len() as u64;
+        sink(&split.full(), &bytes, crc)?;
+        *buf = bytes.into_buffer();
+        Ok(true)
     }
 
     /// The verified bytes of one field of a split key (lent where the backend can) and their
@@ -568,17 +585,8 @@ impl Store {
         for key in resolved.expand() {
             // Fast path: the combination is a complete key of a schema rule.
             if let Ok(split) = self.opts.schema.split(&key, &self.opts.context)
-                && let Some((bytes, crc)) = self.fetch(
-                    &split.db,
-                    &split.index,
-                    &split.datum,
-                    std::mem::take(&mut buf),
-                )?
+                && self.deliver(&split, &mut buf, &mut report, &mut sink)?
             {
-                report.found += 1;
-                report.bytes += bytes.len() as u64;
-                sink(&split.full(), &bytes, crc)?;
-                buf = bytes.into_buffer();
                 continue;
             }
             // Partial key: every stored field that agrees with it, in key order.

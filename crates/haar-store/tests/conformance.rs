@@ -80,7 +80,7 @@ fn pmem_backend_cpu_cache_mode_conforms() {
     let root = nested_root(dir.path());
     conformance::run_all(&|| {
         let opts = PmemOptions {
-            force_mode: Some(haar_store::persist::PersistMode::CpuCache),
+            force_mode: Some(haar_persist::PersistMode::CpuCache),
             ..pmem_opts()
         };
         Arc::new(PmemBackend::open(&root, opts).unwrap()) as Arc<dyn Backend>

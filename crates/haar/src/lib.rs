@@ -4,6 +4,10 @@
 //! - [`open`]: one configuration (a file, a YAML string or the defaults, plus overrides) opens
 //!   any store — a local [`Store`], one remote server, `dist` over several, `select` by key
 //!   pattern — as a [`FieldStore`].
+//! - [`ingest`]: GRIB files, buffers and streams archived into any [`FieldStore`], keyed in
+//!   parallel, an input with a fault archiving nothing.
+//! - [`import`]: an FDB5 database imported into any [`FieldStore`] through FDB5's own tools,
+//!   every field verified.
 //!
 //! Every operation goes through [`FieldStore`], whose contract is written on each method in
 //! `haar_store::frontend`. Byte layouts and the durability contract are in `docs/design.md`.
@@ -28,6 +32,8 @@
 
 #![warn(missing_docs)]
 
+pub mod import;
+pub mod ingest;
 pub mod open;
 
 pub use haar_store::{

@@ -250,10 +250,9 @@ impl OpenOptions {
                     self.replicas
                 )));
             }
-            return Ok(Some(Box::new(haar_net::RemoteStore::connect(
-                &servers[0],
-                &cfg,
-            )?)));
+            // Keys are split (checked, filtered) with the configured schema, as through dist.
+            let remote = haar_net::RemoteStore::connect(&servers[0], &cfg)?;
+            return Ok(Some(Box::new(remote.with_options(self.store_options()?))));
         }
         let opts = self.store_options()?;
         let mut lanes: Vec<(String, Box<dyn FieldStore>)> = Vec::new();

@@ -353,8 +353,7 @@ fn run_in(a: &Options, dir: &Path) -> Result<(), Error> {
     // 1. Raw limits on the same device, in the same run.
     let raw_bytes = if a.quick { 256 << 20 } else { 1 << 30 };
     let pb = crate::progress::bar(1, "raw copy limits", false);
-    let raw =
-        haar_store::persist::measure_raw_limits(dir, raw_bytes).map_err(io("bench: raw limits"))?;
+    let raw = haar_persist::measure_raw_limits(dir, raw_bytes).map_err(io("bench: raw limits"))?;
     pb.finish_and_clear();
 
     let mut results = Vec::new();

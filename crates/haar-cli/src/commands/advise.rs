@@ -97,7 +97,7 @@ pub fn run(_cli: &Cli, a: &AdviseArgs) -> Result<(), Failure> {
             "advice": advice,
             "probe": probe,
         });
-        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+        outln!("{}", serde_json::to_string_pretty(&v).expect("json"))?;
         return Ok(());
     }
     let mut out = String::new();
@@ -110,7 +110,7 @@ pub fn run(_cli: &Cli, a: &AdviseArgs) -> Result<(), Failure> {
         }
         out.push_str(&format_advice(adv));
     }
-    print!("{out}");
+    out!("{out}")?;
     Ok(())
 }
 

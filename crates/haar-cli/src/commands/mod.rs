@@ -4,6 +4,8 @@ pub mod net;
 pub mod workloads;
 
 pub mod advise;
+pub mod archive;
+pub mod import;
 pub mod stream;
 
 use std::io::{IsTerminal, Write};
@@ -13,14 +15,15 @@ use serde_json::json;
 
 use crate::Failure;
 use crate::args::{
-    AxesArgs, Cli, Command, InfoArgs, ListArgs, ModifyArgs, RetrieveArgs, SchemaArgs,
+    AxesArgs, Cli, Command, Generate, GenerateArgs, InfoArgs, ListArgs, ModifyArgs, RetrieveArgs,
+    SchemaArgs,
 };
 use crate::open;
 
 /// Runs the parsed command line.
 pub fn run(cli: Cli) -> Result<(), Failure> {
     match &cli.command {
-        Command::Archive(a) => crate::archive::run(&cli, a),
+        Command::Archive(a) => archive::run(&cli, a),
         Command::List(a) => list(&cli, a),
         Command::Retrieve(a) => retrieve(&cli, a),
         Command::Axes(a) => axes(&cli, a),
@@ -29,7 +32,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Info(a) => info(&cli, a),
         Command::Schema(a) => schema(&cli, a),
         Command::Bench(a) => workloads::bench(&cli, a),
-        Command::ImportFdb5(a) => crate::import::run(&cli, a),
+        Command::ImportFdb5(a) => import::run(&cli, a),
         Command::Serve(a) => net::serve(&cli, a),
         Command::Watch(a) => net::watch(&cli, a),
         Command::Wait(a) => net::wait(&cli, a),
@@ -39,6 +42,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Hammer(a) => workloads::hammer(&cli, a),
         Command::Workflow(a) => workloads::workflow(&cli, a),
         Command::WorkloadWorker(a) => workloads::worker(&cli, a),
+        Command::Generate(a) => generate(a),
     }
 }
 
@@ -50,8 +54,36 @@ fn key_json(k: &Key) -> serde_json::Value {
     )
 }
 
-fn out_err(e: std::io::Error) -> Failure {
-    Failure::io(format!("cannot write output: {e}"))
+/// A failed write to stdout: a closed pipe (the reader, e.g. `head`, has all it wants) ends the
+/// command quietly with exit 0; anything else (a full disk behind a redirection) is exit 3.
+pub(crate) fn out_err(e: std::io::Error) -> Failure {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        Failure::output_closed()
+    } else {
+        Failure::io(format!("cannot write output: {e}"))
+    }
+}
+
+/// What `outln!` and `out!` call: one formatted write to stdout, errors through `out_err`.
+pub(crate) fn write_stdout(args: std::fmt::Arguments<'_>) -> Result<(), Failure> {
+    std::io::stdout().write_fmt(args).map_err(out_err)
+}
+
+/// A JSON value as a person reads it in `haar info`: strings and paths bare, lists joined by
+/// commas, maps as `key=value`, null as `none` (`--json` keeps the JSON).
+fn plain(v: &serde_json::Value) -> String {
+    use serde_json::Value;
+    match v {
+        Value::String(s) => s.clone(),
+        Value::Null => "none".into(),
+        Value::Array(items) => items.iter().map(plain).collect::<Vec<_>>().join(", "),
+        Value::Object(map) => map
+            .iter()
+            .map(|(k, v)| format!("{k}={}", plain(v)))
+            .collect::<Vec<_>>()
+            .join(", "),
+        Value::Bool(_) | Value::Number(_) => v.to_string(),
+    }
 }
 
 fn list(cli: &Cli, a: &ListArgs) -> Result<(), Failure> {
@@ -139,12 +171,21 @@ fn retrieve(cli: &Cli, a: &RetrieveArgs) -> Result<(), Failure> {
     let mut missing = Vec::new();
     let mut found = 0;
     let mut bytes = 0;
+    // Set when stdout's reader went away mid-field: the store reports the write as an I/O
+    // error, but haar then ends quietly (`out_err`).
+    let mut output_closed = false;
     let result = (|| -> Result<(), Failure> {
         for req in &reqs {
             let rep = store.retrieve(req, &mut |_, data, _| {
-                sink.write_all(data)
-                    .map_err(|e| haar_store::Error::io("write", "output", e))
-            })?;
+                sink.write_all(data).map_err(|e| {
+                    output_closed |= e.kind() == std::io::ErrorKind::BrokenPipe;
+                    haar_store::Error::io("write", "output", e)
+                })
+            });
+            let rep = match rep {
+                Err(_) if output_closed => return Err(Failure::output_closed()),
+                rep => rep?,
+            };
             found += rep.found;
             bytes += rep.bytes;
             missing.extend(rep.missing);
@@ -183,24 +224,36 @@ fn retrieve(cli: &Cli, a: &RetrieveArgs) -> Result<(), Failure> {
             })?;
         }
     }
-    if !missing.is_empty() {
-        for m in missing.iter().take(20) {
-            eprintln!("haar: missing: {m}");
-        }
-        if missing.len() > 20 {
-            eprintln!("haar: … and {} more missing", missing.len() - 20);
-        }
-        if refuse {
-            return Err(Failure::missing(format!(
-                "{} requested field(s) missing{} (use --allow-missing to accept a partial result)",
-                missing.len(),
-                if a.output.is_some() {
-                    "; no output file written"
-                } else {
-                    ""
-                }
-            )));
-        }
+    // A request naming no keyword asks for every field; with none in the store the store
+    // reports one empty key as missing, which would print as a bare `missing:`.
+    let (unnamed, named): (Vec<&Key>, Vec<&Key>) = missing.iter().partition(|k| k.is_empty());
+    if !unnamed.is_empty() {
+        eprintln!(
+            "haar: nothing to retrieve: the request names no keyword and the store holds no \
+             flushed field (check --root or --config; `haar list` shows what is there)"
+        );
+    }
+    for m in named.iter().take(20) {
+        eprintln!("haar: missing: {m}");
+    }
+    if named.len() > 20 {
+        eprintln!("haar: … and {} more missing", named.len() - 20);
+    }
+    if refuse {
+        let no_file = if a.output.is_some() {
+            "; no output file written"
+        } else {
+            ""
+        };
+        return Err(Failure::missing(if named.is_empty() {
+            format!("no field retrieved{no_file} (use --allow-missing to accept an empty result)")
+        } else {
+            format!(
+                "{} requested field(s) missing{no_file} (use --allow-missing to accept a partial \
+                 result)",
+                named.len()
+            )
+        }));
     }
     Ok(())
 }
@@ -214,13 +267,13 @@ fn axes(cli: &Cli, a: &AxesArgs) -> Result<(), Failure> {
         }
     }
     if a.json {
-        println!(
+        outln!(
             "{}",
             serde_json::to_string_pretty(&all).expect("strings serialise")
-        );
+        )?;
     } else {
         for (k, v) in &all {
-            println!("{k}: {}", v.iter().cloned().collect::<Vec<_>>().join(", "));
+            outln!("{k}: {}", v.iter().cloned().collect::<Vec<_>>().join(", "))?;
         }
     }
     Ok(())
@@ -231,16 +284,16 @@ fn wipe(cli: &Cli, a: &ModifyArgs) -> Result<(), Failure> {
     for req in open::requests(Some(&a.request))? {
         let rep = store.wipe(&req, a.doit)?;
         if a.json {
-            println!("{}", json!({"doit": a.doit, "report": rep}));
+            outln!("{}", json!({"doit": a.doit, "report": rep}))?;
             continue;
         }
         let verb = if a.doit { "wiped" } else { "would wipe" };
         for db in &rep.databases {
-            println!("{verb} database {db}");
+            outln!("{verb} database {db}")?;
         }
-        println!("{verb} {} field(s), {} bytes", rep.fields, rep.bytes);
+        outln!("{verb} {} field(s), {} bytes", rep.fields, rep.bytes)?;
         if !a.doit {
-            println!("(dry run: add --doit to wipe)");
+            outln!("(dry run: add --doit to wipe)")?;
         }
     }
     Ok(())
@@ -251,16 +304,19 @@ fn purge(cli: &Cli, a: &ModifyArgs) -> Result<(), Failure> {
     for req in open::requests(Some(&a.request))? {
         let rep = store.purge(&req, a.doit)?;
         if a.json {
-            println!("{}", json!({"doit": a.doit, "report": rep}));
+            outln!("{}", json!({"doit": a.doit, "report": rep}))?;
             continue;
         }
         let verb = if a.doit { "dropped" } else { "would drop" };
-        println!(
+        outln!(
             "{verb} {} masked or wiped field(s) ({} bytes) in {} database(s); freed {} bytes",
-            rep.dropped_fields, rep.dropped_bytes, rep.databases, rep.freed_bytes
-        );
+            rep.dropped_fields,
+            rep.dropped_bytes,
+            rep.databases,
+            rep.freed_bytes
+        )?;
         if !a.doit {
-            println!("(dry run: add --doit to purge)");
+            outln!("(dry run: add --doit to purge)")?;
         }
     }
     Ok(())
@@ -291,38 +347,41 @@ fn info(cli: &Cli, a: &InfoArgs) -> Result<(), Failure> {
         "eccodes": haar_grib::eccodes_version(),
     });
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
-        return Ok(());
+        return outln!("{}", serde_json::to_string_pretty(&v).expect("json"));
     }
-    println!(
+    outln!(
         "haar {}  (ecCodes {})",
         env!("CARGO_PKG_VERSION"),
         haar_grib::eccodes_version()
-    );
-    println!("backend: {}", store.backend().describe());
+    )?;
+    outln!("backend: {}", store.backend().describe())?;
     for (k, val) in backend.as_object().into_iter().flatten() {
         if k != "backend" {
-            println!("  {k}: {val}");
+            outln!("  {k}: {}", plain(val))?;
         }
     }
-    println!(
+    outln!(
         "schema: {}",
         cfg.schema
             .as_ref()
             .map(|p| p.display().to_string())
             .unwrap_or_else(|| "built-in".into())
-    );
-    println!(
+    )?;
+    outln!(
         "databases: {}  fields: {total_fields}  bytes: {total_bytes}  dead bytes: {dead_bytes}",
         dbs.len()
-    );
+    )?;
     for d in &dbs {
-        println!(
+        outln!(
             "  {}: {} field(s), {} bytes; {} dead ({} bytes)",
-            d.db, d.fields, d.bytes, d.dead_fields, d.dead_bytes
-        );
+            d.db,
+            d.fields,
+            d.bytes,
+            d.dead_fields,
+            d.dead_bytes
+        )?;
         for p in &d.problems {
-            println!("    problem: {p}");
+            outln!("    problem: {p}")?;
         }
     }
     Ok(())
@@ -331,7 +390,7 @@ fn info(cli: &Cli, a: &InfoArgs) -> Result<(), Failure> {
 fn schema(cli: &Cli, a: &SchemaArgs) -> Result<(), Failure> {
     if let Some(path) = &a.check {
         let s = open::load_schema(path)?;
-        println!("{}: ok ({} keywords)", path.display(), s.keywords().len());
+        outln!("{}: ok ({} keywords)", path.display(), s.keywords().len())?;
         return Ok(());
     }
     let cfg = open::config(cli)?;
@@ -340,9 +399,43 @@ fn schema(cli: &Cli, a: &SchemaArgs) -> Result<(), Failure> {
             let text = std::fs::read_to_string(path).map_err(|e| {
                 Failure::usage(format!("cannot read schema {}: {e}", path.display()))
             })?;
-            print!("{text}");
+            out!("{text}")?;
         }
-        None => print!("{}", haar_core::schema::BUILTIN_SCHEMA),
+        None => out!("{}", haar_core::schema::BUILTIN_SCHEMA)?,
     }
     Ok(())
+}
+
+/// `haar generate`: man pages or a completion script from the same clap definitions that parse
+/// the command line (clap_mangen, clap_complete), so the installed docs match the binary.
+fn generate(a: &GenerateArgs) -> Result<(), Failure> {
+    use clap::CommandFactory;
+    match &a.what {
+        Generate::Man { dir } => {
+            let cannot = |e: std::io::Error| {
+                Failure::io(format!("cannot write man pages to {}: {e}", dir.display()))
+            };
+            std::fs::create_dir_all(dir).map_err(cannot)?;
+            // Skips hidden subcommands (workload-worker, generate) itself.
+            clap_mangen::generate_to(Cli::command(), dir).map_err(cannot)
+        }
+        Generate::Completions { shell } => {
+            // clap_complete panics on a failed write: generate in memory, then write.
+            let mut script = Vec::new();
+            clap_complete::generate(*shell, &mut completion_command(), "haar", &mut script);
+            std::io::stdout().write_all(&script).map_err(out_err)
+        }
+    }
+}
+
+/// The command line as completions offer it. clap_complete walks hidden subcommands too
+/// (clap issue 1335) and clap has no way to remove one, so the root is re-assembled from
+/// `Cli`'s own arguments and its visible subcommands: nothing of the grammar is restated.
+fn completion_command() -> clap::Command {
+    use clap::CommandFactory;
+    let full = Cli::command();
+    clap::Command::new("haar")
+        .version(env!("CARGO_PKG_VERSION"))
+        .args(full.get_arguments().cloned())
+        .subcommands(full.get_subcommands().filter(|s| !s.is_hide_set()).cloned())
 }

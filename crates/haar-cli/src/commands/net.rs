@@ -156,7 +156,7 @@ pub fn watch(cli: &Cli, a: &WatchArgs) -> Result<(), Failure> {
         // Flushed per line: consumers act on each event as it arrives.
         writeln!(out, "{line}")
             .and_then(|_| out.flush())
-            .map_err(|e| Failure::io(format!("cannot write output: {e}")))?;
+            .map_err(super::out_err)?;
     }
     Ok(())
 }
@@ -202,19 +202,23 @@ pub fn info(cli: &Cli, a: &InfoArgs) -> Result<(), Failure> {
     }
     if a.json {
         let v = json!({"version": env!("CARGO_PKG_VERSION"), "frontend": store.describe(), "databases": dbs});
-        println!("{}", serde_json::to_string_pretty(&v).expect("json"));
+        outln!("{}", serde_json::to_string_pretty(&v).expect("json"))?;
         return Ok(());
     }
-    println!("haar {}", env!("CARGO_PKG_VERSION"));
-    println!("front-end: {}", store.describe());
-    println!("databases: {}", dbs.len());
+    outln!("haar {}", env!("CARGO_PKG_VERSION"))?;
+    outln!("front-end: {}", store.describe())?;
+    outln!("databases: {}", dbs.len())?;
     for d in &dbs {
-        println!(
+        outln!(
             "  {}: {} field(s), {} bytes; {} dead ({} bytes)",
-            d.db, d.fields, d.bytes, d.dead_fields, d.dead_bytes
-        );
+            d.db,
+            d.fields,
+            d.bytes,
+            d.dead_fields,
+            d.dead_bytes
+        )?;
         for p in &d.problems {
-            println!("    problem: {p}");
+            outln!("    problem: {p}")?;
         }
     }
     Ok(())
@@ -246,12 +250,12 @@ pub fn cluster(cli: &Cli, _a: &ClusterArgs) -> Result<(), Failure> {
     std::fs::write(&config_path, &config)
         .map_err(|e| Failure::io(format!("cannot write {}: {e}", config_path.display())))?;
     let token_file = servers.token_file.display();
-    println!("servers: {list}");
-    println!("token file: {token_file}");
-    println!("config: {}", config_path.display());
-    println!("try: haar --servers {list} --token-file {token_file} list");
-    print!("{config}");
-    println!("(close stdin or press Ctrl-C to stop the cluster)");
+    outln!("servers: {list}")?;
+    outln!("token file: {token_file}")?;
+    outln!("config: {}", config_path.display())?;
+    outln!("try: haar --servers {list} --token-file {token_file} list")?;
+    out!("{config}")?;
+    outln!("(close stdin or press Ctrl-C to stop the cluster)")?;
     std::io::stdout().flush().ok();
     // Runs until stdin closes; Ctrl-C reaches the servers too (same process group), and a
     // killed `haar cluster` takes them down through PR_SET_PDEATHSIG.

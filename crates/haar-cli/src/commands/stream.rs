@@ -133,9 +133,9 @@ pub fn run(_cli: &Cli, a: &StreamArgs) -> Result<(), Failure> {
     });
     save(a, &value)?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&value).expect("json"));
+        outln!("{}", serde_json::to_string_pretty(&value).expect("json"))?;
     } else {
-        print_report(&report, llc_total);
+        print_report(&report, llc_total)?;
     }
     Ok(())
 }
@@ -175,32 +175,32 @@ fn where_text(r: &Report) -> String {
     }
 }
 
-fn print_report(r: &Report, llc_total: u64) {
+fn print_report(r: &Report, llc_total: u64) -> Result<(), Failure> {
     let what = match r.workers {
         Workers::Threads => "threads",
         Workers::Processes => "processes",
     };
     let cpus: Vec<String> = r.cpus.iter().map(|c| c.to_string()).collect();
-    println!(
+    outln!(
         "haar stream: {} {what} pinned to CPUs {}; {}",
         r.cpus.len(),
         cpus.join(","),
         where_text(r)
-    );
-    println!(
+    )?;
+    outln!(
         "Array size = {} elements, {} per array, {} in total",
         r.elements,
         machine::human(r.bytes_per_array),
         machine::human(r.total_bytes)
-    );
+    )?;
     if r.bytes_per_array < 4 * llc_total {
-        println!(
+        outln!(
             "WARNING: arrays are smaller than 4 x the last-level caches ({}): figures include \
              cache effects",
             machine::human(4 * llc_total)
-        );
+        )?;
     }
-    println!(
+    outln!(
         "Each kernel was run {} times; the first is not counted{}.",
         r.ntimes,
         if r.inner_reps > 1 {
@@ -208,8 +208,8 @@ fn print_report(r: &Report, llc_total: u64) {
         } else {
             String::new()
         }
-    );
-    println!(
+    )?;
+    outln!(
         "{:<10}{:>16}{:>14}{:>14}{:>12}{:>12}{:>12}",
         "Function",
         "Best Rate MB/s",
@@ -218,10 +218,10 @@ fn print_report(r: &Report, llc_total: u64) {
         "Avg time",
         "Min time",
         "Max time"
-    );
+    )?;
     for k in &r.kernels {
         let name = format!("{}:", capitalise(k.kernel.name()));
-        println!(
+        outln!(
             "{:<10}{:>16.1}{:>14.1}{:>14.1}{:>12.6}{:>12.6}{:>12.6}",
             name,
             k.best_rate_mb_s,
@@ -230,9 +230,9 @@ fn print_report(r: &Report, llc_total: u64) {
             k.avg_time_s,
             k.min_time_s,
             k.max_time_s
-        );
+        )?;
     }
-    println!("{}", capitalise(&r.validation));
+    outln!("{}", capitalise(&r.validation))
 }
 
 fn capitalise(s: &str) -> String {
@@ -266,17 +266,23 @@ fn sweep(a: &StreamArgs, base: Config, llc_total: u64, llc_level: u32) -> Result
     stream::preflight(&largest).map_err(failure)?;
     let mut reports = Vec::new();
     if !a.json {
-        println!(
+        outln!(
             "haar stream --sweep: {} sizes from {} to {} per array, {} workers; best rate MB/s",
             sizes.len(),
             machine::human(min_bytes),
             machine::human(max_bytes),
             base.cpus.len()
-        );
-        println!(
+        )?;
+        outln!(
             "{:>12}{:>12}{:>8}{:>12}{:>12}{:>12}{:>12}",
-            "per array", "total", "passes", "copy", "scale", "add", "triad"
-        );
+            "per array",
+            "total",
+            "passes",
+            "copy",
+            "scale",
+            "add",
+            "triad"
+        )?;
     }
     for elements in sizes {
         let cfg = Config {
@@ -286,7 +292,7 @@ fn sweep(a: &StreamArgs, base: Config, llc_total: u64, llc_level: u32) -> Result
         };
         let r = stream::run(&cfg).map_err(failure)?;
         if !a.json {
-            println!(
+            outln!(
                 "{:>12}{:>12}{:>8}{:>12.0}{:>12.0}{:>12.0}{:>12.0}",
                 machine::human(r.bytes_per_array),
                 machine::human(r.total_bytes),
@@ -295,7 +301,7 @@ fn sweep(a: &StreamArgs, base: Config, llc_total: u64, llc_level: u32) -> Result
                 r.kernel(Kernel::Scale).best_rate_mb_s,
                 r.kernel(Kernel::Add).best_rate_mb_s,
                 r.kernel(Kernel::Triad).best_rate_mb_s
-            );
+            )?;
         }
         reports.push(r);
     }
@@ -358,13 +364,13 @@ fn sweep(a: &StreamArgs, base: Config, llc_total: u64, llc_level: u32) -> Result
     });
     save(a, &value)?;
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&value).expect("json"));
+        outln!("{}", serde_json::to_string_pretty(&value).expect("json"))?;
     } else {
-        println!(
+        outln!(
             "{}; plot saved to {}",
             capitalise(&first.validation),
             a.plot.display()
-        );
+        )?;
     }
     Ok(())
 }

@@ -1,0 +1,75 @@
+//! `haar import-fdb5`: its arguments as `haar::import::ImportOptions`, the report printed, and
+//! the exit code (1 FDB5 tools or database not usable, 2 nothing listed, 3 a field failed).
+
+use haar::import::{self, Fdb5Source, ImportError, ImportOptions};
+
+use crate::Failure;
+use crate::args::{Cli, ImportFdb5Args};
+use crate::open;
+
+/// Runs `haar import-fdb5`.
+pub fn run(cli: &Cli, a: &ImportFdb5Args) -> Result<(), Failure> {
+    let source = match (&a.fdb_config, &a.fdb_root) {
+        (Some(c), _) => Fdb5Source::Config(c.clone()),
+        (None, Some(root)) => Fdb5Source::Root {
+            root: root.clone(),
+            schema: a.fdb_schema.clone(),
+        },
+        (None, None) => {
+            return Err(Failure::usage(
+                "give the FDB5 database with --fdb-config FILE or --fdb-root DIR",
+            ));
+        }
+    };
+    let opts = ImportOptions {
+        source,
+        request: a.request.clone(),
+        raw: a.raw,
+        batch: a.batch,
+    };
+    let mut store = open::open_options(cli).local()?;
+    let r = import::import_fdb5(&mut store, &opts).map_err(failure)?;
+    if a.json {
+        // Through a JSON value: its keys come out sorted, as they always have.
+        println!("{}", serde_json::to_value(&r).expect("a report serialises"));
+    } else {
+        let p = &r.phases;
+        println!(
+            "imported and verified {} of {} field(s), {:.1} MiB in {:.2} s \
+             (fdb-list {:.2} s, fdb-read {:.2} s, archive+flush {:.2} s, verify {:.2} s)",
+            r.fields,
+            r.listed,
+            r.bytes as f64 / 1048576.0,
+            r.seconds,
+            p.list,
+            p.fdb_read,
+            p.archive_flush,
+            p.verify
+        );
+    }
+    if !r.failed.is_empty() {
+        for f in r.failed.iter().take(20) {
+            eprintln!("haar: import failed: {f}");
+        }
+        if r.failed.len() > 20 {
+            eprintln!("haar: … and {} more", r.failed.len() - 20);
+        }
+        return Err(Failure::io(format!(
+            "{} field(s) failed to import or verify; the {} verified field(s) are flushed",
+            r.failed.len(),
+            r.fields
+        )));
+    }
+    Ok(())
+}
+
+fn failure(e: ImportError) -> Failure {
+    match e {
+        ImportError::Store(e) => e.into(),
+        e @ (ImportError::ToolMissing { .. } | ImportError::BadSource { .. }) => {
+            Failure::usage(e.to_string())
+        }
+        e @ ImportError::NothingListed { .. } => Failure::missing(e.to_string()),
+        e => Failure::io(e.to_string()),
+    }
+}

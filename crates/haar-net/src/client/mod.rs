@@ -1,0 +1,95 @@
+//! The client side: [`RemoteStore`] (the `remote` front-end, one server), WATCH streams, and
+//! [`wait`], the "step complete" trigger over one or more servers.
+//!
+//! Owns connections and their failure handling; routing over several servers belongs to
+//! `haar_store::dist`, which composes `RemoteStore`s as lanes. One module per concern:
+//! `session` (connect, handshake, liveness), `retry` (when a failed request is sent again),
+//! `remote` (the `FieldStore` over one server, request/reply framing), `local` (same-host
+//! reads, a wrapper that serves retrieves from the server's own store) and `watch` (WATCH
+//! streams and `wait`).
+
+mod local;
+mod remote;
+mod retry;
+mod session;
+mod watch;
+
+use std::io;
+use std::sync::Arc;
+use std::time::Duration;
+
+use haar_store::Error;
+
+use crate::auth;
+use crate::protocol::{ErrorMeta, WireError};
+
+pub use remote::RemoteStore;
+pub use watch::{WaitOutcome, Watch, WatchAll, wait};
+
+/// How a client reaches servers.
+#[derive(Clone)]
+pub struct ClientConfig {
+    /// The shared secret (`HAAR_TOKEN` / `--token-file`).
+    pub token: Option<String>,
+    /// TLS 1.3 when set (the servers must have certificates this trusts).
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// Time allowed for TCP connect and for the handshake.
+    pub connect_timeout: Duration,
+    /// Serve retrieves from the server's own store when it is on this machine and offers it
+    /// (design §8, same-host reads); `HAAR_LOCAL_READS=0` turns the default off.
+    pub local_reads: bool,
+}
+
+impl Default for ClientConfig {
+    fn default() -> Self {
+        ClientConfig {
+            token: None,
+            tls: None,
+            connect_timeout: Duration::from_secs(5),
+            local_reads: std::env::var_os("HAAR_LOCAL_READS").is_none_or(|v| v != "0"),
+        }
+    }
+}
+
+impl ClientConfig {
+    /// Token from `$HAAR_TOKEN`, no TLS.
+    pub fn from_env() -> std::result::Result<ClientConfig, String> {
+        Ok(ClientConfig {
+            token: auth::load_token(None)?,
+            ..ClientConfig::default()
+        })
+    }
+}
+
+pub(crate) fn io_error(op: &'static str, addr: &str, e: impl std::fmt::Display) -> Error {
+    Error::Io {
+        op,
+        path: addr.into(),
+        source: io::Error::other(e.to_string()),
+    }
+}
+
+pub(crate) fn wire_error(addr: &str, e: WireError) -> Error {
+    match e {
+        WireError::Closed => io_error(
+            "connection to",
+            addr,
+            "closed by the server (did it stop or restart? check its log)",
+        ),
+        e => io_error("connection to", addr, e),
+    }
+}
+
+/// A server's ERROR as a store error: server-side I/O failures stay `Io` (a dist front-end
+/// fails over on them), everything else is `Remote` with the server's exit code.
+pub(crate) fn remote_error(addr: &str, m: ErrorMeta) -> Error {
+    if m.exit_code == 3 {
+        io_error("server", addr, m.message)
+    } else {
+        Error::Remote {
+            server: addr.into(),
+            message: m.message,
+            exit_code: m.exit_code,
+        }
+    }
+}

@@ -1,0 +1,487 @@
+//! [`RemoteStore`]: the `FieldStore` over one server. Owns request/reply framing on a session,
+//! pipelined archives and the loss accounting of a failed connection; asks [`super::retry`]
+//! whether a failed request may be sent again.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{BTreeMap, BTreeSet};
+use std::io;
+use std::time::Duration;
+
+use haar_core::Key;
+use haar_core::request::Request;
+use haar_core::schema::SplitKey;
+use haar_store::{
+    DbStats, Error, Field, FieldStore, PurgeReport, Result, RetrieveReport, Sink, StoreOptions,
+    WipeReport,
+};
+use serde::de::DeserializeOwned;
+
+use super::local::{LocalStore, open_offer};
+use super::retry::{Failed, may_retry};
+use super::session::{Session, connect};
+use super::watch::{WaitOutcome, Watch, wait};
+use super::{ClientConfig, io_error, remote_error, wire_error};
+use crate::protocol::{
+    self, Access, ErrorMeta, FieldMeta, Frame, Kind, Limits, ListedField, PurgeEnd, RequestMeta,
+    RetrieveEnd, StatsEntry, WipeEnd, WireError, to_meta,
+};
+
+/// The `remote` front-end: one server, behind the same API as the local store.
+///
+/// Archives are pipelined (no round trip per field); an archive the server refuses is
+/// reported by the next [`FieldStore::flush`]. A connection that fails is reopened on the next
+/// operation; fields archived on it and not yet flushed are reported lost by `flush`.
+pub struct RemoteStore {
+    addr: String,
+    cfg: ClientConfig,
+    session: RefCell<Option<Session>>,
+    access: Access,
+    next_id: Cell<u64>,
+    unflushed: u64,
+    lost: Cell<u64>,
+    /// The store of the server's latest same-host offer, when it could be opened.
+    local: RefCell<Option<LocalStore>>,
+    /// Schema and context keys are split with before they are sent.
+    opts: StoreOptions,
+}
+
+impl RemoteStore {
+    /// Connects to `addr` (`host:port`) and authenticates.
+    pub fn connect(addr: &str, cfg: &ClientConfig) -> Result<RemoteStore> {
+        let s = connect(addr, cfg)?;
+        Ok(RemoteStore {
+            addr: addr.to_string(),
+            cfg: cfg.clone(),
+            access: s.access,
+            session: RefCell::new(Some(s)),
+            next_id: Cell::new(1),
+            unflushed: 0,
+            lost: Cell::new(0),
+            local: RefCell::new(None),
+            opts: StoreOptions::default(),
+        })
+    }
+
+    /// Splits keys with this schema and context (the built-in schema by default); the
+    /// server splits them again with its own.
+    pub fn with_options(mut self, opts: StoreOptions) -> RemoteStore {
+        self.opts = opts;
+        self
+    }
+
+    /// Reads the fields of `keys` as one RETRIEVE_KEYS round trip (or from the server's own
+    /// store on its host).
+    fn fetch_keys(&self, keys: &[Key], sink: &mut Sink<'_>) -> Result<RetrieveReport> {
+        if self.local_ready() {
+            let local = self.local.borrow();
+            if let Some(st) = local.as_ref().and_then(|l| l.store.as_ref()) {
+                return st.retrieve_keys(keys, sink);
+            }
+        }
+        let meta = to_meta(&protocol::KeysMeta {
+            keys: keys.to_vec(),
+        });
+        let addr = &self.addr;
+        let end: RetrieveEnd = self.call(Kind::RetrieveKeys, &meta, &mut |m, data| {
+            deliver(addr, m, data, sink)
+        })?;
+        Ok(end.into())
+    }
+
+    /// `host:port`.
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// What this connection's token allows.
+    pub fn access(&self) -> Access {
+        self.access
+    }
+
+    fn id(&self) -> u64 {
+        let id = self.next_id.get();
+        self.next_id.set(id + 1);
+        id
+    }
+
+    /// True when retrieves may use the server's store directly: enabled, offered by the
+    /// current connection, opened, and the connection is still up (so a dead server fails as
+    /// it does over the wire).
+    fn local_ready(&self) -> bool {
+        if !self.cfg.local_reads {
+            return false;
+        }
+        let slot = self.session.borrow();
+        let Some(s) = slot.as_ref() else {
+            return false; // the next request reconnects over the wire
+        };
+        let Some(offer) = &s.local else {
+            return false;
+        };
+        let mut local = self.local.borrow_mut();
+        if local.as_ref().is_none_or(|l| &l.offer != offer) {
+            *local = Some(LocalStore {
+                offer: offer.clone(),
+                store: open_offer(offer),
+            });
+        }
+        local.as_ref().is_some_and(|l| l.store.is_some()) && s.alive()
+    }
+
+    /// Drops a broken connection, remembering unflushed fields as lost.
+    fn broken(&self, slot: &mut Option<Session>, unflushed: u64) {
+        *slot = None;
+        self.lost.set(self.lost.get() + unflushed);
+    }
+
+    /// Sends a request and reads its reply frames: FIELDs to `on_field`, then END (or OK),
+    /// whose meta is returned. A read-only request on a connection that turns out to be dead
+    /// is retried once on a new one.
+    fn call<T: DeserializeOwned>(
+        &self,
+        kind: Kind,
+        meta: &[u8],
+        on_field: &mut dyn FnMut(FieldMeta, &[u8]) -> Result<()>,
+    ) -> Result<T> {
+        let mut slot = self.session.borrow_mut();
+        for attempt in 0..2u32 {
+            let reused = slot.is_some();
+            if slot.is_none() {
+                *slot = Some(connect(&self.addr, &self.cfg)?);
+            }
+            let s = slot.as_mut().unwrap();
+            let id = self.id();
+            let mut replied = false;
+            let r = (|| -> std::result::Result<Option<serde_json::Value>, CallError> {
+                s.wire.send(kind, 0, id, meta, &[])?;
+                s.wire.flush()?;
+                let mut f = Frame::default();
+                loop {
+                    s.wire.read(Limits::SESSION, &mut f)?;
+                    replied = true;
+                    if f.id != id {
+                        return Err(io::Error::other(format!(
+                            "reply for request {} while waiting for {id}: stream out of step",
+                            f.id
+                        ))
+                        .into());
+                    }
+                    match f.kind() {
+                        Some(Kind::Field) => {
+                            let m: FieldMeta = f.meta()?;
+                            on_field(m, &f.data).map_err(CallError::Sink)?;
+                        }
+                        Some(Kind::End | Kind::Ok) => {
+                            return Ok(Some(
+                                serde_json::from_slice(&f.meta)
+                                    .map_err(|e| io::Error::other(format!("bad END meta: {e}")))?,
+                            ));
+                        }
+                        Some(Kind::Error) => return Err(CallError::Remote(f.meta()?)),
+                        _ => {
+                            return Err(io::Error::other(format!(
+                                "unexpected reply frame kind {}",
+                                f.kind
+                            ))
+                            .into());
+                        }
+                    }
+                }
+            })();
+            match r {
+                Ok(v) => {
+                    return serde_json::from_value(v.unwrap_or_default())
+                        .map_err(|e| io_error("reply from", &self.addr, format!("{e}")));
+                }
+                Err(CallError::Remote(m)) => return Err(remote_error(&self.addr, m)),
+                Err(CallError::Sink(e)) => {
+                    // The rest of the reply is still on the wire: this connection is out of step.
+                    self.broken(&mut slot, 0);
+                    return Err(e);
+                }
+                Err(CallError::Wire(e)) => {
+                    let unflushed = if kind == Kind::Flush {
+                        0
+                    } else {
+                        self.unflushed
+                    };
+                    self.broken(&mut slot, unflushed);
+                    let failed = Failed {
+                        attempt,
+                        reused,
+                        replied,
+                        unflushed,
+                    };
+                    if !may_retry(kind, &failed) {
+                        return Err(wire_error(&self.addr, e));
+                    }
+                }
+            }
+        }
+        unreachable!("the second attempt returns")
+    }
+
+    pub(super) fn request_meta(req: &Request, doit: bool) -> Vec<u8> {
+        to_meta(&RequestMeta {
+            request: req.to_string(),
+            doit,
+        })
+    }
+
+    fn no_fields(_: FieldMeta, _: &[u8]) -> Result<()> {
+        Ok(())
+    }
+
+    /// Streams an event for every field matching `req` flushed on this server: first those
+    /// already flushed, then each new flush, until dropped. Uses a connection of its own.
+    pub fn watch(&self, req: &Request) -> Result<Watch> {
+        Watch::open(&self.addr, &self.cfg, req)
+    }
+
+    /// Returns when every field `req` names has been flushed on this server (see [`wait`]).
+    pub fn wait(&self, req: &Request, timeout: Duration) -> Result<WaitOutcome> {
+        wait(
+            std::slice::from_ref(&self.addr),
+            &self.cfg,
+            req,
+            &StoreOptions::default(),
+            timeout,
+        )
+    }
+}
+
+/// Why a request's reply loop ended before its END: the connection, the server's ERROR, or
+/// the caller's sink (whose error is returned as it is, e.g. a full output disk).
+enum CallError {
+    Wire(WireError),
+    Remote(ErrorMeta),
+    Sink(Error),
+}
+
+impl From<WireError> for CallError {
+    fn from(e: WireError) -> Self {
+        CallError::Wire(e)
+    }
+}
+
+impl From<protocol::FrameError> for CallError {
+    fn from(e: protocol::FrameError) -> Self {
+        CallError::Wire(e.into())
+    }
+}
+
+impl From<io::Error> for CallError {
+    fn from(e: io::Error) -> Self {
+        CallError::Wire(e.into())
+    }
+}
+
+#[derive(serde::Deserialize)]
+struct ListEnd {
+    fields: Vec<ListedField>,
+}
+#[derive(serde::Deserialize)]
+struct AxesEnd {
+    axes: BTreeMap<String, BTreeSet<String>>,
+}
+#[derive(serde::Deserialize)]
+struct StatsEnd {
+    databases: Vec<StatsEntry>,
+}
+#[derive(serde::Deserialize)]
+struct ReportEnd<T> {
+    report: T,
+}
+
+impl RemoteStore {
+    /// ARCHIVE: pipelined, no reply; the server checks `crc` (computed here when unknown).
+    fn send_field(&mut self, key: &Key, data: &[u8], crc: Option<u32>) -> Result<()> {
+        if self.access != Access::ReadWrite {
+            return Err(Error::Remote {
+                server: self.addr.clone(),
+                message: format!(
+                    "archive of {key} refused: this client's token is read-only; use the read-write token (HAAR_TOKEN or --token-file)"
+                ),
+                exit_code: 1,
+            });
+        }
+        let meta = to_meta(&FieldMeta {
+            key: key.clone(),
+            crc: crc.unwrap_or_else(|| crc32c::crc32c(data)),
+        });
+        let id = self.id();
+        let mut slot = self.session.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(connect(&self.addr, &self.cfg)?);
+        }
+        let r = slot
+            .as_mut()
+            .unwrap()
+            .wire
+            .send(Kind::Archive, 0, id, &meta, data);
+        match r {
+            Ok(()) => {
+                self.unflushed += 1;
+                Ok(())
+            }
+            Err(e) => {
+                let lost = self.unflushed;
+                self.broken(&mut slot, lost);
+                self.unflushed = 0;
+                Err(io_error(
+                    "archive to",
+                    &self.addr,
+                    format!(
+                        "{}; this field and the {lost} archived since the last flush are not stored: archive them again",
+                        wire_error(&self.addr, e)
+                    ),
+                ))
+            }
+        }
+    }
+}
+
+impl FieldStore for RemoteStore {
+    fn describe(&self) -> String {
+        let local = self.local.borrow();
+        match local.as_ref().and_then(|l| l.store.as_ref()) {
+            Some(st) => format!(
+                "remote {} (same-host reads from {})",
+                self.addr,
+                st.backend().describe()
+            ),
+            None => format!("remote {}", self.addr),
+        }
+    }
+
+    fn options(&self) -> &StoreOptions {
+        &self.opts
+    }
+
+    /// Sends the key as given: the server splits it with its own schema (which may differ
+    /// from this client's), and refuses it at the next flush if it does not fit.
+    fn archive(&mut self, key: &Key, data: &[u8]) -> Result<()> {
+        self.send_field(key, data, None)
+    }
+
+    fn archive_split(&mut self, split: &SplitKey, data: &[u8], crc: Option<u32>) -> Result<()> {
+        self.send_field(&split.full(), data, crc)
+    }
+
+    fn flush(&mut self) -> Result<()> {
+        let lost = self.lost.replace(0);
+        if lost > 0 {
+            return Err(io_error(
+                "flush to",
+                &self.addr,
+                format!(
+                    "the connection failed before this flush; {lost} field(s) archived on it were not stored: archive them again"
+                ),
+            ));
+        }
+        let n = self.unflushed;
+        self.unflushed = 0;
+        let r: Result<protocol::FlushOk> = self.call(Kind::Flush, b"{}", &mut Self::no_fields);
+        match r {
+            Ok(_) => Ok(()),
+            Err(e @ Error::Io { op, .. }) if n > 0 && op != "server" => Err(io_error(
+                "flush to",
+                &self.addr,
+                format!(
+                    "{e}; whether the {n} field(s) archived since the last flush were stored is unknown: list them, or archive them again"
+                ),
+            )),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn retrieve(&self, req: &Request, sink: &mut Sink<'_>) -> Result<RetrieveReport> {
+        if self.local_ready() {
+            let local = self.local.borrow();
+            if let Some(st) = local.as_ref().and_then(|l| l.store.as_ref()) {
+                return st.retrieve(req, sink);
+            }
+        }
+        let addr = &self.addr;
+        let end: RetrieveEnd = self.call(
+            Kind::Retrieve,
+            &Self::request_meta(req, false),
+            &mut |m: FieldMeta, data: &[u8]| deliver(addr, m, data, sink),
+        )?;
+        Ok(end.into())
+    }
+
+    fn retrieve_keys(&self, keys: &[Key], sink: &mut Sink<'_>) -> Result<RetrieveReport> {
+        self.fetch_keys(keys, sink)
+    }
+
+    fn list(&self, req: &Request) -> Result<Vec<Field>> {
+        let end: ListEnd = self.call(
+            Kind::List,
+            &Self::request_meta(req, false),
+            &mut Self::no_fields,
+        )?;
+        Ok(end.fields.into_iter().map(Field::from).collect())
+    }
+
+    fn axes(&self, req: &Request) -> Result<BTreeMap<String, BTreeSet<String>>> {
+        let end: AxesEnd = self.call(
+            Kind::Axes,
+            &Self::request_meta(req, false),
+            &mut Self::no_fields,
+        )?;
+        Ok(end.axes)
+    }
+
+    fn wipe(&mut self, req: &Request, doit: bool) -> Result<WipeReport> {
+        let end: ReportEnd<WipeEnd> = self.call(
+            Kind::Wipe,
+            &Self::request_meta(req, doit),
+            &mut Self::no_fields,
+        )?;
+        Ok(WipeReport {
+            databases: end.report.databases,
+            fields: end.report.fields,
+            bytes: end.report.bytes,
+        })
+    }
+
+    fn purge(&mut self, req: &Request, doit: bool) -> Result<PurgeReport> {
+        let end: ReportEnd<PurgeEnd> = self.call(
+            Kind::Purge,
+            &Self::request_meta(req, doit),
+            &mut Self::no_fields,
+        )?;
+        Ok(PurgeReport {
+            databases: end.report.databases,
+            dropped_fields: end.report.dropped_fields,
+            dropped_bytes: end.report.dropped_bytes,
+            freed_bytes: end.report.freed_bytes,
+        })
+    }
+
+    fn stats(&self, req: &Request) -> Result<Vec<DbStats>> {
+        let end: StatsEnd = self.call(
+            Kind::Stats,
+            &Self::request_meta(req, false),
+            &mut Self::no_fields,
+        )?;
+        Ok(end.databases.into_iter().map(DbStats::from).collect())
+    }
+}
+
+/// Hands a received field to `sink` after checking it against the CRC-32C the server sent.
+fn deliver(addr: &str, m: FieldMeta, data: &[u8], sink: &mut Sink<'_>) -> Result<()> {
+    let crc = crc32c::crc32c(data);
+    if crc != m.crc {
+        return Err(Error::checksum(
+            addr,
+            &m.key,
+            crc,
+            m.crc,
+            "the server sent",
+            "damaged in transit: retrieve again",
+        ));
+    }
+    sink(&m.key, data, crc)
+}

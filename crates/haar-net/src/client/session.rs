@@ -1,0 +1,200 @@
+//! One authenticated connection to a server: connect (with timeout, TLS when configured), the
+//! HMAC handshake, and a liveness probe. Owns no retry or routing decision.
+
+use std::io;
+use std::net::{TcpStream, ToSocketAddrs};
+
+use haar_store::{Error, Result};
+
+use super::{ClientConfig, io_error};
+use crate::auth;
+use crate::protocol::{
+    self, Access, Challenge, Frame, Hello, Kind, Limits, LocalOffer, Refused, Welcome, WireError,
+    to_meta,
+};
+use crate::transport::{Conn, Wire};
+
+pub(super) struct Session {
+    pub(super) wire: Wire,
+    pub(super) access: Access,
+    pub(super) local: Option<LocalOffer>,
+}
+
+impl Session {
+    /// False once the peer has closed or reset the connection (or sent something unasked):
+    /// a poll that does not wait.
+    pub(super) fn alive(&self) -> bool {
+        use std::os::fd::AsRawFd;
+        let mut p = libc::pollfd {
+            fd: self.wire.socket().as_raw_fd(),
+            events: libc::POLLIN | libc::POLLRDHUP,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, no wait.
+        let n = unsafe { libc::poll(&mut p, 1, 0) };
+        n == 0
+    }
+}
+
+/// Opens a connection and authenticates.
+pub(super) fn connect(addr: &str, cfg: &ClientConfig) -> Result<Session> {
+    let hint = "is `haar serve` running there?";
+    let addrs: Vec<_> = addr
+        .to_socket_addrs()
+        .map_err(|e| io_error("resolve", addr, format!("{e}; give HOST:PORT")))?
+        .collect();
+    let mut last = None;
+    let mut stream = None;
+    for a in addrs {
+        match TcpStream::connect_timeout(&a, cfg.connect_timeout) {
+            Ok(s) => {
+                stream = Some(s);
+                break;
+            }
+            Err(e) => last = Some(e),
+        }
+    }
+    let stream = stream.ok_or_else(|| {
+        io_error(
+            "connect",
+            addr,
+            format!(
+                "{}; {hint}",
+                last.map(|e| e.to_string())
+                    .unwrap_or_else(|| "no address".into())
+            ),
+        )
+    })?;
+    let setup = |s: &TcpStream| -> io::Result<()> {
+        s.set_nodelay(true)?;
+        s.set_read_timeout(Some(cfg.connect_timeout))?;
+        s.set_write_timeout(Some(cfg.connect_timeout))
+    };
+    setup(&stream).map_err(|e| io_error("connect", addr, e))?;
+    let conn: Box<dyn Conn> = match &cfg.tls {
+        Some(tls) => {
+            let host = addr.rsplit_once(':').map(|(h, _)| h).unwrap_or(addr);
+            let host = host.trim_start_matches('[').trim_end_matches(']');
+            let name = rustls::pki_types::ServerName::try_from(host.to_string())
+                .map_err(|e| io_error("TLS to", addr, e))?;
+            let c = rustls::ClientConnection::new(tls.clone(), name)
+                .map_err(|e| io_error("TLS to", addr, e))?;
+            Box::new(rustls::StreamOwned::new(c, stream))
+        }
+        None => Box::new(stream),
+    };
+    let mut wire = Wire::new(conn);
+    let hs = |e: WireError| match e {
+        WireError::Io(ref io)
+            if io.get_ref().is_some_and(|x| {
+                matches!(
+                    x.downcast_ref::<rustls::Error>(),
+                    Some(rustls::Error::InvalidCertificate(_))
+                )
+            }) =>
+        {
+            io_error(
+                "TLS handshake with",
+                addr,
+                format!(
+                    "{e}: the server's certificate is not trusted by this client; give --tls-ca the CA certificate that signed it (and check the server's name or IP address is in it)"
+                ),
+            )
+        }
+        WireError::Frame(protocol::FrameError::BadMagic(_)) => io_error(
+            "handshake with",
+            addr,
+            format!("{e}; if the server uses TLS, give the client its CA (--tls-ca)"),
+        ),
+        WireError::Io(ref io)
+            if io.kind() == io::ErrorKind::WouldBlock || io.kind() == io::ErrorKind::TimedOut =>
+        {
+            io_error("handshake with", addr, format!("no answer ({e}); {hint}"))
+        }
+        e => io_error("handshake with", addr, format!("{e}; {hint}")),
+    };
+    let client_nonce = auth::nonce();
+    let hello = Hello {
+        version: protocol::VERSION,
+        client: format!("haar {}", env!("CARGO_PKG_VERSION")),
+        nonce: client_nonce.clone(),
+    };
+    wire.send(Kind::Hello, 0, 0, &to_meta(&hello), &[])
+        .map_err(hs)?;
+    wire.flush().map_err(|e| hs(e.into()))?;
+    let mut f = Frame::default();
+    wire.read(Limits::HANDSHAKE, &mut f).map_err(hs)?;
+    let refused = |f: &Frame| {
+        let reason = f
+            .meta::<Refused>()
+            .map(|r| r.reason)
+            .unwrap_or_else(|e| e.to_string());
+        let extra = if cfg.token.is_none() && reason.contains("token") {
+            " (this client has no token: set HAAR_TOKEN or --token-file)"
+        } else {
+            ""
+        };
+        Error::Remote {
+            server: addr.into(),
+            message: format!("refused the connection: {reason}{extra}"),
+            exit_code: 1,
+        }
+    };
+    let challenge: Challenge = match f.kind() {
+        Some(Kind::Challenge) => f.meta().map_err(|e| hs(e.into()))?,
+        Some(Kind::Refused) => return Err(refused(&f)),
+        _ => {
+            return Err(hs(io::Error::other(format!(
+                "unexpected frame kind {}",
+                f.kind
+            ))
+            .into()));
+        }
+    };
+    if challenge.version != protocol::VERSION {
+        return Err(Error::Remote {
+            server: addr.into(),
+            message: format!(
+                "speaks protocol version {}, this client version {}; use the same haar release on both ends",
+                challenge.version,
+                protocol::VERSION
+            ),
+            exit_code: 1,
+        });
+    }
+    let token = cfg.token.as_deref().unwrap_or("");
+    let proof = auth::client_proof(token, &challenge.nonce, &client_nonce);
+    wire.send(Kind::Auth, 0, 0, &to_meta(&protocol::Auth { proof }), &[])
+        .map_err(hs)?;
+    wire.flush().map_err(|e| hs(e.into()))?;
+    wire.read(Limits::HANDSHAKE, &mut f).map_err(hs)?;
+    let welcome: Welcome = match f.kind() {
+        Some(Kind::Welcome) => f.meta().map_err(|e| hs(e.into()))?,
+        Some(Kind::Refused) => return Err(refused(&f)),
+        _ => {
+            return Err(hs(io::Error::other(format!(
+                "unexpected frame kind {}",
+                f.kind
+            ))
+            .into()));
+        }
+    };
+    let expected = auth::server_proof(token, &client_nonce, &challenge.nonce);
+    if !auth::constant_time_eq(&expected, &welcome.proof) {
+        return Err(Error::Remote {
+            server: addr.into(),
+            message: "the server could not prove it knows the token: wrong server, or a man in the middle; check the address".into(),
+            exit_code: 1,
+        });
+    }
+    wire.set_read_timeout(None)
+        .map_err(|e| io_error("connect", addr, e))?;
+    wire.socket()
+        .set_write_timeout(None)
+        .map_err(|e| io_error("connect", addr, e))?;
+    Ok(Session {
+        wire,
+        access: welcome.access,
+        local: welcome.local,
+    })
+}

@@ -1,0 +1,90 @@
+//! The heap (design §5.3): this process's chunk, reserved with one `fetch_add` on the heap
+//! top, and the 64-byte aligned extents sub-allocated from it; the unused tail given back.
+//!
+//! Owns the heap top (after `pool` writes it at creation) and the chunk. Must not touch what
+//! is inside the extents it hands out (their callers write them), commit slots or the tail
+//! hint.
+
+use std::sync::atomic::Ordering;
+
+use super::pool::{OFF_HEAP_TOP, Pool};
+use crate::error::{Error, Result};
+
+/// Alignment of every heap extent and of the chunk size (design §5.1).
+pub(super) const ALIGN: u64 = 64;
+
+/// A range of the heap reserved by this process, sub-allocated privately (design §5.3).
+#[derive(Debug, Default)]
+pub(super) struct Chunk {
+    next: u64,
+    end: u64,
+}
+
+impl Pool {
+    /// Allocates `len` bytes (64-aligned) from this process's chunk of the heap, inside the
+    /// file and pre-faulted; takes a new chunk when it does not fit (design §5.3).
+    pub(super) fn alloc(&self, len: u64) -> Result<u64> {
+        let size = len.max(1).next_multiple_of(ALIGN);
+        let mut c = self.chunk.lock().unwrap();
+        if c.end - c.next < size {
+            self.new_chunk(&mut c, size)?;
+        }
+        let off = c.next;
+        c.next += size;
+        Ok(off)
+    }
+
+    /// Replaces this process's chunk by a fresh one of at least `need` bytes: reserved with
+    /// one `fetch_add` on the heap top, grown into the file and mapped. The old chunk's
+    /// unused tail is given back if nobody has reserved after it, else it is leaked space.
+    pub(super) fn new_chunk(&self, c: &mut Chunk, need: u64) -> Result<()> {
+        self.give_back(c);
+        let top = self.map.atomic_u64(OFF_HEAP_TOP);
+        let mut size = need.max(self.chunk_size);
+        let mut off = top.fetch_add(size, Ordering::AcqRel);
+        if let Err(e) = self.ensure(off, size) {
+            // A full chunk does not fit (pool_max, device): return it and try the exact size.
+            let _ = top.compare_exchange(off + size, off, Ordering::AcqRel, Ordering::Acquire);
+            if size == need {
+                return Err(e);
+            }
+            size = need;
+            off = top.fetch_add(size, Ordering::AcqRel);
+            self.ensure(off, size)?;
+        }
+        // The reservation is durable before anything in it can be published, so after a
+        // power cut the heap top never lies below committed bytes. (Giving a tail back need
+        // not be: a stale, higher top only leaks the tail.)
+        self.map
+            .persist(OFF_HEAP_TOP, 8)
+            .map_err(|e| Error::io("persist", &self.path, e))?;
+        let end = off + size;
+        let from = off.max(self.created_mapped);
+        if end > from {
+            // Pre-faulting is an optimisation; a failure only costs page faults later.
+            let _ = self.map.populate(from as usize, (end - from) as usize);
+        }
+        *c = Chunk { next: off, end };
+        Ok(())
+    }
+
+    /// Returns the unused tail of `c` to the heap when the heap top is still its end.
+    fn give_back(&self, c: &mut Chunk) {
+        if c.next < c.end {
+            let _ = self.map.atomic_u64(OFF_HEAP_TOP).compare_exchange(
+                c.end,
+                c.next,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            );
+        }
+        *c = Chunk::default();
+    }
+}
+
+impl Drop for Pool {
+    fn drop(&mut self) {
+        let mut c = std::mem::take(self.chunk.get_mut().unwrap_or_else(|e| e.into_inner()));
+        self.give_back(&mut c);
+    }
+}

@@ -1,0 +1,276 @@
+//! The pool file itself (design §5.1): the header layout, creating and provisioning a new
+//! pool or checking an existing one, growing the file, and [`Pool`], the state every other
+//! concern of the backend hangs its `impl Pool` block on.
+//!
+//! Owns the header (written whole once, at creation; afterwards only its length field, as
+//! the file grows) and the file's length. The heap top, the tail hint and the first extension
+//! link are named here but changed only by `heap` and `commit`; must not touch the heap's
+//! extents, commit slots or records.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::Ordering;
+
+use haar_core::Key;
+use haar_persist::PoolMapping;
+
+use super::PmemOptions;
+use super::commit::SlotArray;
+use super::heap::{ALIGN, Chunk};
+use crate::backend::LendBytes;
+use crate::error::{Error, Result};
+use crate::posix::flock;
+
+const MAGIC: &[u8; 8] = b"HAARPOOL";
+/// Version written into new pools: 2 has slot-array extensions (design §5.1).
+const VERSION: u32 = 2;
+/// The version before extensions, still read and written (without them).
+pub(super) const VERSION_NO_EXTENSIONS: u32 = 1;
+const HEADER: usize = 4096;
+const OFF_LEN: usize = 16;
+const OFF_HEAP_START: usize = 24;
+pub(super) const OFF_HEAP_TOP: usize = 32;
+const OFF_NSLOTS: usize = 40;
+pub(super) const OFF_TAIL: usize = 48;
+const OFF_CRC: usize = 56;
+/// Version 2: link to the first slot-array extension.
+const OFF_LINK0: usize = 64;
+
+/// The mapped pool and this process's state over it, shared (by `Arc`) by the backend, its
+/// writers and its readers. `heap` and `commit` add their own `impl Pool` blocks.
+pub(super) struct Pool {
+    pub(super) map: PoolMapping,
+    pub(super) path: PathBuf,
+    file: File,
+    max_size: u64,
+    pub(super) heap_start: u64,
+    /// Slots per array (primary and every extension).
+    pub(super) nslots: u64,
+    /// Layout version of the pool file.
+    pub(super) version: u32,
+    /// Slot arrays found so far by this process, in chain order (never shrinks).
+    pub(super) arrays: Mutex<Vec<SlotArray>>,
+    /// Pool bytes this process faulted in when it created the pool (0 if it did not).
+    pub(super) created_mapped: u64,
+    /// Heap reserved at a time (a multiple of ALIGN).
+    pub(super) chunk_size: u64,
+    /// This process's current chunk of the heap, `next..end` not yet handed out.
+    pub(super) chunk: Mutex<Chunk>,
+    /// Databases seen in the commit log, and how far it was scanned.
+    pub(super) dbs: Mutex<(u64, HashMap<Key, bool>)>,
+}
+
+fn header_crc(h: &[u8]) -> u32 {
+    let mut b = Vec::with_capacity(40);
+    b.extend_from_slice(&h[0..16]);
+    b.extend_from_slice(&h[24..32]);
+    b.extend_from_slice(&h[40..48]);
+    crc32c::crc32c(&b)
+}
+
+fn corrupt(path: &Path, detail: impl Into<String>) -> Error {
+    Error::Corrupt {
+        what: "pool header",
+        path: path.to_path_buf(),
+        detail: detail.into(),
+    }
+}
+
+impl Pool {
+    /// Maps the pool file at `path` and creates it (on first use) or checks its header, under
+    /// the file's exclusive lock.
+    pub(super) fn open(path: PathBuf, opts: &PmemOptions) -> Result<Pool> {
+        let map = PoolMapping::open_with_mode(&path, opts.reserve, opts.force_mode)
+            .map_err(|e| Error::io("map pool", &path, e))?;
+        let file = File::open(&path).map_err(|e| Error::io("open", &path, e))?;
+        // Creation and validation under an exclusive lock, so two first users agree.
+        flock(&file, libc::LOCK_EX).map_err(|e| Error::io("lock", &path, e))?;
+        let res = Self::init_or_check(&map, &path, opts);
+        let _ = flock(&file, libc::LOCK_UN);
+        let (heap_start, nslots, version, provisioned) = res?;
+        // The creating process faulted in every page; others map each chunk as they take it.
+        let created_mapped = if provisioned {
+            map.file_len() as u64
+        } else {
+            0
+        };
+        Ok(Pool {
+            map,
+            path,
+            file,
+            max_size: opts.max_size,
+            heap_start,
+            nslots,
+            version,
+            arrays: Mutex::new(vec![SlotArray {
+                first: 0,
+                slots_off: HEADER as u64,
+                link_off: (version >= VERSION).then_some(OFF_LINK0 as u64),
+                linked_from: None,
+            }]),
+            created_mapped,
+            chunk_size: opts.chunk.max(1).next_multiple_of(ALIGN),
+            chunk: Mutex::new(Chunk::default()),
+            dbs: Mutex::new((0, HashMap::new())),
+        })
+    }
+
+    fn init_or_check(
+        map: &PoolMapping,
+        path: &Path,
+        opts: &PmemOptions,
+    ) -> Result<(u64, u64, u32, bool)> {
+        let len = map.refresh_len().map_err(|e| Error::io("stat", path, e))?;
+        if len == 0 {
+            let slots = opts.slots.max(1);
+            let heap_start = (HEADER as u64 + 8 * slots).next_multiple_of(4096);
+            let size = opts.initial_size.max(heap_start + (16 << 20));
+            map.grow(size as usize)
+                .map_err(|e| pool_grow_error(path, size, e))?;
+            // Provision: fault in (and so zero) every page now, once, instead of paying
+            // first-touch costs inside archive (several times slower than a copy into
+            // resident pages).
+            let _ = map.populate(0, size as usize);
+            let mut h = [0u8; 64];
+            h[0..8].copy_from_slice(MAGIC);
+            h[8..12].copy_from_slice(&VERSION.to_le_bytes());
+            h[OFF_LEN..OFF_LEN + 8].copy_from_slice(&size.to_le_bytes());
+            h[OFF_HEAP_START..OFF_HEAP_START + 8].copy_from_slice(&heap_start.to_le_bytes());
+            h[OFF_HEAP_TOP..OFF_HEAP_TOP + 8].copy_from_slice(&heap_start.to_le_bytes());
+            h[OFF_NSLOTS..OFF_NSLOTS + 8].copy_from_slice(&slots.to_le_bytes());
+            let crc = header_crc(&h);
+            h[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_le_bytes());
+            // Everything but the magic first, persisted; then the magic: a crash in between
+            // leaves a file without magic, which the next opener re-initialises.
+            let p = map.ptr_mut(0, 64).expect("header inside the grown file");
+            // SAFETY: we hold the exclusive creation lock and nothing is published yet.
+            unsafe { std::ptr::copy_nonoverlapping(h[8..].as_ptr(), p.add(8), 56) };
+            map.persist(0, 64)
+                .map_err(|e| Error::io("persist", path, e))?;
+            // SAFETY: as above.
+            unsafe { std::ptr::copy_nonoverlapping(h.as_ptr(), p, 8) };
+            map.persist(0, 8)
+                .map_err(|e| Error::io("persist", path, e))?;
+            return Ok((heap_start, slots, VERSION, true));
+        }
+        let h = map.slice(0, 64).ok_or_else(|| {
+            corrupt(
+                path,
+                format!("file is {len} bytes, shorter than the header"),
+            )
+        })?;
+        if &h[0..8] != MAGIC {
+            if h.iter().all(|&b| b == 0) {
+                return Err(corrupt(
+                    path,
+                    "pool header is all zeros (creation interrupted?): remove the file to start a new pool",
+                ));
+            }
+            return Err(corrupt(path, "not a haar pool (bad magic)"));
+        }
+        let version = u32::from_le_bytes(h[8..12].try_into().unwrap());
+        if version != VERSION && version != VERSION_NO_EXTENSIONS {
+            return Err(corrupt(
+                path,
+                format!(
+                    "pool version {version}; this haar reads versions {VERSION_NO_EXTENSIONS} and {VERSION}"
+                ),
+            ));
+        }
+        let stored = u32::from_le_bytes(h[OFF_CRC..OFF_CRC + 4].try_into().unwrap());
+        if stored != header_crc(h) {
+            return Err(corrupt(path, "header checksum mismatch"));
+        }
+        let heap_start =
+            u64::from_le_bytes(h[OFF_HEAP_START..OFF_HEAP_START + 8].try_into().unwrap());
+        let nslots = u64::from_le_bytes(h[OFF_NSLOTS..OFF_NSLOTS + 8].try_into().unwrap());
+        if nslots == 0 {
+            return Err(corrupt(path, "zero commit slots"));
+        }
+        if heap_start < HEADER as u64 + 8 * nslots || heap_start as usize > len {
+            return Err(corrupt(path, "heap start outside the pool"));
+        }
+        Ok((heap_start, nslots, version, false))
+    }
+
+    /// Ensures `off..off+len` is inside the file, growing it (under the pool lock) if needed.
+    pub(super) fn ensure(&self, off: u64, len: u64) -> Result<()> {
+        let end = off + len;
+        if end as usize <= self.map.file_len() {
+            return Ok(());
+        }
+        let cur = self
+            .map
+            .refresh_len()
+            .map_err(|e| Error::io("stat", &self.path, e))?;
+        if end as usize <= cur {
+            return Ok(());
+        }
+        flock(&self.file, libc::LOCK_EX).map_err(|e| Error::io("lock", &self.path, e))?;
+        let res = (|| {
+            let cur = self
+                .map
+                .refresh_len()
+                .map_err(|e| Error::io("stat", &self.path, e))? as u64;
+            if end <= cur {
+                return Ok(());
+            }
+            // Grow by at least a quarter (and 64 MiB) so growth is rare.
+            let mut target = end
+                .max(cur + cur / 4)
+                .max(cur + (64 << 20))
+                .next_multiple_of(1 << 20);
+            if self.max_size > 0 {
+                if end > self.max_size {
+                    return Err(Error::PoolFull {
+                        path: self.path.clone(),
+                        detail: format!(
+                            "needs {end} bytes but pool_max is {}; raise pool_max, purge, or wipe databases",
+                            self.max_size
+                        ),
+                    });
+                }
+                target = target.min(self.max_size);
+            }
+            if target as usize > self.map.reserve() {
+                return Err(Error::PoolFull {
+                    path: self.path.clone(),
+                    detail: format!(
+                        "needs {end} bytes, more than the {} bytes of address space reserved",
+                        self.map.reserve()
+                    ),
+                });
+            }
+            self.map
+                .grow(target as usize)
+                .map_err(|e| pool_grow_error(&self.path, target, e))?;
+            let _ = self.map.populate(cur as usize, (target - cur) as usize);
+            self.map
+                .atomic_u64(OFF_LEN)
+                .fetch_max(target, Ordering::AcqRel);
+            let _ = self.map.persist(OFF_LEN, 8);
+            Ok(())
+        })();
+        let _ = flock(&self.file, libc::LOCK_UN);
+        res
+    }
+}
+
+fn pool_grow_error(path: &Path, size: u64, e: io::Error) -> Error {
+    Error::PoolFull {
+        path: path.to_path_buf(),
+        detail: format!(
+            "cannot grow the pool file to {size} bytes: {e}; free space on its file system (df {}) or give a larger device",
+            path.parent().unwrap_or(Path::new("/")).display()
+        ),
+    }
+}
+
+impl LendBytes for Pool {
+    fn lend(&self, off: usize, len: usize) -> Option<&[u8]> {
+        self.map.slice(off, len)
+    }
+}
