@@ -15,7 +15,7 @@
 //! - FDB5 keeps no checksum of a field: the CRC-32C a sink receives is computed here from the
 //!   bytes FDB5 returned.
 //!
-//! What FDB5's C API does not offer through this adapter fails with [`Error::Config`] naming
+//! What FDB5's C API does not offer through this adapter fails with [`StoreError::Config`] naming
 //! the operation: wipe, purge, stats, and listing a request that does not give every keyword
 //! its values (`fdb_list` is not used: its C signature differs between FDB5 5.10 and 5.11+).
 //!

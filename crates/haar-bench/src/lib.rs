@@ -5,7 +5,7 @@
 //! - [`workflow`]: `haar workflow`, the forecast workflow in miniature (SC'19 Table 9):
 //!   producers flushing per step, product generation triggered by step completion, on a
 //!   shared POSIX directory, on haar servers and on the real FDB5.
-//! - [`bench`]: `haar bench`, the store's figures beside raw limits and FDB5 measured in the
+//! - [`bench`](mod@bench): `haar bench`, the store's figures beside raw limits and FDB5 measured in the
 //!   same run (local, network and GRIB sections).
 //! - [`fdb5`]: the real FDB5 (its C API, loaded at run time) as one more store.
 //!

@@ -8,9 +8,9 @@
 //! checks every product against values recomputed from the members' seeds.
 
 //!
-//! Modules, one concern each: [`topology`] prepares each backend's stores and servers,
-//! [`producer`] and [`consumer`] are the worker processes, [`check`] the independent product
-//! checker, [`runs`] runs one configuration and collects its figures, [`report`] prints the
+//! Modules, one concern each: `topology` prepares each backend's stores and servers,
+//! `producer` and `consumer` are the worker processes, `check` the independent product
+//! checker, `runs` runs one configuration and collects its figures, `report` prints the
 //! table, saves the JSON and draws the plot. This module holds the options, the run's order
 //! and the in-memory floor; none of them knows a store's insides (every store is a
 //! `dyn FieldStore`, see [`crate::target`]).
