@@ -9,6 +9,7 @@ dpkg -s libeccodes-tools >/dev/null 2>&1 || need_apt+=(libeccodes-tools)
 dpkg -s fdb5 >/dev/null 2>&1 || need_apt+=(fdb5)
 dpkg -s libfdb5-dev >/dev/null 2>&1 || need_apt+=(libfdb5-dev)
 dpkg -s pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
+dpkg -s fonts-dejavu-core >/dev/null 2>&1 || need_apt+=(fonts-dejavu-core)  # plot text (haar_mem::plot)
 command -v gcc >/dev/null 2>&1 || need_apt+=(gcc)
 command -v make >/dev/null 2>&1 || need_apt+=(make)
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)  # network-namespace cluster tests

@@ -96,7 +96,7 @@ pub enum Command {
     Schema(SchemaArgs),
     /// Measure archive/retrieve throughput and latency against raw limits measured in the
     /// same run; print and save the figures (JSON, Markdown).
-    Bench(crate::commands::bench::BenchArgs),
+    Bench(crate::commands::workloads::BenchArgs),
     /// Serve the local store to the network (one server per node); prints `listening on
     /// HOST:PORT` first. Every connection authenticates with the token ($HAAR_TOKEN or
     /// --token-file); --read-token-file adds a read-only token.
@@ -127,7 +127,7 @@ pub enum Command {
     /// Synthetic write / read / list load (FDB5's fdb-hammer, done right): N processes,
     /// members x steps x levels x params fields, a flush per step, reads verified by checksum;
     /// prints and saves GiB/s, fields/s and p50/p99 latency per operation.
-    Hammer(crate::workload::hammer::HammerArgs),
+    Hammer(crate::commands::workloads::HammerArgs),
     /// The forecast workflow in miniature (SC'19 Table 9): ensemble producers flushing per
     /// step, product generation triggered by step completion, on a shared POSIX directory, on
     /// haar servers over pmem pools and on the real FDB5; prints the producers' slowdown and
@@ -135,10 +135,10 @@ pub enum Command {
     ///
     /// With no options it starts its own local servers on temporary pmem pools, runs about
     /// 1 GiB per run, and removes everything afterwards.
-    Workflow(crate::workload::workflow::WorkflowArgs),
+    Workflow(crate::commands::workloads::WorkflowArgs),
     /// Internal: one worker process of `hammer` or `workflow`.
     #[command(name = "workload-worker", hide = true)]
-    WorkloadWorker(crate::workload::WorkerArgs),
+    WorkloadWorker(crate::commands::workloads::WorkerArgs),
     /// Internal: man pages and shell completions generated from these definitions, for
     /// `make install-docs` and packagers.
     #[command(hide = true)]

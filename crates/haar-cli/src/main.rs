@@ -22,7 +22,6 @@ macro_rules! out {
 mod args;
 mod commands;
 mod open;
-mod workload;
 
 use std::process::ExitCode;
 

@@ -4,7 +4,7 @@
 use haar::open::OpenOptions;
 use haar::{ConfigSource, FieldStore, Store, StoreOptions};
 use haar_core::request::Request;
-use haar_store::{Config, FrontendConfig};
+use haar_store::Config;
 
 use crate::Failure;
 use crate::args::Cli;
@@ -25,11 +25,6 @@ pub fn open_options(cli: &Cli) -> OpenOptions {
         token_file: cli.token_file.clone(),
         tls_ca: cli.tls_ca.clone(),
     }
-}
-
-/// The configuration file as a front-end, when it describes one.
-pub fn frontend(cli: &Cli) -> Result<Option<FrontendConfig>, Failure> {
-    Ok(open_options(cli).frontend()?)
 }
 
 /// The effective configuration: file (if any), then command-line overrides.
@@ -65,9 +60,4 @@ pub fn servers(cli: &Cli) -> Result<Option<Vec<String>>, Failure> {
 /// The front-end data commands use: the servers of `--servers`, else the local store.
 pub fn field_store(cli: &Cli) -> Result<Box<dyn FieldStore>, Failure> {
     Ok(open_options(cli).field_store()?)
-}
-
-/// As [`field_store`], for a process about to write about `bytes`.
-pub fn field_store_for_writes(cli: &Cli, bytes: u64) -> Result<Box<dyn FieldStore>, Failure> {
-    Ok(open_options(cli).field_store_for_writes(bytes)?)
 }

@@ -8,6 +8,7 @@
 //! * [`machine`]: reading caches, memory, devices and mounts from `/sys` and `/proc`.
 //! * [`plot`]: the sweep's PNG plot.
 //! * [`cleanup`]: temporary files removed on exit and on Ctrl-C.
+//! * [`units`]: byte sizes (`64KiB`, sysfs's `36608K`), parsed once for every tool.
 //!
 //! ```
 //! use haar_mem::advise::{advise, table3};
@@ -24,3 +25,4 @@ pub mod cleanup;
 pub mod machine;
 pub mod plot;
 pub mod stream;
+pub mod units;

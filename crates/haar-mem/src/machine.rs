@@ -28,16 +28,10 @@ impl Cache {
     }
 }
 
-/// Parses a sysfs cache size such as `36608K`, `1024K`, `32M` or `512`.
+/// Parses a sysfs cache size such as `36608K`, `1024K`, `32M` or `512` (the grammar is
+/// [`crate::units::parse_size`]'s, shared with the command line).
 pub fn parse_size(s: &str) -> Option<u64> {
-    let s = s.trim();
-    let (num, mult) = match s.chars().last()? {
-        'K' | 'k' => (&s[..s.len() - 1], 1u64 << 10),
-        'M' | 'm' => (&s[..s.len() - 1], 1 << 20),
-        'G' | 'g' => (&s[..s.len() - 1], 1 << 30),
-        _ => (s, 1),
-    };
-    num.trim().parse::<u64>().ok().map(|n| n * mult)
+    crate::units::parse_size(s).ok()
 }
 
 fn read(root: &Path, rel: &str) -> Option<String> {

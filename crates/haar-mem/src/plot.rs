@@ -1,10 +1,20 @@
 //! The sweep plot: bandwidth against array size (log2 axis), one line per kernel, vertical
-//! lines at the cache sizes, written as a PNG with `plotters`' bitmap backend.
+//! lines at the cache sizes, written as a PNG with `plotters`' bitmap backend; and the drawing
+//! helpers every haar plot shares (haar-bench's workflow plot too): the font, labels, tick
+//! values, colours, lines with dots.
 //!
-//! Text is drawn with a 5×7 bitmap font embedded here (upper-case letters, digits and a few
-//! signs), so the plot needs no system fonts and builds with no C dependencies.
+//! Text goes through plotters' own font support (its `ab_glyph` feature) with DejaVu Sans read
+//! from Debian's `fonts-dejavu-core` at run time: no font lookup, no C dependencies.
+//!
+//! Owns how plots look; must not measure anything.
 
+use std::sync::OnceLock;
+
+use ab_glyph::{Font, FontRef, ScaleFont};
+use plotters::coord::Shift;
 use plotters::prelude::*;
+use plotters::style::register_font;
+use plotters::style::text_anchor::{HPos, Pos, VPos};
 
 /// One line of the plot.
 #[derive(Debug, Clone)]
@@ -24,102 +34,181 @@ pub struct Marker {
     pub label: String,
 }
 
-fn glyph(c: char) -> [u8; 7] {
-    match c {
-        '0' => [0x0E, 0x11, 0x13, 0x15, 0x19, 0x11, 0x0E],
-        '1' => [0x04, 0x0C, 0x04, 0x04, 0x04, 0x04, 0x0E],
-        '2' => [0x0E, 0x11, 0x01, 0x02, 0x04, 0x08, 0x1F],
-        '3' => [0x1F, 0x02, 0x04, 0x02, 0x01, 0x11, 0x0E],
-        '4' => [0x02, 0x06, 0x0A, 0x12, 0x1F, 0x02, 0x02],
-        '5' => [0x1F, 0x10, 0x1E, 0x01, 0x01, 0x11, 0x0E],
-        '6' => [0x06, 0x08, 0x10, 0x1E, 0x11, 0x11, 0x0E],
-        '7' => [0x1F, 0x01, 0x02, 0x04, 0x08, 0x08, 0x08],
-        '8' => [0x0E, 0x11, 0x11, 0x0E, 0x11, 0x11, 0x0E],
-        '9' => [0x0E, 0x11, 0x11, 0x0F, 0x01, 0x02, 0x0C],
-        'A' => [0x0E, 0x11, 0x11, 0x1F, 0x11, 0x11, 0x11],
-        'B' => [0x1E, 0x11, 0x11, 0x1E, 0x11, 0x11, 0x1E],
-        'C' => [0x0E, 0x11, 0x10, 0x10, 0x10, 0x11, 0x0E],
-        'D' => [0x1C, 0x12, 0x11, 0x11, 0x11, 0x12, 0x1C],
-        'E' => [0x1F, 0x10, 0x10, 0x1E, 0x10, 0x10, 0x1F],
-        'F' => [0x1F, 0x10, 0x10, 0x1E, 0x10, 0x10, 0x10],
-        'G' => [0x0E, 0x11, 0x10, 0x17, 0x11, 0x11, 0x0F],
-        'H' => [0x11, 0x11, 0x11, 0x1F, 0x11, 0x11, 0x11],
-        'I' => [0x0E, 0x04, 0x04, 0x04, 0x04, 0x04, 0x0E],
-        'J' => [0x07, 0x02, 0x02, 0x02, 0x02, 0x12, 0x0C],
-        'K' => [0x11, 0x12, 0x14, 0x18, 0x14, 0x12, 0x11],
-        'L' => [0x10, 0x10, 0x10, 0x10, 0x10, 0x10, 0x1F],
-        'M' => [0x11, 0x1B, 0x15, 0x15, 0x11, 0x11, 0x11],
-        'N' => [0x11, 0x11, 0x19, 0x15, 0x13, 0x11, 0x11],
-        'O' => [0x0E, 0x11, 0x11, 0x11, 0x11, 0x11, 0x0E],
-        'P' => [0x1E, 0x11, 0x11, 0x1E, 0x10, 0x10, 0x10],
-        'Q' => [0x0E, 0x11, 0x11, 0x11, 0x15, 0x12, 0x0D],
-        'R' => [0x1E, 0x11, 0x11, 0x1E, 0x14, 0x12, 0x11],
-        'S' => [0x0F, 0x10, 0x10, 0x0E, 0x01, 0x01, 0x1E],
-        'T' => [0x1F, 0x04, 0x04, 0x04, 0x04, 0x04, 0x04],
-        'U' => [0x11, 0x11, 0x11, 0x11, 0x11, 0x11, 0x0E],
-        'V' => [0x11, 0x11, 0x11, 0x11, 0x11, 0x0A, 0x04],
-        'W' => [0x11, 0x11, 0x11, 0x15, 0x15, 0x15, 0x0A],
-        'X' => [0x11, 0x11, 0x0A, 0x04, 0x0A, 0x11, 0x11],
-        'Y' => [0x11, 0x11, 0x11, 0x0A, 0x04, 0x04, 0x04],
-        'Z' => [0x1F, 0x01, 0x02, 0x04, 0x08, 0x10, 0x1F],
-        '.' => [0, 0, 0, 0, 0, 0x0C, 0x0C],
-        ',' => [0, 0, 0, 0, 0x0C, 0x04, 0x08],
-        ':' => [0, 0x0C, 0x0C, 0, 0x0C, 0x0C, 0],
-        '/' => [0, 0x01, 0x02, 0x04, 0x08, 0x10, 0],
-        '(' => [0x02, 0x04, 0x08, 0x08, 0x08, 0x04, 0x02],
-        ')' => [0x08, 0x04, 0x02, 0x02, 0x02, 0x04, 0x08],
-        '-' => [0, 0, 0, 0x1F, 0, 0, 0],
-        '+' => [0, 0x04, 0x04, 0x1F, 0x04, 0x04, 0],
-        '=' => [0, 0, 0x1F, 0, 0x1F, 0, 0],
-        '%' => [0x18, 0x19, 0x02, 0x04, 0x08, 0x13, 0x03],
-        '_' => [0, 0, 0, 0, 0, 0, 0x1F],
-        _ => [0; 7],
-    }
+/// Where the plots' font comes from: Debian's `fonts-dejavu-core` (scripts/setup.sh installs
+/// it), registered with plotters' `ab_glyph` text support as the `sans-serif` family.
+pub const FONT_DIR: &str = "/usr/share/fonts/truetype/dejavu";
+
+/// The plots' fonts as ab_glyph reads them, for laying glyphs out.
+struct Fonts {
+    regular: FontRef<'static>,
+    bold: FontRef<'static>,
 }
 
-const SCALE: i32 = 2;
-const ADVANCE: i32 = 6 * SCALE;
-
-/// Width in pixels of `text` at the plot's scale.
-fn text_width(text: &str) -> i32 {
-    text.chars().count() as i32 * ADVANCE
-}
-
-/// Draws `text` (upper-cased) with its top-left corner at `(x, y)`; `vertical` rotates it 90°
-/// counter-clockwise, reading bottom to top from `(x, y)` as the bottom-left corner.
-fn draw_text<DB: DrawingBackend>(
-    area: &DrawingArea<DB, plotters::coord::Shift>,
-    text: &str,
-    (x, y): (i32, i32),
-    color: &RGBColor,
-    vertical: bool,
-) {
-    for (i, ch) in text.to_uppercase().chars().enumerate() {
-        let g = glyph(ch);
-        for (row, bits) in g.iter().enumerate() {
-            for col in 0..5 {
-                if bits & (0x10 >> col) == 0 {
-                    continue;
-                }
-                for dy in 0..SCALE {
-                    for dx in 0..SCALE {
-                        let gx = i as i32 * ADVANCE + col * SCALE + dx;
-                        let gy = row as i32 * SCALE + dy;
-                        let p = if vertical {
-                            (x + gy, y - gx)
-                        } else {
-                            (x + gx, y + gy)
-                        };
-                        let _ = area.draw_pixel(p, color);
-                    }
-                }
-            }
+fn fonts() -> &'static Result<Fonts, String> {
+    static FONTS: OnceLock<Result<Fonts, String>> = OnceLock::new();
+    FONTS.get_or_init(|| {
+        let mut faces = Vec::new();
+        for (file, style) in [
+            ("DejaVuSans.ttf", FontStyle::Normal),
+            ("DejaVuSans-Bold.ttf", FontStyle::Bold),
+        ] {
+            let path = std::path::Path::new(FONT_DIR).join(file);
+            let bytes = std::fs::read(&path).map_err(|e| {
+                format!(
+                    "cannot read the plot font {}: {e} (install Debian's fonts-dejavu-core, as scripts/setup.sh does)",
+                    path.display()
+                )
+            })?;
+            // Registered once per process and used until it ends.
+            let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+            let bad = || format!("{} is not a font plotters can read", path.display());
+            register_font("sans-serif", style, bytes).map_err(|_| bad())?;
+            faces.push(FontRef::try_from_slice(bytes).map_err(|_| bad())?);
         }
-    }
+        let bold = faces.pop().expect("two faces");
+        let regular = faces.pop().expect("two faces");
+        Ok(Fonts { regular, bold })
+    })
 }
+
+/// Registers the plots' font (DejaVu Sans, regular and bold) once per process.
+///
+/// # Errors
+/// A message naming the missing file and the package that ships it.
+pub fn prepare_fonts() -> Result<(), String> {
+    fonts().as_ref().map(|_| ()).map_err(Clone::clone)
+}
+
+// Sizes are even: plotters puts a glyph at half the size plus its top, rounding towards zero,
+// so with an odd size glyphs whose tops differ by a pixel (`z` and `e`) would land level.
+
+/// Text size of tick labels, legends and marker labels, in pixels.
+pub const SMALL: f64 = 14.0;
+/// Text size of axis titles.
+pub const MEDIUM: f64 = 16.0;
+/// Text size of a plot's title (drawn bold).
+pub const LARGE: f64 = 22.0;
+
+/// Width in pixels of `text` drawn by [`label`] at `size` (0 without the font).
+pub fn text_width(text: &str, size: f64) -> i32 {
+    let Ok(fonts) = fonts() else { return 0 };
+    let face = if size >= LARGE {
+        &fonts.bold
+    } else {
+        &fonts.regular
+    };
+    let font = face.as_scaled(size as f32);
+    let mut prev = None;
+    text.chars()
+        .map(|c| {
+            let id = font.glyph_id(c);
+            let kern = prev.map_or(0.0, |p| font.kern(p, id));
+            prev = Some(id);
+            kern + font.h_advance(id)
+        })
+        .sum::<f32>()
+        .round() as i32
+}
+
+/// Draws `text` in the plots' font, `size` pixels high, with the point `anchor` of its box
+/// (cap height, advance width) at `at`; `vertical` turns it 90° counter-clockwise (reading
+/// bottom to top), the anchor turning with it. Sizes of [`LARGE`] and more are bold.
+///
+/// plotters (0.3.7) draws a string's glyphs without their left side bearings, which spaces
+/// letters unevenly; so each glyph is drawn on its own, where ab_glyph's layout of the whole
+/// string (advances, kerning, bearings) puts it.
+pub fn label<DB: DrawingBackend>(
+    area: &DrawingArea<DB, Shift>,
+    text: &str,
+    at: (i32, i32),
+    size: f64,
+    color: &RGBColor,
+    anchor: Pos,
+    vertical: bool,
+) -> Result<(), DrawingAreaErrorKind<DB::ErrorType>> {
+    let Ok(fonts) = fonts() else {
+        // The callers check prepare_fonts() first; without a font there is nothing to draw.
+        return Ok(());
+    };
+    let bold = size >= LARGE;
+    let face = if bold { &fonts.bold } else { &fonts.regular };
+    let font = face.as_scaled(size as f32);
+    let mut pen = 0f32;
+    let mut prev = None;
+    let mut glyphs = Vec::new();
+    for c in text.chars() {
+        let id = font.glyph_id(c);
+        if let Some(p) = prev {
+            pen += font.kern(p, id);
+        }
+        prev = Some(id);
+        if let Some(g) = font.outline_glyph(font.scaled_glyph(c)) {
+            glyphs.push((c, (pen + g.px_bounds().min.x).round() as i32));
+        }
+        pen += font.h_advance(id);
+    }
+    // plotters puts a glyph's baseline half the size below where it is drawn.
+    let cap = font
+        .outline_glyph(font.scaled_glyph('H'))
+        .map_or(0.73 * size as f32, |g| -g.px_bounds().min.y);
+    let half = size as f32 / 2.0;
+    let dx = match anchor.h_pos {
+        HPos::Left => 0.0,
+        HPos::Center => -pen / 2.0,
+        HPos::Right => -pen,
+    };
+    let dy = match anchor.v_pos {
+        VPos::Top => cap - half,
+        VPos::Center => cap / 2.0 - half,
+        VPos::Bottom => -half,
+    };
+    let style = if bold {
+        ("sans-serif", size, FontStyle::Bold).into_font()
+    } else {
+        ("sans-serif", size).into_font()
+    };
+    let transform = if vertical {
+        FontTransform::Rotate270
+    } else {
+        FontTransform::None
+    };
+    let style = style
+        .color(color)
+        .pos(Pos {
+            h_pos: HPos::Left,
+            v_pos: VPos::Top,
+        })
+        .transform(transform.clone());
+    for (c, x) in glyphs {
+        let (gx, gy) = transform.transform(x + dx.round() as i32, dy.round() as i32);
+        area.draw_text(&c.to_string(), &style, (at.0 + gx, at.1 + gy))?;
+    }
+    Ok(())
+}
+
+/// Anchor: the left end of the text, centred vertically.
+pub const LEFT: Pos = Pos {
+    h_pos: HPos::Left,
+    v_pos: VPos::Center,
+};
+/// Anchor: the right end of the text, centred vertically.
+pub const RIGHT: Pos = Pos {
+    h_pos: HPos::Right,
+    v_pos: VPos::Center,
+};
+/// Anchor: the middle of the text's top edge.
+pub const TOP: Pos = Pos {
+    h_pos: HPos::Center,
+    v_pos: VPos::Top,
+};
+/// Anchor: the middle of the text.
+pub const CENTER: Pos = Pos {
+    h_pos: HPos::Center,
+    v_pos: VPos::Center,
+};
 
 /// Round numbers for axis ticks between 0 and `max`.
-fn nice_ticks(max: f64) -> Vec<f64> {
+pub fn nice_ticks(max: f64) -> Vec<f64> {
     if max <= 0.0 || !max.is_finite() {
         return vec![0.0];
     }
@@ -152,7 +241,8 @@ pub fn short_bytes(b: f64) -> String {
     format!("{b}")
 }
 
-const COLORS: [RGBColor; 6] = [
+/// The series colours, in order (matplotlib's first six, as the papers' figures use).
+pub const COLORS: [RGBColor; 6] = [
     RGBColor(31, 119, 180),
     RGBColor(255, 127, 14),
     RGBColor(44, 160, 44),
@@ -178,6 +268,7 @@ pub fn sweep_png(
     if pts.is_empty() {
         return Err("nothing to plot".into());
     }
+    prepare_fonts()?;
     let (w, h) = (1000i32, 620i32);
     let (left, right, top, bottom) = (100, w - 30, 60, h - 90);
     let xmin = pts
@@ -209,14 +300,16 @@ pub fn sweep_png(
         let y = py(t);
         root.draw(&PathElement::new(vec![(left, y), (right, y)], grey))
             .map_err(err)?;
-        let label = format!("{t}");
-        draw_text(
+        label(
             &root,
-            &label,
-            (left - 8 - text_width(&label), y - 7),
+            &tick_label(t),
+            (left - 8, y),
+            SMALL,
             &dark,
+            RIGHT,
             false,
-        );
+        )
+        .map_err(err)?;
     }
     let mut e = xmin as i32;
     while e <= xmax as i32 {
@@ -224,14 +317,16 @@ pub fn sweep_png(
         root.draw(&PathElement::new(vec![(x, top), (x, bottom)], grey))
             .map_err(err)?;
         if (e - xmin as i32) % 2 == 0 || xmax - xmin <= 12.0 {
-            let label = short_bytes(2f64.powi(e));
-            draw_text(
+            label(
                 &root,
-                &label,
-                (x - text_width(&label) / 2, bottom + 8),
+                &short_bytes(2f64.powi(e)),
+                (x, bottom + 8),
+                SMALL,
                 &dark,
+                TOP,
                 false,
-            );
+            )
+            .map_err(err)?;
         }
         e += 1;
     }
@@ -242,7 +337,7 @@ pub fn sweep_png(
     .map_err(err)?;
     // Cache markers, dashed.
     let marker_color = RGBColor(120, 120, 120);
-    for (i, m) in markers.iter().enumerate() {
+    for m in markers {
         let x = px(m.x);
         if x < left || x > right {
             continue;
@@ -256,14 +351,6 @@ pub fn sweep_png(
             .map_err(err)?;
             y += 12;
         }
-        // Labels low in the plot, where bandwidth past the caches is small, clear of the legend.
-        draw_text(
-            &root,
-            &m.label,
-            (x + 5, bottom - 22 - 18 * i as i32),
-            &marker_color,
-            false,
-        );
     }
     // Series.
     for (i, s) in series.iter().enumerate() {
@@ -277,195 +364,60 @@ pub fn sweep_png(
             ShapeStyle::from(&c).stroke_width(3),
         ))
         .map_err(err)?;
-        draw_text(&root, &s.name, (lx + 38, ly), &dark, false);
+        label(&root, &s.name, (lx + 38, ly + 7), SMALL, &dark, LEFT, false).map_err(err)?;
     }
-    draw_text(&root, title, (left, 18), &BLACK, false);
-    let xl = "SIZE OF THE THREE ARRAYS (BYTES, LOG2 AXIS)";
-    draw_text(
-        &root,
-        xl,
-        ((left + right) / 2 - text_width(xl) / 2, h - 40),
-        &dark,
-        false,
-    );
-    let yl = "BANDWIDTH (GB/S)";
-    draw_text(
-        &root,
-        yl,
-        (30, (top + bottom) / 2 + text_width(yl) / 2),
-        &dark,
-        true,
-    );
-    root.present().map_err(err)?;
-    Ok(())
-}
-
-/// One group of bars (e.g. a backend: run time alone and with consumers).
-#[derive(Debug, Clone)]
-pub struct BarGroup {
-    /// Label under the group.
-    pub name: String,
-    /// One value per bar, in the order of the bar labels.
-    pub values: Vec<f64>,
-}
-
-/// Writes a two-panel PNG: grouped bars on the left (`bar_labels` name the bars of each
-/// group; y in seconds) and lines on the right (x: step, y: milliseconds).
-///
-/// # Errors
-/// A message if there is nothing to plot or the PNG cannot be written.
-pub fn workflow_png(
-    path: &std::path::Path,
-    title: &str,
-    bar_labels: &[&str],
-    bars: &[BarGroup],
-    lines: &[Series],
-) -> Result<(), String> {
-    if bars.is_empty() && lines.is_empty() {
-        return Err("nothing to plot".into());
-    }
-    let (w, h) = (1200i32, 620i32);
-    let root = BitMapBackend::new(path, (w as u32, h as u32)).into_drawing_area();
-    let err = |e: DrawingAreaErrorKind<_>| format!("cannot draw {}: {e:?}", path.display());
-    root.fill(&WHITE).map_err(err)?;
-    let grey = RGBColor(220, 220, 220);
-    let dark = RGBColor(40, 40, 40);
-    draw_text(&root, title, (40, 18), &BLACK, false);
-
-    // A panel: frame, y grid with labels, axis titles; returns the y mapping's maximum.
-    let panel = |left: i32, right: i32, ymax_data: f64, ylabel: &str, xlabel: &str| {
-        let (top, bottom) = (110, h - 110);
-        let ticks = nice_ticks(ymax_data * 1.1);
-        let ymax = ticks
-            .last()
-            .copied()
-            .unwrap_or(1.0)
-            .max(ymax_data * 1.1)
-            .max(1e-9);
-        for &t in &ticks {
-            let y = bottom - (t / ymax * (bottom - top) as f64) as i32;
-            let _ = root.draw(&PathElement::new(vec![(left, y), (right, y)], grey));
-            let label = tick_label(t);
-            draw_text(
-                &root,
-                &label,
-                (left - 8 - text_width(&label), y - 7),
-                &dark,
-                false,
-            );
+    // Marker labels over the lines, low in the plot where bandwidth past the caches is small,
+    // clear of the legend.
+    for (i, m) in markers.iter().enumerate() {
+        let x = px(m.x);
+        if x < left || x > right {
+            continue;
         }
-        let _ = root.draw(&PathElement::new(
-            vec![(left, top), (left, bottom), (right, bottom)],
-            ShapeStyle::from(&BLACK).stroke_width(2),
-        ));
-        draw_text(
-            &root,
-            xlabel,
-            ((left + right) / 2 - text_width(xlabel) / 2, h - 40),
-            &dark,
-            false,
-        );
-        draw_text(
-            &root,
-            ylabel,
-            (left - 95, (top + bottom) / 2 + text_width(ylabel) / 2),
-            &dark,
-            true,
-        );
-        (top, bottom, ymax)
-    };
-
-    // Left: grouped bars.
-    let (l0, l1) = (120, 560);
-    let bmax = bars
-        .iter()
-        .flat_map(|g| g.values.iter().copied())
-        .fold(0.0, f64::max);
-    let (top, bottom, ymax) = panel(l0, l1, bmax, "PRODUCER TIME (S)", "BACKEND");
-    let groups = bars.len().max(1) as i32;
-    let gw = (l1 - l0) / groups;
-    let nb = bar_labels.len().max(1) as i32;
-    let bw = (gw - 30) / nb;
-    for (gi, g) in bars.iter().enumerate() {
-        let gx = l0 + gi as i32 * gw + 15;
-        for (bi, v) in g.values.iter().enumerate() {
-            let x = gx + bi as i32 * bw;
-            let y = bottom - (v / ymax * (bottom - top) as f64) as i32;
-            let c = COLORS[bi % COLORS.len()];
-            root.draw(&Rectangle::new(
-                [(x + 2, y), (x + bw - 2, bottom)],
-                ShapeStyle::from(&c).filled(),
-            ))
-            .map_err(err)?;
-        }
-        let name: String = g
-            .name
-            .chars()
-            .take(((gw - 4) / ADVANCE).max(1) as usize)
-            .collect();
-        draw_text(
-            &root,
-            &name,
-            (gx + (gw - 30) / 2 - text_width(&name) / 2, bottom + 10),
-            &dark,
-            false,
-        );
-    }
-    for (bi, label) in bar_labels.iter().enumerate() {
-        let (lx, ly) = (l0 + 10, 50 + 18 * bi as i32);
-        let c = COLORS[bi % COLORS.len()];
+        let y = bottom - 15 - 20 * i as i32;
+        let w = text_width(&m.label, SMALL);
         root.draw(&Rectangle::new(
-            [(lx, ly), (lx + 14, ly + 12)],
-            ShapeStyle::from(&c).filled(),
+            [(x + 2, y - 9), (x + 8 + w, y + 9)],
+            ShapeStyle::from(&WHITE).filled(),
         ))
         .map_err(err)?;
-        draw_text(&root, label, (lx + 22, ly), &dark, false);
-    }
-
-    // Right: lines.
-    let (r0, r1) = (720, w - 40);
-    let pts: Vec<(f64, f64)> = lines
-        .iter()
-        .flat_map(|s| s.points.iter().copied())
-        .collect();
-    let xmax = pts.iter().map(|p| p.0).fold(1.0, f64::max);
-    let lmax = pts.iter().map(|p| p.1).fold(0.0, f64::max);
-    let (top, bottom, ymax) = panel(r0, r1, lmax, "DELIVERY LATENCY (MS)", "STEP");
-    let px = |x: f64| r0 + 20 + (x / xmax * (r1 - r0 - 40) as f64) as i32;
-    let mut x = 0.0;
-    while x <= xmax {
-        let label = format!("{x}");
-        draw_text(
+        label(
             &root,
-            &label,
-            (px(x) - text_width(&label) / 2, bottom + 10),
-            &dark,
+            &m.label,
+            (x + 5, y),
+            SMALL,
+            &marker_color,
+            LEFT,
             false,
-        );
-        x += (xmax / 8.0).ceil().max(1.0);
-    }
-    for (i, s) in lines.iter().enumerate() {
-        let c = COLORS[(i + 2) % COLORS.len()];
-        let line: Vec<(i32, i32)> = s
-            .points
-            .iter()
-            .map(|&(x, y)| (px(x), bottom - (y / ymax * (bottom - top) as f64) as i32))
-            .collect();
-        polyline(&root, line, c, 4).map_err(err)?;
-        let (lx, ly) = (r0 + 20, 50 + 18 * i as i32);
-        root.draw(&PathElement::new(
-            vec![(lx, ly + 6), (lx + 24, ly + 6)],
-            ShapeStyle::from(&c).stroke_width(3),
-        ))
+        )
         .map_err(err)?;
-        draw_text(&root, &s.name, (lx + 32, ly), &dark, false);
     }
+    label(&root, title, (left, 28), LARGE, &BLACK, LEFT, false).map_err(err)?;
+    label(
+        &root,
+        "Size of the three arrays (bytes, log2 axis)",
+        ((left + right) / 2, h - 50),
+        MEDIUM,
+        &dark,
+        TOP,
+        false,
+    )
+    .map_err(err)?;
+    label(
+        &root,
+        "Bandwidth (GB/s)",
+        (35, (top + bottom) / 2),
+        MEDIUM,
+        &dark,
+        CENTER,
+        true,
+    )
+    .map_err(err)?;
     root.present().map_err(err)?;
     Ok(())
 }
 
 /// A series' line with a dot of `radius` at each point.
-fn polyline<DB: DrawingBackend>(
+pub fn polyline<DB: DrawingBackend>(
     area: &DrawingArea<DB, plotters::coord::Shift>,
     points: Vec<(i32, i32)>,
     color: RGBColor,
@@ -482,7 +434,7 @@ fn polyline<DB: DrawingBackend>(
 }
 
 /// A tick value without float noise: `0.15`, not `0.15000000000000002`.
-fn tick_label(t: f64) -> String {
+pub fn tick_label(t: f64) -> String {
     if t.fract() == 0.0 {
         return format!("{t}");
     }
@@ -502,8 +454,6 @@ mod tests {
         assert_eq!(tick_label(40.0), "40");
         assert_eq!(short_bytes(1.5 * 1048576.0), "1.5M");
         assert_eq!(short_bytes(8.0 * 1073741824.0), "8G");
-        assert_ne!(glyph('A'), [0; 7]);
-        assert_eq!(glyph('~'), [0; 7]);
     }
 
     #[test]
@@ -522,22 +472,5 @@ mod tests {
         let bytes = std::fs::read(&p).unwrap();
         assert_eq!(&bytes[1..4], b"PNG");
         assert!(sweep_png(&p, "x", &[], &[]).is_err());
-    }
-
-    #[test]
-    fn writes_a_workflow_png() {
-        let dir = tempfile::tempdir().unwrap();
-        let p = dir.path().join("w.png");
-        let bars = [BarGroup {
-            name: "haar".into(),
-            values: vec![1.5, 1.6],
-        }];
-        let lines = [Series {
-            name: "haar".into(),
-            points: vec![(0.0, 30.0), (1.0, 25.0)],
-        }];
-        workflow_png(&p, "WORKFLOW", &["ALONE", "WITH"], &bars, &lines).unwrap();
-        assert_eq!(&std::fs::read(&p).unwrap()[1..4], b"PNG");
-        assert!(workflow_png(&p, "x", &[], &[], &[]).is_err());
     }
 }

@@ -1,9 +1,7 @@
 //! One function per subcommand; each parses nothing itself and formats the store's answers.
 
-pub mod bench;
-pub mod bench_grib;
-pub mod bench_net;
 pub mod net;
+pub mod workloads;
 
 pub mod advise;
 pub mod archive;
@@ -33,7 +31,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Purge(a) => purge(&cli, a),
         Command::Info(a) => info(&cli, a),
         Command::Schema(a) => schema(&cli, a),
-        Command::Bench(a) => bench::run(&cli, a),
+        Command::Bench(a) => workloads::bench(&cli, a),
         Command::ImportFdb5(a) => import::run(&cli, a),
         Command::Serve(a) => net::serve(&cli, a),
         Command::Watch(a) => net::watch(&cli, a),
@@ -41,9 +39,9 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Cluster(a) => net::cluster(&cli, a),
         Command::Stream(a) => stream::run(&cli, a),
         Command::Advise(a) => advise::run(&cli, a),
-        Command::Hammer(a) => crate::workload::hammer::run(&cli, a),
-        Command::Workflow(a) => crate::workload::workflow::run(&cli, a),
-        Command::WorkloadWorker(a) => crate::workload::worker(&cli, a),
+        Command::Hammer(a) => workloads::hammer(&cli, a),
+        Command::Workflow(a) => workloads::workflow(&cli, a),
+        Command::WorkloadWorker(a) => workloads::worker(&cli, a),
         Command::Generate(a) => generate(a),
     }
 }

@@ -13,7 +13,7 @@ use serde_json::json;
 use crate::Failure;
 use crate::args::{Cli, InfoArgs};
 use crate::open;
-use crate::workload::procs::Servers;
+use haar_bench::procs::Servers;
 
 /// `haar serve`.
 #[derive(Debug, Args)]

@@ -342,17 +342,17 @@ fn sweep(a: &StreamArgs, base: Config, llc_total: u64, llc_level: u32) -> Result
     {
         markers.push(Marker {
             x: total as f64,
-            label: "MEMTOTAL".into(),
+            label: "MemTotal".into(),
         });
     }
     let first = &reports[0];
     let title = format!(
-        "HAAR STREAM SWEEP: {} {}, {}",
+        "haar stream sweep: {} {}, {}",
         first.cpus.len(),
-        if a.processes { "PROCESSES" } else { "THREADS" },
+        if a.processes { "processes" } else { "threads" },
         match &first.placement.dir {
             None => "DRAM".to_string(),
-            Some(d) => format!("FILE IN {}", d.display()),
+            Some(d) => format!("file in {}", d.display()),
         }
     );
     sweep_png(&a.plot, &title, &series, &markers).map_err(Failure::io)?;

@@ -25,6 +25,9 @@
 //!
 //! Members' bodies are pure functions of a seed (`X[i] = splitmix64(seed + i) >> 48`), so any
 //! value can be recomputed without the field: that is how a run checks its products.
+//!
+//! Owns this byte layout (documented in docs/design.md §10.2) and the ensemble arithmetic;
+//! pure, must not touch stores or processes.
 
 use haar_core::rendezvous::splitmix64;
 

@@ -6,6 +6,9 @@
 //! lines (`flushed STEP NS …`, `product STEP NS …`, `progress N`) and finally `result JSON`.
 //! Its stderr is kept (last lines) to explain a failure. A worker that exits non-zero, or
 //! closes stdout without a result, fails the whole run naming it; the others are killed.
+//!
+//! Owns process handling only: what a worker does is in [`crate::hammer`] and
+//! [`crate::workflow`], how it is told (its spec) in [`crate::worker`].
 
 use std::collections::VecDeque;
 use std::io::{BufRead, BufReader, Write};
@@ -16,7 +19,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use crate::Failure;
+use crate::error::{Error, io};
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
 
@@ -37,10 +40,6 @@ pub fn install_interrupt_handler() {
 /// True once Ctrl-C (or SIGTERM) arrived.
 pub fn interrupted() -> bool {
     INTERRUPTED.load(Ordering::SeqCst)
-}
-
-fn interrupted_failure() -> Failure {
-    Failure::usage("interrupted: stopped every worker and server, removed temporary stores")
 }
 
 /// Makes `cmd`'s child receive SIGTERM when this process dies, however it dies.
@@ -97,14 +96,12 @@ impl Group {
     }
 
     /// Starts `cmd` as worker `name` (e.g. `producer member 3`); returns its index.
-    pub fn spawn(&mut self, name: String, mut cmd: Command) -> Result<usize, Failure> {
+    pub fn spawn(&mut self, name: String, mut cmd: Command) -> Result<usize, Error> {
         cmd.stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         die_with_parent(&mut cmd);
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| Failure::io(format!("cannot start {name}: {e}")))?;
+        let mut child = cmd.spawn().map_err(io(format!("cannot start {name}")))?;
         let idx = self.workers.len();
         let stdout = child.stdout.take().expect("piped");
         let stderr = child.stderr.take().expect("piped");
@@ -149,11 +146,11 @@ impl Group {
     }
 
     /// The next message, or `None` after `timeout`; fails on Ctrl-C.
-    pub fn recv(&self, timeout: Duration) -> Result<Option<Msg>, Failure> {
+    pub fn recv(&self, timeout: Duration) -> Result<Option<Msg>, Error> {
         let deadline = Instant::now() + timeout;
         loop {
             if interrupted() {
-                return Err(interrupted_failure());
+                return Err(Error::Interrupted);
             }
             let left = deadline.saturating_duration_since(Instant::now());
             if left.is_zero() {
@@ -168,7 +165,7 @@ impl Group {
     }
 
     /// Waits until every worker printed `ready` (other lines before it are an error).
-    pub fn wait_ready(&mut self, timeout: Duration) -> Result<(), Failure> {
+    pub fn wait_ready(&mut self, timeout: Duration) -> Result<(), Error> {
         let mut ready = vec![false; self.workers.len()];
         let deadline = Instant::now() + timeout;
         while ready.iter().any(|r| !r) {
@@ -181,7 +178,7 @@ impl Group {
                         .filter(|(_, r)| !**r)
                         .map(|(i, _)| self.name(i))
                         .collect();
-                    return Err(Failure::io(format!(
+                    return Err(Error::Failed(format!(
                         "not ready after {} s: {}",
                         timeout.as_secs(),
                         late.join(", ")
@@ -198,7 +195,7 @@ impl Group {
     }
 
     /// Releases every worker at once (the start barrier).
-    pub fn go(&mut self) -> Result<(), Failure> {
+    pub fn go(&mut self) -> Result<(), Error> {
         for i in 0..self.workers.len() {
             let ok = match self.workers[i].stdin.as_mut() {
                 Some(s) => s.write_all(b"go\n").and_then(|_| s.flush()).is_ok(),
@@ -218,13 +215,13 @@ impl Group {
         &mut self,
         idle: Duration,
         mut on_line: impl FnMut(usize, &str),
-    ) -> Result<Vec<serde_json::Value>, Failure> {
+    ) -> Result<Vec<serde_json::Value>, Error> {
         let mut results: Vec<Option<serde_json::Value>> = vec![None; self.workers.len()];
         let mut open = self.workers.len();
         while open > 0 {
             match self.recv(idle)? {
                 None => {
-                    return Err(Failure::io(format!(
+                    return Err(Error::Failed(format!(
                         "no word from any worker for {} s",
                         idle.as_secs()
                     )));
@@ -232,7 +229,7 @@ impl Group {
                 Some(Msg::Line(i, line)) => match line.strip_prefix("result ") {
                     Some(j) => {
                         results[i] = Some(serde_json::from_str(j).map_err(|e| {
-                            Failure::io(format!("{}: bad result line: {e}", self.name(i)))
+                            Error::Failed(format!("{}: bad result line: {e}", self.name(i)))
                         })?);
                     }
                     None => on_line(i, &line),
@@ -250,7 +247,7 @@ impl Group {
     }
 
     /// A worker's stdout closed: reaps it; `Ok` if it exited 0, else the failure.
-    pub fn reap(&mut self, i: usize) -> Result<(), Failure> {
+    pub fn reap(&mut self, i: usize) -> Result<(), Error> {
         let status = self.workers[i].child.wait();
         self.workers[i].done = true;
         match status {
@@ -273,8 +270,8 @@ impl Group {
         }
     }
 
-    /// Failure for worker `i` that exited (or closed stdout) early.
-    fn exited(&mut self, i: usize) -> Failure {
+    /// Error for worker `i` that exited (or closed stdout) early.
+    fn exited(&mut self, i: usize) -> Error {
         let status = match self.workers[i].child.wait() {
             Ok(s) => match (s.code(), std::os::unix::process::ExitStatusExt::signal(&s)) {
                 (Some(c), _) => format!("exit status {c}"),
@@ -288,7 +285,7 @@ impl Group {
     }
 
     /// Kills every worker and describes why: worker `i` and `why`.
-    pub fn fail(&mut self, i: usize, why: &str) -> Failure {
+    pub fn fail(&mut self, i: usize, why: &str) -> Error {
         let tail = self.tail(i);
         let msg = format!(
             "{} (pid {}) {why}; stopped the other workers{tail}",
@@ -296,7 +293,7 @@ impl Group {
             self.workers[i].child.id()
         );
         self.kill_all();
-        Failure::io(msg)
+        Error::Failed(msg)
     }
 
     /// Kills every worker still running.
@@ -325,17 +322,14 @@ pub struct Reporter {
 
 impl Reporter {
     /// Takes stdout over for protocol lines.
-    pub fn take_stdout() -> Result<Reporter, Failure> {
+    pub fn take_stdout() -> Result<Reporter, Error> {
         use std::os::fd::FromRawFd;
         std::io::stdout().flush().ok();
         // SAFETY: plain descriptor calls; the new descriptor is owned by the File.
         unsafe {
             let fd = libc::dup(1);
             if fd < 0 || libc::dup2(2, 1) < 0 {
-                return Err(Failure::io(format!(
-                    "cannot redirect stdout: {}",
-                    std::io::Error::last_os_error()
-                )));
+                return Err(io("cannot redirect stdout")(std::io::Error::last_os_error()));
             }
             Ok(Reporter {
                 out: std::fs::File::from_raw_fd(fd),
@@ -344,21 +338,21 @@ impl Reporter {
     }
 
     /// Sends one line.
-    pub fn say(&mut self, line: &str) -> Result<(), Failure> {
+    pub fn say(&mut self, line: &str) -> Result<(), Error> {
         self.out
             .write_all(format!("{line}\n").as_bytes())
-            .map_err(|e| Failure::io(format!("cannot report to the parent: {e}")))
+            .map_err(io("cannot report to the parent"))
     }
 
     /// Says `ready` and blocks until the parent says `go`.
-    pub fn ready_then_wait(&mut self) -> Result<(), Failure> {
+    pub fn ready_then_wait(&mut self) -> Result<(), Error> {
         self.say("ready")?;
         let mut line = String::new();
         std::io::stdin()
             .read_line(&mut line)
-            .map_err(|e| Failure::io(format!("waiting for go: {e}")))?;
+            .map_err(io("waiting for go"))?;
         if line.trim() != "go" {
-            return Err(Failure::io(format!(
+            return Err(Error::Failed(format!(
                 "expected go from the parent, got {:?} (parent gone?)",
                 line.trim()
             )));
@@ -385,11 +379,9 @@ impl Servers {
         backend: &str,
         pool_size: Option<u64>,
         token_file: Option<&Path>,
-    ) -> Result<Servers, Failure> {
-        let exe = std::env::current_exe()
-            .map_err(|e| Failure::io(format!("cannot find the haar executable: {e}")))?;
-        std::fs::create_dir_all(root)
-            .map_err(|e| Failure::io(format!("cannot create {}: {e}", root.display())))?;
+    ) -> Result<Servers, Error> {
+        let exe = std::env::current_exe().map_err(io("cannot find the haar executable"))?;
+        std::fs::create_dir_all(root).map_err(io(format!("cannot create {}", root.display())))?;
         let token_file = token_file.map_or_else(|| root.join("token"), Path::to_path_buf);
         if !token_file.exists() {
             write_private(&token_file, &haar_net::auth::nonce())?;
@@ -407,7 +399,7 @@ impl Servers {
                 text.push_str(&format!("pool_size: {p}\n"));
             }
             std::fs::write(&config, text)
-                .map_err(|e| Failure::io(format!("cannot write {}: {e}", config.display())))?;
+                .map_err(io(format!("cannot write {}", config.display())))?;
             let mut cmd = Command::new(&exe);
             cmd.arg("--config")
                 .arg(&config)
@@ -420,7 +412,7 @@ impl Servers {
             die_with_parent(&mut cmd);
             let mut child = cmd
                 .spawn()
-                .map_err(|e| Failure::io(format!("cannot start {}: {e}", exe.display())))?;
+                .map_err(io(format!("cannot start {}", exe.display())))?;
             let mut line = String::new();
             let mut out = BufReader::new(child.stdout.take().expect("piped"));
             let _ = out.read_line(&mut line);
@@ -436,7 +428,7 @@ impl Servers {
                     &mut err,
                 );
                 let _ = child.wait();
-                return Err(Failure::io(format!(
+                return Err(Error::Failed(format!(
                     "server {i} ({backend} under {}) did not start: {}",
                     dir.display(),
                     err.trim()
@@ -478,14 +470,14 @@ impl Drop for Servers {
 }
 
 /// Creates `path` readable by its owner only, holding `text`.
-pub fn write_private(path: &Path, text: &str) -> Result<(), Failure> {
+pub fn write_private(path: &Path, text: &str) -> Result<(), Error> {
     use std::os::unix::fs::OpenOptionsExt;
     let mut f = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .open(path)
-        .map_err(|e| Failure::io(format!("cannot create {}: {e}", path.display())))?;
+        .map_err(io(format!("cannot create {}", path.display())))?;
     f.write_all(text.as_bytes())
-        .map_err(|e| Failure::io(format!("cannot write {}: {e}", path.display())))
+        .map_err(io(format!("cannot write {}", path.display())))
 }

@@ -16,25 +16,12 @@ use haar_net::ClientConfig;
 use haar_net::bench as nb;
 use serde_json::{Value, json};
 
-use crate::Failure;
+use crate::error::{Error, io};
+use crate::stats::median;
 
 /// What the issue asks of the network path (figures in the report say met or not met).
 const TARGET_VS_RAW: f64 = 0.70;
 const TARGET_VS_FDB5: f64 = 3.0;
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.retain(|x| x.is_finite());
-    if v.is_empty() {
-        return f64::NAN;
-    }
-    v.sort_by(f64::total_cmp);
-    let m = v.len() / 2;
-    if v.len().is_multiple_of(2) {
-        (v[m - 1] + v[m]) / 2.0
-    } else {
-        v[m]
-    }
-}
 
 /// `fdb-server` in its own process group (it forks per client); the group is killed on drop.
 struct FdbServer {
@@ -214,10 +201,10 @@ pub fn run(
     flush_every: usize,
     peer: Option<&Path>,
     quick: bool,
-) -> Result<Value, Failure> {
+) -> Result<Value, Error> {
     let size = 800 << 10;
     let repeats = if quick { 2 } else { 3 };
-    let exe = std::env::current_exe().map_err(|e| Failure::io(format!("cannot find haar: {e}")))?;
+    let exe = std::env::current_exe().map_err(io("cannot find haar"))?;
     let token = haar_net::auth::nonce();
     // The wire is what this section measures: no same-host reads (design §8).
     let cfg = ClientConfig {
@@ -225,7 +212,7 @@ pub fn run(
         local_reads: false,
         ..ClientConfig::default()
     };
-    let fail = |what: &str, e: String| Failure::io(format!("bench: {what}: {e}"));
+    let fail = |what: &str, e: String| Error::Failed(format!("bench: {what}: {e}"));
     let mut fdb5_note: Option<String> = match peer {
         None => Some("no FDB5 peer harness (build it with bench/build-peer.sh)".into()),
         Some(_) => None,

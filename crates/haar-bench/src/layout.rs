@@ -1,21 +1,13 @@
-//! Synthetic workloads run as real processes: `haar hammer` (FDB5's fdb-hammer, done right) and
-//! `haar workflow` (the IFS ensemble with product generation, SC'19 Table 9 in miniature).
+//! Where the fields of a synthetic run live in the MARS key space ([`Layout`]): keys, requests
+//! and product keys of `haar hammer` and `haar workflow`, and the refusal of impossible shapes.
 //!
-//! Both share the field payload of [`field`] (documented in docs/design.md §10), the key layout
-//! of [`Layout`], and the process harness of [`procs`]: workers are `haar workload-worker`
-//! children that report on a line protocol, so a worker that dies fails the run by name.
-
-pub mod fdb5;
-pub mod field;
-pub mod hammer;
-pub mod procs;
-pub mod target;
-pub mod workflow;
+//! Pure: owns key and request construction; must not touch stores or processes.
 
 use haar_core::Key;
 use serde::{Deserialize, Serialize};
 
-use crate::Failure;
+use crate::Error;
+use crate::field;
 
 /// Where the fields of a synthetic run live in the MARS key space: an ensemble forecast
 /// (`stream=enfo`, `type=pf`, one `number` per member) on model levels, like fdb-hammer's.
@@ -186,7 +178,7 @@ impl Layout {
     }
 
     /// Refuses impossible shapes before anything starts.
-    pub fn check(&self) -> Result<(), Failure> {
+    pub fn check(&self) -> Result<(), Error> {
         let zero = [
             ("--members", self.members),
             ("--steps", self.steps),
@@ -194,10 +186,10 @@ impl Layout {
             ("--params", self.params),
         ];
         if let Some((flag, _)) = zero.iter().find(|(_, v)| *v == 0) {
-            return Err(Failure::usage(format!("{flag} must be at least 1")));
+            return Err(Error::Usage(format!("{flag} must be at least 1")));
         }
         if self.params as usize > PARAMS.len() {
-            return Err(Failure::usage(format!(
+            return Err(Error::Usage(format!(
                 "--params {} is more than the {} model-level parameters haar knows ({:?})",
                 self.params,
                 PARAMS.len(),
@@ -205,20 +197,20 @@ impl Layout {
             )));
         }
         if self.expver.len() != 4 {
-            return Err(Failure::usage(format!(
+            return Err(Error::Usage(format!(
                 "--expver {:?} must be 4 characters (e.g. 0001, xxxx)",
                 self.expver
             )));
         }
         if self.field_size < field::MIN_SIZE {
-            return Err(Failure::usage(format!(
+            return Err(Error::Usage(format!(
                 "--field-size {} is smaller than the {}-byte minimum (header + one value)",
                 self.field_size,
                 field::MIN_SIZE
             )));
         }
         if self.field_size > field::MAX_SIZE {
-            return Err(Failure::usage(format!(
+            return Err(Error::Usage(format!(
                 "--field-size {} is larger than the {} bytes a field may hold",
                 self.field_size,
                 field::MAX_SIZE
@@ -226,108 +218,6 @@ impl Layout {
         }
         Ok(())
     }
-}
-
-/// What a `haar workload-worker` process is told to do (JSON on its command line).
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum WorkerSpec {
-    /// A hammer writer, reader or lister.
-    Hammer(hammer::Spec),
-    /// An ensemble member writing its fields.
-    Producer(workflow::ProducerSpec),
-    /// A product-generation job.
-    Consumer(workflow::ConsumerSpec),
-}
-
-/// Options of the hidden `haar workload-worker`.
-#[derive(Debug, clap::Args)]
-pub struct WorkerArgs {
-    /// The worker's instructions (JSON).
-    #[arg(long)]
-    pub spec: String,
-}
-
-/// Runs one worker process (started by `haar hammer` or `haar workflow`).
-pub fn worker(cli: &crate::args::Cli, a: &WorkerArgs) -> Result<(), Failure> {
-    let spec: WorkerSpec = serde_json::from_str(&a.spec)
-        .map_err(|e| Failure::usage(format!("workload-worker: bad --spec: {e}")))?;
-    let rep = procs::Reporter::take_stdout()?;
-    match spec {
-        WorkerSpec::Hammer(s) => hammer::worker(cli, s, rep),
-        WorkerSpec::Producer(s) => workflow::producer(cli, s, rep),
-        WorkerSpec::Consumer(s) => workflow::consumer(cli, s, rep),
-    }
-}
-
-/// A progress bar on stderr (hidden when `quiet` or stderr is not a terminal).
-pub fn progress_bar(len: u64, what: &str, quiet: bool) -> indicatif::ProgressBar {
-    if quiet {
-        return indicatif::ProgressBar::hidden();
-    }
-    let b = indicatif::ProgressBar::new(len);
-    b.set_style(
-        indicatif::ProgressStyle::with_template(
-            "{spinner} {msg:32} {bar:30} {pos}/{len} {per_sec} {elapsed}",
-        )
-        .expect("valid template"),
-    );
-    b.set_message(what.to_string());
-    b
-}
-
-/// Parses a byte size: `65536`, `64KiB`, `800K`, `3.2MiB`, `1G` (binary units).
-pub fn parse_size(s: &str) -> Result<usize, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size (e.g. 65536, 64KiB, 3.2MiB)"))?;
-    let mult = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kb" | "kib" => 1024.0,
-        "m" | "mb" | "mib" => 1024.0 * 1024.0,
-        "g" | "gb" | "gib" => 1024.0 * 1024.0 * 1024.0,
-        u => return Err(format!("{s:?}: unknown unit {u:?} (use B, KiB, MiB, GiB)")),
-    };
-    let v = n * mult;
-    if !v.is_finite() || v < 0.0 || v > usize::MAX as f64 {
-        return Err(format!("{s:?} is out of range"));
-    }
-    Ok(v.round() as usize)
-}
-
-/// CLOCK_MONOTONIC in nanoseconds: one clock for every process of a run on this machine.
-pub fn monotonic_ns() -> i128 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into the timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
-}
-
-/// The `p` quantile (0..=1) of sorted values, nearest rank; NaN when empty.
-pub fn quantile(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i.min(sorted.len() - 1)]
-}
-
-/// Sorts latencies and returns `(p50, p99, max)`.
-pub fn summary(v: &mut [f64]) -> (f64, f64, f64) {
-    v.sort_by(f64::total_cmp);
-    (
-        quantile(v, 0.5),
-        quantile(v, 0.99),
-        v.last().copied().unwrap_or(f64::NAN),
-    )
 }
 
 #[cfg(test)]
@@ -347,20 +237,6 @@ mod tests {
             params: 2,
             field_size: 4096,
         }
-    }
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("65536").unwrap(), 65536);
-        assert_eq!(parse_size("64KiB").unwrap(), 65536);
-        assert_eq!(parse_size("800k").unwrap(), 819_200);
-        assert_eq!(parse_size("3.2MiB").unwrap(), 3_355_443);
-        assert!(
-            parse_size("12 parsecs")
-                .unwrap_err()
-                .contains("unknown unit")
-        );
-        assert!(parse_size("x").is_err());
     }
 
     #[test]

@@ -30,7 +30,8 @@ use haar_store::PmemBackend;
 use haar_store::pmem::PmemOptions;
 use serde_json::{Value, json};
 
-use crate::Failure;
+use crate::error::{Error, io};
+use crate::stats::median;
 
 const MIB: f64 = 1024.0 * 1024.0;
 
@@ -54,17 +55,17 @@ fn spec(quick: bool) -> EnsembleSpec {
 }
 
 /// Writes the ensemble as one file per step into `dir`; returns the files and total bytes.
-fn write_inputs(dir: &Path, spec: &EnsembleSpec) -> Result<(Vec<PathBuf>, u64), Failure> {
-    let io = |e: std::io::Error| Failure::io(format!("bench grib: {}: {e}", dir.display()));
+fn write_inputs(dir: &Path, spec: &EnsembleSpec) -> Result<(Vec<PathBuf>, u64), Error> {
+    let io = |e: std::io::Error| Error::Failed(format!("bench grib: {}: {e}", dir.display()));
     std::fs::create_dir_all(dir).map_err(io)?;
     let mut all = Vec::new();
     haar_grib::generate(spec, &mut all)
-        .map_err(|e| Failure::io(format!("bench grib: generating the ensemble: {e}")))?;
+        .map_err(|e| Error::Failed(format!("bench grib: generating the ensemble: {e}")))?;
     // `generate` writes step by step, each step the same number of messages.
     let per_file = (spec.message_count() / spec.steps.len() as u64) as usize;
     let msgs: Vec<_> = haar_grib::messages(&all)
         .collect::<Result<_, _>>()
-        .map_err(|e| Failure::io(format!("bench grib: generated data does not frame: {e}")))?;
+        .map_err(|e| Error::Failed(format!("bench grib: generated data does not frame: {e}")))?;
     let mut files = Vec::new();
     for (step, chunk) in spec.steps.iter().zip(msgs.chunks(per_file)) {
         let start = chunk[0].offset as usize;
@@ -98,12 +99,12 @@ fn timed(mut cmd: Command, what: &str) -> Result<(f64, String), String> {
 }
 
 /// A fresh FDB5 root under `root`; returns the command with its environment set.
-fn fdb_write(root: &Path, files: &[PathBuf]) -> Result<Command, Failure> {
-    let io = |e: std::io::Error| Failure::io(format!("bench grib: {}: {e}", root.display()));
+fn fdb_write(root: &Path, files: &[PathBuf]) -> Result<Command, Error> {
+    let io = |e: std::io::Error| Error::Failed(format!("bench grib: {}: {e}", root.display()));
     let _ = std::fs::remove_dir_all(root);
     std::fs::create_dir_all(root.join("db")).map_err(io)?;
     std::fs::copy("/etc/fdb/schema", root.join("schema")).map_err(|e| {
-        Failure::io(format!(
+        Error::Failed(format!(
             "bench grib: cannot copy /etc/fdb/schema (install fdb5): {e}"
         ))
     })?;
@@ -127,7 +128,7 @@ fn fdb_write(root: &Path, files: &[PathBuf]) -> Result<Command, Failure> {
 
 /// A fresh, provisioned pmem root under `root`; returns the archive command and the seconds
 /// provisioning took.
-fn haar_archive(root: &Path, files: &[PathBuf], bytes: u64) -> Result<(Command, f64), Failure> {
+fn haar_archive(root: &Path, files: &[PathBuf], bytes: u64) -> Result<(Command, f64), Error> {
     let _ = std::fs::remove_dir_all(root);
     let t = Instant::now();
     let pool = PmemBackend::open(
@@ -137,11 +138,10 @@ fn haar_archive(root: &Path, files: &[PathBuf], bytes: u64) -> Result<(Command, 
             ..PmemOptions::default()
         },
     )
-    .map_err(|e| Failure::io(format!("bench grib: create pool: {e}")))?;
+    .map_err(|e| Error::Failed(format!("bench grib: create pool: {e}")))?;
     drop(pool);
     let provision = t.elapsed().as_secs_f64();
-    let exe = std::env::current_exe()
-        .map_err(|e| Failure::io(format!("bench grib: current_exe: {e}")))?;
+    let exe = std::env::current_exe().map_err(io("bench grib: current_exe"))?;
     let mut cmd = Command::new(exe);
     cmd.env_remove("HAAR_CONFIG")
         .args(["--backend", "pmem", "--root"])
@@ -151,17 +151,8 @@ fn haar_archive(root: &Path, files: &[PathBuf], bytes: u64) -> Result<(Command, 
     Ok((cmd, provision))
 }
 
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
-}
-
 /// Runs the GRIB section in `dir`; its JSON (`grib_archive` in the report).
-pub fn run(dir: &Path, quick: bool, with_fdb5: bool) -> Result<Value, Failure> {
+pub fn run(dir: &Path, quick: bool, with_fdb5: bool) -> Result<Value, Error> {
     let spec = spec(quick);
     let t = Instant::now();
     let (files, bytes) = write_inputs(&dir.join("grib-input"), &spec)?;
@@ -186,10 +177,10 @@ pub fn run(dir: &Path, quick: bool, with_fdb5: bool) -> Result<Value, Failure> {
             if (turn + round) % 2 == 0 {
                 let (cmd, p) = haar_archive(&haar_root, &files, bytes)?;
                 provision_s = p;
-                let (secs, out) = timed(cmd, "haar archive").map_err(Failure::io)?;
+                let (secs, out) = timed(cmd, "haar archive").map_err(Error::Failed)?;
                 let summary: Value = serde_json::from_str(out.trim()).unwrap_or_default();
                 if summary["fields"].as_u64() != Some(n) {
-                    return Err(Failure::io(format!(
+                    return Err(Error::Failed(format!(
                         "bench grib: haar archive stored {} of {n} fields: {out}",
                         summary["fields"]
                     )));
@@ -253,7 +244,7 @@ pub fn alone(
     with_fdb5: bool,
     json_path: &Path,
     machine: &str,
-) -> Result<(), Failure> {
+) -> Result<(), Error> {
     let report = json!({
         "command": std::env::args().collect::<Vec<_>>().join(" "),
         "machine": machine,
@@ -264,7 +255,7 @@ pub fn alone(
         json_path,
         serde_json::to_string_pretty(&report).expect("json") + "\n",
     )
-    .map_err(|e| Failure::io(format!("cannot write {}: {e}", json_path.display())))?;
+    .map_err(io(format!("cannot write {}", json_path.display())))?;
     eprintln!("haar bench: figures saved to {}", json_path.display());
     Ok(())
 }

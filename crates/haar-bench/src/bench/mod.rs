@@ -2,6 +2,13 @@
 //! the same run (raw copy bandwidth into a mapping; the real FDB5 through its C API when the
 //! peer harness `bench/fdb5_peer` is built). Prints a table, saves JSON and, on request, a
 //! Markdown report. Never a pass/fail test: targets are printed as ratios.
+//!
+//! This module owns the local store measurements (archive, retrieve, flush → visible) and the
+//! report; the network section is [`net`], the GRIB section [`grib`]. None of them touches
+//! the workloads ([`crate::hammer`], [`crate::workflow`]).
+
+pub mod grib;
+pub mod net;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -9,48 +16,35 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::Instant;
 
-use clap::Args;
 use haar_core::Key;
 use haar_store::pmem::PmemOptions;
 use haar_store::{Backend, FsyncPolicy, PmemBackend, PosixBackend, Store, StoreOptions};
-use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Value, json};
 
-use crate::Failure;
-use crate::args::Cli;
+use crate::error::{Error, io};
+use crate::stats::{monotonic_ns, quantile as pct};
 
-/// Options of `haar bench`.
-#[derive(Debug, Args)]
-pub struct BenchArgs {
+/// What `haar bench` runs (the command line's options; `haar bench --help` explains each).
+#[derive(Debug, Clone)]
+pub struct Options {
     /// Directory for the temporary stores (default: a new directory under /dev/shm, removed
-    /// afterwards). Use a DAX mount to measure real persistent memory.
-    #[arg(long, value_name = "DIR")]
+    /// afterwards).
     pub dir: Option<PathBuf>,
     /// Fields per run at 800 KiB; the 64 KiB runs use 8 times as many.
-    #[arg(long, default_value_t = 1000)]
     pub fields: usize,
     /// Flush after this many fields (and at the end).
-    #[arg(long, default_value_t = 100)]
     pub flush_every: usize,
     /// FDB5 C-API peer harness (built by bench/build-peer.sh). Default: target/fdb5_peer if it
     /// exists; `none` to skip the peer.
-    #[arg(long, value_name = "PATH")]
     pub fdb5_peer: Option<PathBuf>,
     /// Where to save every figure as JSON.
-    #[arg(long, value_name = "FILE", default_value = "bench-results.json")]
     pub json: PathBuf,
-    /// Also write a Markdown report (e.g. docs/benchmarks.md).
-    #[arg(long, value_name = "FILE")]
+    /// Also write a Markdown report.
     pub markdown: Option<PathBuf>,
     /// A smaller run (a quarter of the fields, smaller raw-limit buffers).
-    #[arg(long)]
     pub quick: bool,
-    /// Only the GRIB section (`haar archive` beside `fdb-write`, see bench_grib.rs).
-    #[arg(long)]
+    /// Only the GRIB section (`haar archive` beside `fdb-write`).
     pub grib_only: bool,
-    /// Internal: run as the visibility reader of ROOT (pmem) for N fields.
-    #[arg(long, hide = true, num_args = 2, value_names = ["ROOT", "N"])]
-    pub visibility_reader: Option<Vec<String>>,
 }
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
@@ -91,29 +85,11 @@ fn body(size: usize) -> Vec<u8> {
     v
 }
 
-fn pct(sorted: &[f64], p: f64) -> f64 {
-    if sorted.is_empty() {
-        return f64::NAN;
-    }
-    let i = ((sorted.len() as f64 - 1.0) * p).round() as usize;
-    sorted[i]
+fn fail(what: &str) -> impl Fn(haar_store::Error) -> Error + '_ {
+    move |e| Error::Failed(format!("bench {what}: {e}"))
 }
 
-fn bar(len: u64, what: &str) -> ProgressBar {
-    let b = ProgressBar::new(len);
-    b.set_style(
-        ProgressStyle::with_template("{spinner} {msg:28} {bar:30} {pos}/{len} {per_sec}")
-            .expect("valid template"),
-    );
-    b.set_message(what.to_string());
-    b
-}
-
-fn fail(what: &str) -> impl Fn(haar_store::Error) -> Failure + '_ {
-    move |e| Failure::io(format!("bench {what}: {e}"))
-}
-
-fn pmem_store(root: &Path, bytes: u64) -> Result<Store, Failure> {
+fn pmem_store(root: &Path, bytes: u64) -> Result<Store, Error> {
     let b = PmemBackend::open(
         root,
         PmemOptions {
@@ -126,7 +102,7 @@ fn pmem_store(root: &Path, bytes: u64) -> Result<Store, Failure> {
     Ok(Store::with_options(Arc::new(b), StoreOptions::default()))
 }
 
-fn posix_store(root: &Path) -> Result<Store, Failure> {
+fn posix_store(root: &Path) -> Result<Store, Error> {
     let b: Arc<dyn Backend> = Arc::new(
         PosixBackend::new(vec![root.to_path_buf()], FsyncPolicy::Always)
             .map_err(fail("open posix"))?,
@@ -141,9 +117,9 @@ fn write_run(
     size: usize,
     flush_every: usize,
     label: &str,
-) -> Result<f64, Failure> {
+) -> Result<f64, Error> {
     let mut data = body(size);
-    let pb = bar(keys.len() as u64, label);
+    let pb = crate::progress::bar(keys.len() as u64, label, false);
     let t = Instant::now();
     for (i, k) in keys.iter().enumerate() {
         stamp(&mut data, i);
@@ -169,9 +145,9 @@ fn read_run(
     keys: &[Key],
     size: usize,
     label: &str,
-) -> Result<(f64, Vec<f64>), Failure> {
+) -> Result<(f64, Vec<f64>), Error> {
     let mut lat = Vec::with_capacity(keys.len());
-    let pb = bar(keys.len() as u64, label);
+    let pb = crate::progress::bar(keys.len() as u64, label, false);
     let mut total = 0.0;
     for (i, k) in keys.iter().enumerate() {
         let t = Instant::now();
@@ -191,7 +167,7 @@ fn read_run(
         total += dt;
         lat.push(dt * 1e6);
         if ok != Some(true) {
-            return Err(Failure::io(format!(
+            return Err(Error::Failed(format!(
                 "bench: field {k} read back wrong ({})",
                 if ok.is_some() {
                     "bytes differ"
@@ -212,7 +188,7 @@ fn read_run(
         let found = read_into(store, k, &mut buf).map_err(fail("retrieve"))?;
         stamp(&mut expect, i);
         if !found || buf != expect {
-            return Err(Failure::io(format!(
+            return Err(Error::Failed(format!(
                 "bench: field {k} read back wrong on verification ({})",
                 if found { "bytes differ" } else { "missing" }
             )));
@@ -262,25 +238,16 @@ fn run_peer(
     }
 }
 
-fn monotonic_ns() -> i128 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: clock_gettime writes into the timespec we own.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
-    ts.tv_sec as i128 * 1_000_000_000 + ts.tv_nsec as i128
-}
-
-/// Child side of the visibility measurement: spin on each key until it is visible, report the
+/// Child side of the visibility measurement (`haar bench --visibility-reader ROOT N`, started
+/// by the parent's measurement): spin on each key until it is visible, report the
 /// monotonic time it was first seen.
-fn visibility_reader(root: &Path, n: usize) -> Result<(), Failure> {
+pub fn visibility_reader(root: &Path, n: usize) -> Result<(), Error> {
     let b = PmemBackend::open(root, PmemOptions::default()).map_err(fail("open pool"))?;
     let store = Store::with_options(Arc::new(b), StoreOptions::default());
     let mut out = std::io::stdout().lock();
     let mut buf = Vec::new();
-    writeln!(out, "ready").map_err(|e| Failure::io(e.to_string()))?;
-    out.flush().map_err(|e| Failure::io(e.to_string()))?;
+    writeln!(out, "ready").map_err(|e| Error::Failed(e.to_string()))?;
+    out.flush().map_err(|e| Error::Failed(e.to_string()))?;
     for i in 0..n {
         let k = bench_key(1_000_000 + i);
         loop {
@@ -290,16 +257,15 @@ fn visibility_reader(root: &Path, n: usize) -> Result<(), Failure> {
             }
             std::hint::spin_loop();
         }
-        writeln!(out, "{i} {}", monotonic_ns()).map_err(|e| Failure::io(e.to_string()))?;
-        out.flush().map_err(|e| Failure::io(e.to_string()))?;
+        writeln!(out, "{i} {}", monotonic_ns()).map_err(|e| Error::Failed(e.to_string()))?;
+        out.flush().map_err(|e| Error::Failed(e.to_string()))?;
     }
     Ok(())
 }
 
 /// Flush → visible in another process, in µs (sorted): writer here, reader a child process.
-fn visibility(root: &Path, n: usize) -> Result<Vec<f64>, Failure> {
-    let exe =
-        std::env::current_exe().map_err(|e| Failure::io(format!("bench: current_exe: {e}")))?;
+fn visibility(root: &Path, n: usize) -> Result<Vec<f64>, Error> {
+    let exe = std::env::current_exe().map_err(io("bench: current_exe"))?;
     let mut store = pmem_store(root, (n * 65536) as u64)?;
     // The database must exist before the reader starts, so it does not race creation.
     store
@@ -315,18 +281,18 @@ fn visibility(root: &Path, n: usize) -> Result<Vec<f64>, Failure> {
         ])
         .stdout(Stdio::piped())
         .spawn()
-        .map_err(|e| Failure::io(format!("bench: spawn reader: {e}")))?;
+        .map_err(io("bench: spawn reader"))?;
     let mut lines = BufReader::new(child.stdout.take().expect("piped")).lines();
-    let mut next = || -> Result<String, Failure> {
+    let mut next = || -> Result<String, Error> {
         lines
             .next()
-            .ok_or_else(|| Failure::io("bench: visibility reader exited early".to_string()))?
-            .map_err(|e| Failure::io(e.to_string()))
+            .ok_or_else(|| Error::Failed("bench: visibility reader exited early".to_string()))?
+            .map_err(|e| Error::Failed(e.to_string()))
     };
     next()?; // ready
     let data = body(65536);
     let mut lat = Vec::with_capacity(n);
-    let pb = bar(n as u64, "flush → visible (other process)");
+    let pb = crate::progress::bar(n as u64, "flush → visible (other process)", false);
     for i in 0..n {
         store
             .archive(&bench_key(1_000_000 + i), &data)
@@ -349,14 +315,10 @@ fn visibility(root: &Path, n: usize) -> Result<Vec<f64>, Failure> {
 }
 
 /// Runs the benchmark.
-pub fn run(_cli: &Cli, a: &BenchArgs) -> Result<(), Failure> {
-    if let Some(v) = &a.visibility_reader {
-        let n = v[1].parse().map_err(|_| Failure::usage("bad N"))?;
-        return visibility_reader(Path::new(&v[0]), n);
-    }
+pub fn run(a: &Options) -> Result<(), Error> {
     if a.fields == 0 || a.flush_every == 0 {
-        return Err(Failure::usage(
-            "--fields and --flush-every must be at least 1",
+        return Err(Error::Usage(
+            "--fields and --flush-every must be at least 1".into(),
         ));
     }
     let base = match &a.dir {
@@ -365,17 +327,16 @@ pub fn run(_cli: &Cli, a: &BenchArgs) -> Result<(), Failure> {
         None => std::env::temp_dir(),
     };
     let dir = base.join(format!("haar-bench-{}", std::process::id()));
-    std::fs::create_dir_all(&dir)
-        .map_err(|e| Failure::io(format!("cannot create {}: {e}", dir.display())))?;
+    std::fs::create_dir_all(&dir).map_err(io(format!("cannot create {}", dir.display())))?;
     let result = run_in(a, &dir);
     let _ = std::fs::remove_dir_all(&dir);
     result
 }
 
-fn run_in(a: &BenchArgs, dir: &Path) -> Result<(), Failure> {
+fn run_in(a: &Options, dir: &Path) -> Result<(), Error> {
     let with_fdb5 = a.fdb5_peer != Some("none".into());
     if a.grib_only {
-        return super::bench_grib::alone(dir, a.quick, with_fdb5, &a.json, &machine_description());
+        return grib::alone(dir, a.quick, with_fdb5, &a.json, &machine_description());
     }
     let scale = if a.quick { 4 } else { 1 };
     let n_large = (a.fields / scale).max(1);
@@ -391,9 +352,8 @@ fn run_in(a: &BenchArgs, dir: &Path) -> Result<(), Failure> {
 
     // 1. Raw limits on the same device, in the same run.
     let raw_bytes = if a.quick { 256 << 20 } else { 1 << 30 };
-    let pb = bar(1, "raw copy limits");
-    let raw = haar_persist::measure_raw_limits(dir, raw_bytes)
-        .map_err(|e| Failure::io(format!("bench: raw limits: {e}")))?;
+    let pb = crate::progress::bar(1, "raw copy limits", false);
+    let raw = haar_persist::measure_raw_limits(dir, raw_bytes).map_err(io("bench: raw limits"))?;
     pb.finish_and_clear();
 
     let mut results = Vec::new();
@@ -426,7 +386,7 @@ fn run_in(a: &BenchArgs, dir: &Path) -> Result<(), Failure> {
         }
         if let Some(peer) = &peer {
             let root = dir.join(format!("fdb5-{size}"));
-            let pb = bar(1, &format!("FDB5 C API {} KiB", size / 1024));
+            let pb = crate::progress::bar(1, &format!("FDB5 C API {} KiB", size / 1024), false);
             let w = run_peer(peer, "write", &root, n, size, a.flush_every);
             let r = w
                 .as_ref()
@@ -440,15 +400,15 @@ fn run_in(a: &BenchArgs, dir: &Path) -> Result<(), Failure> {
     }
     let vis_n = if a.quick { 200 } else { 1000 };
     let vis = visibility(&dir.join("visibility"), vis_n)?;
-    let mut network = super::bench_net::run(dir, n_large, a.flush_every, peer.as_deref(), a.quick)?;
+    let mut network = net::run(dir, n_large, a.flush_every, peer.as_deref(), a.quick)?;
     // The local pmem archive rate at 800 KiB calibrates the scaling model's store term.
     let store_gbps = results
         .iter()
         .find(|r| r["system"] == "haar-pmem" && r["size"] == 800 * 1024)
         .and_then(|r| r["write"]["gib_per_s"].as_f64())
         .map(|g| g * GIB / 1e9);
-    network["scaling_model"] = super::bench_net::scaling_model(&network, store_gbps);
-    let grib = super::bench_grib::run(dir, a.quick, with_fdb5)?;
+    network["scaling_model"] = net::scaling_model(&network, store_gbps);
+    let grib = grib::run(dir, a.quick, with_fdb5)?;
 
     let machine = machine_description();
     let report = json!({
@@ -466,22 +426,23 @@ fn run_in(a: &BenchArgs, dir: &Path) -> Result<(), Failure> {
         "network": network,
         "grib_archive": grib,
     });
-    let text = render(&report) + &super::bench_net::render(&report["network"]);
+    let text = render(&report) + &net::render(&report["network"]);
     print!("{text}");
     std::fs::write(
         &a.json,
         serde_json::to_string_pretty(&report).expect("json") + "\n",
     )
-    .map_err(|e| Failure::io(format!("cannot write {}: {e}", a.json.display())))?;
+    .map_err(io(format!("cannot write {}", a.json.display())))?;
     eprintln!("haar bench: figures saved to {}", a.json.display());
     if let Some(md) = &a.markdown {
         std::fs::write(md, markdown(&report, &text))
-            .map_err(|e| Failure::io(format!("cannot write {}: {e}", md.display())))?;
+            .map_err(io(format!("cannot write {}", md.display())))?;
         eprintln!("haar bench: report written to {}", md.display());
     }
     Ok(())
 }
 
+/// This machine in one line (CPU model, cores, memory, kernel), for reports.
 pub fn machine_description() -> String {
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -573,7 +534,7 @@ fn render(r: &Value) -> String {
         "\nflush returned → visible to a reader in another process (pmem, {} fields): p50 {:.1} µs, p99 {:.1} µs, max {:.1} µs\n",
         v["n"], f(&v["p50"]), f(&v["p99"]), f(&v["max"])
     ));
-    s.push_str(&super::bench_grib::render(&r["grib_archive"]));
+    s.push_str(&grib::render(&r["grib_archive"]));
     s
 }
 

@@ -1,0 +1,208 @@
+//! What `haar workflow` shows: a table shaped like SC'19 Table 9, the JSON of every figure,
+//! and the two-panel plot (producers' time alone and with product generation; each step's
+//! delivery latency).
+//!
+//! Owns presentation only; the figures come from [`super::runs`].
+
+use std::path::Path;
+
+use serde_json::{Value, json};
+
+use super::runs::RunFigures;
+use super::{GIB, Options};
+use crate::error::Error;
+use crate::layout::Layout;
+use crate::stats::quantile;
+
+fn p50_p99(v: &[f64]) -> (f64, f64) {
+    let mut v = v.to_vec();
+    v.sort_by(f64::total_cmp);
+    (quantile(&v, 0.5), quantile(&v, 0.99))
+}
+
+pub(super) struct Row {
+    pub(super) backend: String,
+    pub(super) describe: String,
+    pub(super) alone: Option<RunFigures>,
+    pub(super) with: RunFigures,
+}
+
+impl Row {
+    fn slowdown(&self) -> Option<f64> {
+        self.alone
+            .as_ref()
+            .map(|a| self.with.producer_wall_s / a.producer_wall_s - 1.0)
+    }
+    fn io_slowdown(&self) -> Option<f64> {
+        self.alone
+            .as_ref()
+            .map(|a| self.with.producer_io_s / a.producer_io_s - 1.0)
+    }
+    fn latency(&self) -> (f64, f64) {
+        p50_p99(&self.with.step_latency_ms)
+    }
+    fn trigger(&self) -> (f64, f64) {
+        p50_p99(&self.with.trigger_latency_ms)
+    }
+    pub(super) fn line(&self) -> String {
+        let (p50, p99) = self.latency();
+        format!(
+            "{}: producers {} → {:.2} s with consumers ({}), delivery p50 {p50:.1} ms p99 {p99:.1} ms, {} fields delivered once, {} products checked",
+            self.backend,
+            self.alone
+                .as_ref()
+                .map(|a| format!("{:.2} s alone", a.producer_wall_s))
+                .unwrap_or_else(|| "(not run alone)".into()),
+            self.with.producer_wall_s,
+            self.slowdown()
+                .map(|s| format!("{:+.1}%", 100.0 * s))
+                .unwrap_or_else(|| "n/a".into()),
+            self.with.delivered,
+            self.with.products_checked
+        )
+    }
+}
+
+pub(super) fn report(
+    a: &Options,
+    l: &Layout,
+    replicas: usize,
+    floor_ms: f64,
+    rows: &[Row],
+) -> Value {
+    json!({
+        "tool": "haar workflow",
+        "version": env!("CARGO_PKG_VERSION"),
+        "layout": l,
+        "consumers": a.consumers,
+        "compute_ms": a.compute_ms,
+        "nodes": a.nodes,
+        "replicas": replicas,
+        "volume_bytes_per_run": l.total_bytes(),
+        "product_floor_ms": floor_ms,
+        "machine": crate::bench::machine_description(),
+        "backends": rows.iter().map(|r| {
+            let (p50, p99) = r.latency();
+            json!({
+                "backend": r.backend,
+                "describe": r.describe,
+                "alone": r.alone,
+                "with_consumers": r.with,
+                "producer_slowdown": r.slowdown(),
+                "producer_io_slowdown": r.io_slowdown(),
+                "step_latency_p50_ms": p50,
+                "step_latency_p99_ms": p99,
+                "step_latency_p50_over_floor": p50 / floor_ms,
+                "trigger_latency_p50_ms": r.trigger().0,
+                "trigger_latency_p99_ms": r.trigger().1,
+                "write_gib_per_s_alone": r.alone.as_ref().map(|x| x.bytes as f64 / x.producer_io_s.max(1e-9) / GIB),
+            })
+        }).collect::<Vec<_>>(),
+    })
+}
+
+pub(super) fn print_table(l: &Layout, a: &Options, floor_ms: f64, rows: &[Row]) {
+    println!();
+    println!(
+        "Forecast workflow, {} members x {} steps x {} fields of {:.0} KiB ({:.2} GiB per run), {} consumers, {} ms model time per step",
+        l.members,
+        l.steps,
+        l.fields_per_step(),
+        l.field_size as f64 / 1024.0,
+        l.total_bytes() as f64 / GIB,
+        a.consumers,
+        a.compute_ms
+    );
+    println!("(shaped like SC'19 Table 9: producer run time without and with product generation)");
+    println!();
+    println!(
+        "{:<52} {:>8} {:>8} {:>9} {:>9} {:>17} {:>7} {:>15}",
+        "storage",
+        "alone s",
+        "+PGEN s",
+        "slowdown",
+        "I/O slow",
+        "product p50/p99",
+        "/floor",
+        "trigger p50/99"
+    );
+    for r in rows {
+        let (p50, p99) = r.latency();
+        let (t50, t99) = r.trigger();
+        println!(
+            "{:<52} {:>8} {:>8.2} {:>9} {:>9} {:>17} {:>7} {:>15}",
+            r.describe,
+            r.alone
+                .as_ref()
+                .map(|x| format!("{:.2}", x.producer_wall_s))
+                .unwrap_or_else(|| "-".into()),
+            r.with.producer_wall_s,
+            r.slowdown()
+                .map(|s| format!("{:+.1}%", 100.0 * s))
+                .unwrap_or_else(|| "-".into()),
+            r.io_slowdown()
+                .map(|s| format!("{:+.1}%", 100.0 * s))
+                .unwrap_or_else(|| "-".into()),
+            format!("{p50:.0} / {p99:.0} ms"),
+            format!("{:.1}x", p50 / floor_ms),
+            format!("{t50:.0} / {t99:.0} ms")
+        );
+    }
+    println!();
+    println!(
+        "slowdown: producers' wall time with consumers vs alone; I/O slow: the same for their archive+flush time only."
+    );
+    println!(
+        "product: last member's flush of a step -> every product of the step flushed; trigger: -> every consumer knows the step is complete."
+    );
+    if rows.iter().any(|r| r.backend == "haar") && haar_net::ClientConfig::default().local_reads {
+        println!(
+            "haar: consumers on the servers' machine read the pools directly while connected (same-host reads, design §8; HAAR_LOCAL_READS=0: over TCP)."
+        );
+    }
+    println!(
+        "/floor: product p50 over the in-memory floor measured in this run, {floor_ms:.1} ms: the consumers' computation alone for one step (reduce {} x {} fields, pack {} products) on {} threads, no store.",
+        l.members,
+        l.fields_per_step(),
+        2 * l.fields_per_step(),
+        a.consumers
+    );
+    println!();
+    println!(
+        "every member field delivered exactly once to product generation; every product (em, es) checked against values recomputed from the members' seeds"
+    );
+}
+
+pub(super) fn plot(path: &Path, rows: &[Row]) -> Result<(), Error> {
+    let bars: Vec<crate::plot::BarGroup> = rows
+        .iter()
+        .map(|r| crate::plot::BarGroup {
+            name: r.backend.replace("shared-posix", "posix dir"),
+            values: vec![
+                r.alone.as_ref().map(|x| x.producer_wall_s).unwrap_or(0.0),
+                r.with.producer_wall_s,
+            ],
+        })
+        .collect();
+    let lines: Vec<haar_mem::plot::Series> = rows
+        .iter()
+        .map(|r| haar_mem::plot::Series {
+            name: r.backend.clone(),
+            points: r
+                .with
+                .step_latency_ms
+                .iter()
+                .enumerate()
+                .map(|(i, &v)| (i as f64, v))
+                .collect(),
+        })
+        .collect();
+    crate::plot::workflow_png(
+        path,
+        "haar workflow",
+        &["alone", "with product generation"],
+        &bars,
+        &lines,
+    )
+    .map_err(Error::Failed)
+}

@@ -1,0 +1,329 @@
+//! `haar hammer`, `haar workflow`, `haar bench` and the hidden `haar workload-worker`: their
+//! command-line grammar, mapped onto the plain option structs of `haar_bench` (where the
+//! workloads and benchmarks live), and the library's errors mapped onto exit codes.
+//!
+//! Owns no measurement: every figure, table and plot is made by `haar_bench`.
+
+use std::path::PathBuf;
+
+use clap::{Args, ValueEnum};
+use haar_bench::{bench, hammer, workflow};
+use haar_mem::units::parse_size;
+
+use crate::Failure;
+use crate::args::Cli;
+use crate::open::open_options;
+
+impl From<haar_bench::Error> for Failure {
+    fn from(e: haar_bench::Error) -> Failure {
+        use haar_bench::Error as E;
+        match e {
+            E::Store(e) => Failure::from(e),
+            E::Usage(_) | E::Interrupted => Failure::usage(e.to_string()),
+            E::Missing(_) => Failure::missing(e.to_string()),
+            _ => Failure::io(e.to_string()),
+        }
+    }
+}
+
+/// What the hammer does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ModeArg {
+    /// Archive every field, flush at the end of each step.
+    Write,
+    /// Retrieve every field one at a time and verify it.
+    Read,
+    /// List each member's fields per step and check the count.
+    List,
+}
+
+/// Options of `haar hammer`.
+#[derive(Debug, Args)]
+#[command(after_long_help = "\
+EXAMPLES
+    haar --backend pmem --root /dev/shm/h hammer --members 4 --steps 10 --levels 20 --params 5
+    haar --backend pmem --root /dev/shm/h hammer --mode read --members 4 --steps 10 --levels 20 --params 5
+    haar --servers n1:7000,n2:7000 hammer --procs 2 --field-size 3.2MiB --json hammer.json
+    haar hammer --fdb5 /dev/shm/fdb --members 4 --steps 10    # the same load through the real FDB5
+
+KEYS
+    class=CLASS,expver=EXPVER,stream=enfo,date=DATE,time=TIME,domain=g,type=pf,levtype=ml,
+    step=0/6/12/…,number=1/to/MEMBERS,levelist=1/to/LEVELS,param=130/131/… (PARAMS of
+    t u v q w vo d z o3 clwc ciwc cc). Writer process p of N takes members p+1, p+1+N, …
+
+FIELDS
+    A 64-byte header (member, step, param, level, checksums) and a body of 16-bit values
+    (docs/design.md §10); with --grib, the messages of a real GRIB file instead, in turn.
+    Reads check the header against the key and the body checksum (or the bytes of the
+    GRIB message).
+
+TIMING
+    From the workers' start barrier until every worker has exited. Before the barrier,
+    templates are built and stores opened; a local pmem pool is provisioned for the
+    whole run (grown, its pages allocated; 2 MiB pages with pool_huge_pages: true)
+    and each writer reserves and maps its share of the pool's heap (pool_chunk,
+    pool_prefault: open), as a real pmem namespace is created and mapped (with 2 MiB
+    pages) before use. Archive and flush do all their work (copy, checksum, persist with
+    flush + fence semantics, commit) inside the timed region. The provisioning's own time is
+    printed and saved (provision_s), with the throughput counting it.")]
+pub struct HammerArgs {
+    /// write, read (verified) or list.
+    #[arg(long, value_enum, default_value = "write")]
+    pub mode: ModeArg,
+    /// MARS class.
+    #[arg(long, default_value = "rd")]
+    pub class: String,
+    /// Experiment version (4 characters).
+    #[arg(long, default_value = "xxxx")]
+    pub expver: String,
+    /// Forecast date (YYYYMMDD).
+    #[arg(long, default_value = "20261121")]
+    pub date: String,
+    /// Ensemble members.
+    #[arg(long, default_value_t = 2)]
+    pub members: u32,
+    /// Output steps (6 hours apart); a flush after each.
+    #[arg(long, default_value_t = 4)]
+    pub steps: u32,
+    /// Model levels.
+    #[arg(long, default_value_t = 10)]
+    pub levels: u32,
+    /// Parameters per level (at most 12).
+    #[arg(long, default_value_t = 5)]
+    pub params: u32,
+    /// Bytes per field (`65536`, `800KiB`, `3.2MiB`).
+    #[arg(long, default_value = "800KiB", value_parser = parse_size)]
+    pub field_size: u64,
+    /// Worker processes (members are dealt out to them).
+    #[arg(long, default_value_t = 1)]
+    pub procs: u32,
+    /// Use the messages of this GRIB file as the fields' bytes (in turn) instead of templates.
+    #[arg(long, value_name = "FILE")]
+    pub grib: Option<PathBuf>,
+    /// Run against the real FDB5 (C API) with a store under DIR instead of haar.
+    #[arg(long, value_name = "DIR")]
+    pub fdb5: Option<PathBuf>,
+    /// Save every figure as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Also measure the raw limits in this run, with scratch files in DIR (memcpy and
+    /// non-temporal copy into a mapping, write(2) in 1 MiB chunks, loopback TCP), and report
+    /// the hammer's throughput as a ratio to each.
+    #[arg(long, value_name = "DIR")]
+    pub limits: Option<PathBuf>,
+    /// No progress bar.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+impl HammerArgs {
+    fn options(&self) -> hammer::Options {
+        hammer::Options {
+            mode: match self.mode {
+                ModeArg::Write => hammer::Mode::Write,
+                ModeArg::Read => hammer::Mode::Read,
+                ModeArg::List => hammer::Mode::List,
+            },
+            class: self.class.clone(),
+            expver: self.expver.clone(),
+            date: self.date.clone(),
+            members: self.members,
+            steps: self.steps,
+            levels: self.levels,
+            params: self.params,
+            field_size: self.field_size as usize,
+            procs: self.procs,
+            grib: self.grib.clone(),
+            fdb5: self.fdb5.clone(),
+            json: self.json.clone(),
+            limits: self.limits.clone(),
+            quiet: self.quiet,
+        }
+    }
+}
+
+/// Runs `haar hammer`.
+pub fn hammer(cli: &Cli, a: &HammerArgs) -> Result<(), Failure> {
+    Ok(hammer::run(&open_options(cli), &a.options())?)
+}
+
+/// Options of `haar workflow`.
+#[derive(Debug, Args)]
+#[command(after_long_help = "\
+WHAT RUNS
+    For each backend, twice (producers alone, then with consumers), on fresh stores:
+      shared-posix  one POSIX directory shared by every process (the parallel-file-system
+                    baseline); consumers poll it for complete steps every 10 ms
+      haar          haar `dist` over --nodes local `haar serve` processes with pmem pools
+                    (or the servers of --servers); fields spread by rendezvous hashing,
+                    consumers woken by step-complete notifications
+      fdb5          the real FDB5 (POSIX TOC, C API) where installed; consumers poll
+    Producers sleep --compute-ms before each step (the model's computation, on cores this
+    machine does not have), archive their F fields and flush. Consumers share the fields of
+    each step, read all members of each, and archive the mean (type=em) and standard
+    deviation (type=es). Afterwards every product is checked against values recomputed from
+    the members' seeds, and every member field must have been delivered exactly once.
+
+OUTPUT
+    A table shaped like SC'19 Table 9, a PNG plot (--plot), and with --json every figure:
+    producer wall and I/O times alone and with consumers, slowdowns, each step's delivery
+    latency, volumes, polls. Delivery latency is also given as a ratio to an in-memory floor
+    measured first in the same run: the consumers' computation alone for one step (every
+    member of every field reduced, both products packed, on --consumers threads) with the
+    fields already in memory and no store. No store can deliver a step faster than that on
+    this machine; the ratio is what storage and transport add.
+
+EXAMPLES
+    haar workflow                                        # the embedded default, ~1 GiB per run
+    haar workflow --members 10 --levels 20 --params 5 --steps 4   # 10 x 100 fields per step
+    haar --servers n1:7000,n2:7000 --token-file t workflow --backends haar")]
+pub struct WorkflowArgs {
+    /// Ensemble members (producer processes).
+    #[arg(long, default_value_t = 10)]
+    pub members: u32,
+    /// Output steps per member.
+    #[arg(long, default_value_t = 3)]
+    pub steps: u32,
+    /// Model levels per step.
+    #[arg(long, default_value_t = 8)]
+    pub levels: u32,
+    /// Parameters per level (fields per step = levels x params).
+    #[arg(long, default_value_t = 5)]
+    pub params: u32,
+    /// Bytes per field (ENS: 804KiB; HRES: 3.2MiB).
+    #[arg(long, default_value = "804KiB", value_parser = parse_size)]
+    pub field_size: u64,
+    /// Product-generation processes.
+    #[arg(long, default_value_t = 2)]
+    pub consumers: u32,
+    /// Milliseconds each producer waits before each step (model time between outputs).
+    #[arg(long, default_value_t = 300)]
+    pub compute_ms: u64,
+    /// Backends to compare, in order: shared-posix, haar, fdb5 (skipped with a note where
+    /// FDB5 is not installed).
+    #[arg(long, value_delimiter = ',', default_value = "shared-posix,haar,fdb5")]
+    pub backends: Vec<String>,
+    /// Local servers to start for `haar` (ignored with --servers).
+    #[arg(long, default_value_t = 3)]
+    pub nodes: usize,
+    /// Where the servers' pmem pools go (a DAX mount on real persistent memory).
+    #[arg(long, value_name = "DIR", default_value = "/dev/shm")]
+    pub pmem_dir: PathBuf,
+    /// Where the shared POSIX directory and FDB5's root go (the parallel file system).
+    #[arg(long, value_name = "DIR", default_value = "/var/tmp")]
+    pub shared_dir: PathBuf,
+    /// Consumers read each member's field as soon as it is flushed (per-field notifications,
+    /// haar only) instead of waiting for the whole step; products still complete per step.
+    #[arg(long)]
+    pub streaming: bool,
+    /// Skip the producers-alone runs (no slowdown figure).
+    #[arg(long)]
+    pub only_with_consumers: bool,
+    /// Seconds a consumer waits for a step before failing.
+    #[arg(long, default_value_t = 600)]
+    pub timeout: u64,
+    /// Save every figure as JSON.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+    /// Save the plot (PNG).
+    #[arg(long, value_name = "FILE", default_value = "haar-workflow.png")]
+    pub plot: PathBuf,
+    /// No progress bars.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+impl WorkflowArgs {
+    fn options(&self) -> workflow::Options {
+        workflow::Options {
+            members: self.members,
+            steps: self.steps,
+            levels: self.levels,
+            params: self.params,
+            field_size: self.field_size as usize,
+            consumers: self.consumers,
+            compute_ms: self.compute_ms,
+            backends: self.backends.clone(),
+            nodes: self.nodes,
+            pmem_dir: self.pmem_dir.clone(),
+            shared_dir: self.shared_dir.clone(),
+            streaming: self.streaming,
+            only_with_consumers: self.only_with_consumers,
+            timeout: self.timeout,
+            json: self.json.clone(),
+            plot: self.plot.clone(),
+            quiet: self.quiet,
+        }
+    }
+}
+
+/// Runs `haar workflow`.
+pub fn workflow(cli: &Cli, a: &WorkflowArgs) -> Result<(), Failure> {
+    Ok(workflow::run(&open_options(cli), &a.options())?)
+}
+
+/// Options of `haar bench`.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Directory for the temporary stores (default: a new directory under /dev/shm, removed
+    /// afterwards). Use a DAX mount to measure real persistent memory.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+    /// Fields per run at 800 KiB; the 64 KiB runs use 8 times as many.
+    #[arg(long, default_value_t = 1000)]
+    pub fields: usize,
+    /// Flush after this many fields (and at the end).
+    #[arg(long, default_value_t = 100)]
+    pub flush_every: usize,
+    /// FDB5 C-API peer harness (built by bench/build-peer.sh). Default: target/fdb5_peer if it
+    /// exists; `none` to skip the peer.
+    #[arg(long, value_name = "PATH")]
+    pub fdb5_peer: Option<PathBuf>,
+    /// Where to save every figure as JSON.
+    #[arg(long, value_name = "FILE", default_value = "bench-results.json")]
+    pub json: PathBuf,
+    /// Also write a Markdown report (e.g. docs/benchmarks.md).
+    #[arg(long, value_name = "FILE")]
+    pub markdown: Option<PathBuf>,
+    /// A smaller run (a quarter of the fields, smaller raw-limit buffers).
+    #[arg(long)]
+    pub quick: bool,
+    /// Only the GRIB section (`haar archive` beside `fdb-write`, see haar-bench's bench/grib.rs).
+    #[arg(long)]
+    pub grib_only: bool,
+    /// Internal: run as the visibility reader of ROOT (pmem) for N fields.
+    #[arg(long, hide = true, num_args = 2, value_names = ["ROOT", "N"])]
+    pub visibility_reader: Option<Vec<String>>,
+}
+
+/// Runs `haar bench` (or, hidden, its visibility reader).
+pub fn bench(_cli: &Cli, a: &BenchArgs) -> Result<(), Failure> {
+    if let Some(v) = &a.visibility_reader {
+        let n = v[1].parse().map_err(|_| Failure::usage("bad N"))?;
+        return Ok(bench::visibility_reader(std::path::Path::new(&v[0]), n)?);
+    }
+    let o = bench::Options {
+        dir: a.dir.clone(),
+        fields: a.fields,
+        flush_every: a.flush_every,
+        fdb5_peer: a.fdb5_peer.clone(),
+        json: a.json.clone(),
+        markdown: a.markdown.clone(),
+        quick: a.quick,
+        grib_only: a.grib_only,
+    };
+    Ok(bench::run(&o)?)
+}
+
+/// Options of the hidden `haar workload-worker`.
+#[derive(Debug, Args)]
+pub struct WorkerArgs {
+    /// The worker's instructions (JSON).
+    #[arg(long)]
+    pub spec: String,
+}
+
+/// Runs one worker process of `haar hammer` or `haar workflow` (docs/design.md §10).
+pub fn worker(cli: &Cli, a: &WorkerArgs) -> Result<(), Failure> {
+    Ok(haar_bench::worker::run(&open_options(cli), &a.spec)?)
+}
