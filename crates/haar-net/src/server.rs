@@ -810,11 +810,11 @@ fn send_field(
     id: u64,
     key: &Key,
     data: &[u8],
-    crc: u32,
+    crc: Option<u32>,
 ) -> haar_store::Result<()> {
     let m = FieldMeta {
         key: key.clone(),
-        crc,
+        crc: crc.unwrap_or_else(|| crc32c::crc32c(data)),
     };
     wire.send(Kind::Field, 0, id, &to_meta(&m), data)
         .map_err(|e| {

@@ -14,9 +14,10 @@ use crate::store::{
     Checkpoint, DbStats, Field, PurgeReport, RetrieveReport, Store, StoreOptions, WipeReport,
 };
 
-/// Receives retrieved fields: the key as stored, the bytes, and their CRC-32C (already
-/// verified against the bytes, so a sender forwards it instead of computing it again).
-pub type Sink<'a> = dyn FnMut(&Key, &[u8], u32) -> Result<()> + 'a;
+/// Receives retrieved fields: the key as stored, the bytes, and the CRC-32C the store verified
+/// them against (so a sender forwards it instead of computing it again), or `None` from a
+/// store that keeps no checksum (FDB5): nobody pays for a checksum the store does not have.
+pub type Sink<'a> = dyn FnMut(&Key, &[u8], Option<u32>) -> Result<()> + 'a;
 
 /// A flushed field, as a notification.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -157,10 +158,10 @@ impl FieldStore for Store {
         Store::discard_since(self, cp)
     }
     fn retrieve(&self, req: &Request, sink: &mut Sink<'_>) -> Result<RetrieveReport> {
-        Store::retrieve(self, req, sink)
+        Store::retrieve(self, req, |k, d, crc| sink(k, d, Some(crc)))
     }
     fn retrieve_keys(&self, keys: &[Key], sink: &mut Sink<'_>) -> Result<RetrieveReport> {
-        Store::retrieve_keys(self, keys, sink)
+        Store::retrieve_keys(self, keys, |k, d, crc| sink(k, d, Some(crc)))
     }
     fn list(&self, req: &Request) -> Result<Vec<Field>> {
         Store::list(self, req)

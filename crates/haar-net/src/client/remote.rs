@@ -75,7 +75,7 @@ impl RemoteStore {
         if self.local_ready() {
             let local = self.local.borrow();
             if let Some(st) = local.as_ref().and_then(|l| l.store.as_ref()) {
-                return st.retrieve_keys(keys, sink);
+                return FieldStore::retrieve_keys(st, keys, sink);
             }
         }
         let meta = to_meta(&protocol::KeysMeta {
@@ -399,7 +399,7 @@ impl FieldStore for RemoteStore {
         if self.local_ready() {
             let local = self.local.borrow();
             if let Some(st) = local.as_ref().and_then(|l| l.store.as_ref()) {
-                return st.retrieve(req, sink);
+                return FieldStore::retrieve(st, req, sink);
             }
         }
         let addr = &self.addr;
@@ -483,5 +483,5 @@ fn deliver(addr: &str, m: FieldMeta, data: &[u8], sink: &mut Sink<'_>) -> Result
             "damaged in transit: retrieve again",
         ));
     }
-    sink(&m.key, data, crc)
+    sink(&m.key, data, Some(crc))
 }
