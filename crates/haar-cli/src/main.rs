@@ -1,5 +1,6 @@
-//! `haar`: the one command-line tool. A thin layer over `haar_store::Store`: argument parsing,
-//! output formats and exit codes (0 ok, 1 bad usage or request, 2 data missing, 3 I/O or
+//! `haar`: the one command-line tool, a face of the library crates (`haar` opens stores and
+//! ingests GRIB, `haar-bench` runs the workloads): it owns argument parsing, output formats and
+//! exit codes only (0 ok, 1 bad usage or request, 2 data missing, 3 I/O or
 //! corruption). A closed stdout (`haar list | head`) is not a failure: the command stops and
 //! haar exits 0 without a message, as Unix tools do.
 
