@@ -18,16 +18,18 @@ pub enum Error {
     BadKey {
         /// The key as given.
         key: String,
-        /// Why it was refused and what to do.
-        reason: String,
+        /// Why it was refused and what to do (the rule's own error where one refused it).
+        #[source]
+        reason: Reason,
     },
     /// A request that cannot be evaluated.
     #[error("request {request}: {reason}")]
     BadRequest {
         /// The request as given.
         request: String,
-        /// Why and what to do.
-        reason: String,
+        /// Why and what to do (the rule's own error where one refused it).
+        #[source]
+        reason: Reason,
     },
     /// An operating-system I/O failure on a named file.
     #[error("{op} {path}: {source}")]
@@ -103,6 +105,63 @@ pub enum Error {
         #[source]
         failures: LaneFailures,
     },
+}
+
+/// Why a key or a request was refused: the typed error of the schema or request rule that
+/// refused it (kept, as the error's source), or a message.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Reason {
+    /// The schema refused the key (no rule matches, a value of the wrong type …).
+    Schema(haar_core::schema::SchemaError),
+    /// The request language refused the request (a bad range, an unknown date …).
+    Request(haar_core::request::RequestError),
+    /// Anything else, with what to do.
+    Text(String),
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reason::Schema(e) => e.fmt(f),
+            Reason::Request(e) => e.fmt(f),
+            Reason::Text(t) => f.write_str(t),
+        }
+    }
+}
+
+impl std::error::Error for Reason {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Reason::Schema(e) => Some(e),
+            Reason::Request(e) => Some(e),
+            Reason::Text(_) => None,
+        }
+    }
+}
+
+impl From<String> for Reason {
+    fn from(t: String) -> Self {
+        Reason::Text(t)
+    }
+}
+
+impl From<&str> for Reason {
+    fn from(t: &str) -> Self {
+        Reason::Text(t.to_string())
+    }
+}
+
+impl From<haar_core::schema::SchemaError> for Reason {
+    fn from(e: haar_core::schema::SchemaError) -> Self {
+        Reason::Schema(e)
+    }
+}
+
+impl From<haar_core::request::RequestError> for Reason {
+    fn from(e: haar_core::request::RequestError) -> Self {
+        Reason::Request(e)
+    }
 }
 
 /// Whose fault an error is: decides the CLI's exit status, the code a server sends, and
@@ -197,5 +256,57 @@ impl Error {
             server: server.into(),
             source,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use super::*;
+    use crate::{MemoryBackend, Store};
+
+    #[test]
+    fn a_refused_key_keeps_the_schema_error_as_its_source() {
+        let mut s = Store::new(MemoryBackend::new());
+        let e = s
+            .archive(&haar_core::Key::parse("nonsense=1").unwrap(), b"x")
+            .unwrap_err();
+        assert_eq!(e.class(), Class::Input);
+        let reason = e.source().expect("the reason is the source");
+        let rule = reason.source().expect("the schema's own error is kept");
+        assert!(rule.is::<haar_core::schema::SchemaError>(), "{rule:?}");
+        // The message is unchanged: the key, then the rule's words.
+        assert!(
+            e.to_string()
+                .starts_with("key nonsense=1: no schema rule matches"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn lane_failures_keep_every_lane_error() {
+        let e = Error::Lanes {
+            op: "flush",
+            summary: "flush failed on 2 lane(s)".into(),
+            failures: LaneFailures(vec![
+                (
+                    "a:1".into(),
+                    Error::net("flush to", "a:1", io::Error::other("reset")),
+                ),
+                ("b:2".into(), Error::Config("x".into())),
+            ]),
+        };
+        assert_eq!(e.class(), Class::Storage);
+        let m = e.to_string();
+        assert!(
+            m.contains("a:1: flush to a:1: reset") && m.contains("b:2: configuration: x"),
+            "{m}"
+        );
+        let first = e
+            .source()
+            .and_then(|f| f.source())
+            .expect("first lane's error");
+        assert_eq!(first.to_string(), "flush to a:1: reset");
     }
 }

@@ -24,7 +24,7 @@ pub use backend::{
     Backend, Capabilities, Committed, DbReader, DbWriter, Exclusive, FieldBytes, LendBytes,
 };
 pub use config::{BackendKind, Config, FrontendConfig, Route};
-pub use error::{Class, Error, LaneFailures, Result};
+pub use error::{Class, Error, LaneFailures, Reason, Result};
 pub use frontend::{Event, FieldStore, Sink};
 pub use memory::MemoryBackend;
 pub use pmem::PmemBackend;

@@ -156,7 +156,7 @@ impl PosixBackend {
         let tmp = root.join(format!(".tmp-{:016x}", random_u64()));
         let key_bytes = format::encode_db_key_file(db).map_err(|reason| Error::BadKey {
             key: db.to_string(),
-            reason,
+            reason: reason.into(),
         })?;
         let build = || -> io::Result<()> {
             fs::create_dir(&tmp)?;

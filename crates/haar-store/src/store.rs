@@ -121,7 +121,7 @@ impl StoreOptions {
             .split(key, &self.context)
             .map_err(|e| Error::BadKey {
                 key: key.to_string(),
-                reason: e.to_string(),
+                reason: e.into(),
             })
     }
 
@@ -130,7 +130,7 @@ impl StoreOptions {
     pub fn resolve(&self, req: &Request) -> Result<(Request, Vec<String>)> {
         let resolved = req
             .resolve(&self.schema, &self.context)
-            .map_err(|e| bad_request(req, e.to_string()))?;
+            .map_err(|e| bad_request(req, e))?;
         let known: HashSet<&str> = self.schema.keywords().into_iter().collect();
         let mut ignored = Vec::new();
         let mut out = resolved;
@@ -182,7 +182,7 @@ pub struct Store {
     splitter: Box<Splitter>,
 }
 
-fn bad_request(req: &Request, reason: impl Into<String>) -> Error {
+fn bad_request(req: &Request, reason: impl Into<crate::error::Reason>) -> Error {
     Error::BadRequest {
         request: req.to_string(),
         reason: reason.into(),
@@ -223,7 +223,7 @@ fn archive_parts(
     let writer = backend.open_writer(db)?;
     let builder = SegmentBuilder::new(0, writer.id(), 0, db).map_err(|reason| Error::BadKey {
         key: db.to_string(),
-        reason,
+        reason: reason.into(),
     })?;
     let p = pending.entry(db.clone()).or_insert(PendingDb {
         writer,
@@ -242,7 +242,7 @@ fn append_field(p: &mut PendingDb, split: &SplitKey, data: &[u8], crc: Option<u3
         .and_then(|_| format::check_key(datum))
         .map_err(|reason| Error::BadKey {
             key: db.joined(index).joined(datum).to_string(),
-            reason,
+            reason: reason.into(),
         })?;
     let data = p.writer.append(data).map_err(|e| {
         with_note(
@@ -267,7 +267,7 @@ fn append_field(p: &mut PendingDb, split: &SplitKey, data: &[u8], crc: Option<u3
         .push_field(index, datum, &data)
         .map_err(|reason| Error::BadKey {
             key: db.joined(index).joined(datum).to_string(),
-            reason,
+            reason: reason.into(),
         })
 }
 
@@ -318,7 +318,7 @@ impl Store {
         // The split is borrowed from the splitter: no key is cloned on the hot path.
         let split = self.splitter.split(key).map_err(|e| Error::BadKey {
             key: key.to_string(),
-            reason: e.to_string(),
+            reason: e.into(),
         })?;
         archive_parts(&self.backend, &mut self.pending, split, data, None)
     }
@@ -671,7 +671,7 @@ impl Store {
                     let mut b = SegmentBuilder::new(0, writer.id(), 0, &db).map_err(|reason| {
                         Error::BadKey {
                             key: db.to_string(),
-                            reason,
+                            reason: reason.into(),
                         }
                     })?;
                     for f in &fields {
@@ -718,7 +718,7 @@ impl Store {
                 SegmentBuilder::new(FLAG_SNAPSHOT, writer.id(), 0, &db).map_err(|reason| {
                     Error::BadKey {
                         key: db.to_string(),
-                        reason,
+                        reason: reason.into(),
                     }
                 })?;
             let copy = self.backend.capabilities().reclaims_space;

@@ -290,13 +290,13 @@ pub fn wait(
     timeout: Duration,
 ) -> Result<WaitOutcome> {
     let deadline = Instant::now() + timeout;
-    let bad = |reason: String| Error::BadRequest {
+    let bad = |reason: haar_store::Reason| Error::BadRequest {
         request: req.to_string(),
         reason,
     };
     let mut resolved = req
         .resolve(&options.schema, &options.context)
-        .map_err(|e| bad(e.to_string()))?;
+        .map_err(|e| bad(e.into()))?;
     let known = options.schema.keywords();
     resolved
         .params

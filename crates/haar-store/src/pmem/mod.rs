@@ -170,7 +170,7 @@ impl PmemBackend {
         let mut key = Vec::new();
         format::encode_key(db, &mut key).map_err(|reason| Error::BadKey {
             key: db.to_string(),
-            reason,
+            reason: reason.into(),
         })?;
         Ok(PmemWriter {
             pool: self.pool.clone(),
@@ -196,7 +196,7 @@ impl Backend for PmemBackend {
         let mut key = Vec::new();
         format::encode_key(db, &mut key).map_err(|reason| Error::BadKey {
             key: db.to_string(),
-            reason,
+            reason: reason.into(),
         })?;
         if !self.databases()?.contains(db) {
             return Ok(None);
@@ -239,7 +239,7 @@ impl Backend for PmemBackend {
             format::SegmentBuilder::new(format::FLAG_SNAPSHOT, w.id, 0, db).map_err(|reason| {
                 Error::BadKey {
                     key: db.to_string(),
-                    reason,
+                    reason: reason.into(),
                 }
             })?;
         w.commit(&b.finish())
