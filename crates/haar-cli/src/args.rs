@@ -4,6 +4,9 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::commands::net::{WaitArgs, WatchArgs};
+use crate::commands::workloads::{HammerArgs, WorkerArgs, WorkflowArgs};
+
 const AFTER_HELP: &str = "\
 REQUESTS
     A REQUEST is `keyword=value/value,keyword=value` (MARS language: `step=0/to/24/by/6`,
@@ -24,6 +27,12 @@ CONFIGURATION
         schema: /etc/fdb/schema  # FDB5 rule language; built-in schema when absent
     --root and --backend override the file.
 
+STORE AND SERVER OPTIONS
+    --config, --root, --backend, --servers, --replicas, --tls-ca and --token-file may be given
+    before the command (`haar --root DIR list`) or after it (`haar list --root DIR`; given in
+    both places, the value after the command wins). Each command takes only those it uses, in
+    either place: `haar COMMAND --help` lists them.
+
 EXIT STATUS
     0 success; 1 bad usage, request or input; 2 requested data missing; 3 I/O error or
     corruption in the store.
@@ -37,32 +46,268 @@ See docs/design.md for formats and the durability contract.";
 /// Archived fields become visible to every process at `flush`, atomically per database.
 #[derive(Debug, Parser)]
 #[command(name = "haar", version, after_long_help = AFTER_HELP, max_term_width = 100)]
+// Before the subcommand's name every store and server option is accepted (the form scripts and
+// the workload re-exec use); `$HAAR_CONFIG` is read here only, so that a `--config` given after
+// the name still wins over it. `parse` refuses the ones the subcommand does not take.
+#[command(mut_arg("config", |a| a.env("HAAR_CONFIG")))]
+#[command(mut_arg("servers", |a| a.help(
+    "Use these servers (`haar serve`) instead of the local store: `HOST:PORT,HOST:PORT,...` \
+     (several are combined by rendezvous hashing). For `cluster`: how many to start"
+)))]
 pub struct Cli {
-    /// Configuration file (YAML). Default: $HAAR_CONFIG, else built-in defaults.
-    #[arg(long, global = true, value_name = "FILE", env = "HAAR_CONFIG")]
-    pub config: Option<PathBuf>,
-    /// Store root directory (overrides the configuration's roots).
-    #[arg(long, global = true, value_name = "DIR")]
-    pub root: Option<PathBuf>,
-    /// Backend: posix (files) or pmem (a persistent-memory pool file in the root).
-    #[arg(long, global = true, value_name = "posix|pmem")]
-    pub backend: Option<String>,
-    /// Use these servers (`haar serve`) instead of the local store: `HOST:PORT,HOST:PORT,...`
-    /// (several are combined by rendezvous hashing). For `cluster`: how many to start.
-    #[arg(long, global = true, value_name = "HOST:PORT,...")]
-    pub servers: Option<String>,
-    /// With several --servers: copies of every field (on the top R servers of its ranking).
-    #[arg(long, global = true, value_name = "R", default_value_t = 1)]
-    pub replicas: usize,
-    /// File holding the shared-secret token (default: $HAAR_TOKEN), for servers and clients.
-    #[arg(long, global = true, value_name = "FILE")]
-    pub token_file: Option<PathBuf>,
-    /// Connect to servers over TLS, trusting the CA certificate(s) in this PEM file.
-    #[arg(long, global = true, value_name = "FILE")]
-    pub tls_ca: Option<PathBuf>,
+    // The store and server options given before the subcommand's name.
+    #[command(flatten)]
+    pub before: OpenArgs,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,
+}
+
+/// Parses the command line: clap's grammar, then the one rule it cannot express. An option
+/// given before the subcommand's name must be one the subcommand takes after it (`haar
+/// --servers x stream` is an error naming `--servers`, not an option silently ignored).
+pub fn parse() -> Result<Cli, clap::Error> {
+    parse_from(std::env::args_os())
+}
+
+/// [`parse`] of the given arguments (the first is the program's name).
+pub fn parse_from<I, T>(args: I) -> Result<Cli, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    use clap::error::ErrorKind;
+    use clap::parser::ValueSource;
+    use clap::{CommandFactory, FromArgMatches};
+    let mut cmd = Cli::command();
+    let matches = cmd.try_get_matches_from_mut(args)?;
+    if let Some(name) = matches.subcommand_name() {
+        let sub = cmd
+            .find_subcommand(name)
+            .expect("clap parsed this subcommand");
+        let takes = |id: &str| {
+            sub.get_arguments().any(|a| a.get_id() == id)
+                || IGNORED_BEFORE
+                    .iter()
+                    .any(|(s, ids)| *s == name && ids.contains(&id))
+        };
+        // Only what was typed: `$HAAR_CONFIG` names the configuration of the commands that
+        // read one and means nothing to the others, as any environment variable.
+        let misplaced = cmd
+            .get_arguments()
+            .filter(|a| {
+                let id = a.get_id().as_str();
+                matches.value_source(id) == Some(ValueSource::CommandLine) && !takes(id)
+            })
+            .find_map(|a| a.get_long())
+            .map(str::to_string);
+        if let Some(flag) = misplaced {
+            let message = format!(
+                "--{flag} is not an option of `haar {name}`, which would not use it; \
+                 `haar {name} --help` lists the options it takes"
+            );
+            let sub = cmd
+                .find_subcommand_mut(name)
+                .expect("clap parsed this subcommand");
+            return Err(sub.error(ErrorKind::ArgumentConflict, message));
+        }
+    }
+    Cli::from_arg_matches(&matches).map_err(|e| e.format(&mut cmd))
+}
+
+/// Options a subcommand takes before its name although it does not use them. `generate` (the
+/// packagers' command) writes the same pages whatever store is named, and callers that name
+/// their store on every call (`haar --root DIR --backend posix generate man DIR`, as the test
+/// suite does) have always been able to.
+const IGNORED_BEFORE: &[(&str, &[&str])] = &[("generate", &["config", "root", "backend"])];
+
+/// `--config`: the configuration file (flattened into the subcommands that read one).
+#[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "Store options")]
+pub struct ConfigArg {
+    /// Configuration file (YAML). Default: $HAAR_CONFIG, else built-in defaults.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+}
+
+/// `--root`, `--backend`: the local store, over the configuration's.
+#[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "Store options")]
+pub struct LocalArgs {
+    /// Store root directory (overrides the configuration's roots).
+    #[arg(long, value_name = "DIR")]
+    pub root: Option<PathBuf>,
+    /// Backend: posix (files) or pmem (a persistent-memory pool file in the root).
+    #[arg(long, value_name = "posix|pmem")]
+    pub backend: Option<String>,
+}
+
+/// `--servers`, `--replicas`, `--tls-ca`: servers to reach instead of a local store.
+#[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "Server options")]
+pub struct ServerArgs {
+    /// Use these servers (`haar serve`) instead of the local store: `HOST:PORT,HOST:PORT,...`
+    /// (several are combined by rendezvous hashing).
+    #[arg(long, value_name = "HOST:PORT,...")]
+    pub servers: Option<String>,
+    /// With several --servers: copies of every field (on the top R servers of its ranking).
+    /// Default: 1.
+    #[arg(long, value_name = "R")]
+    pub replicas: Option<usize>,
+    /// Connect to servers over TLS, trusting the CA certificate(s) in this PEM file.
+    #[arg(long, value_name = "FILE")]
+    pub tls_ca: Option<PathBuf>,
+}
+
+/// `--token-file`: the shared secret, for servers and clients alike.
+#[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "Server options")]
+pub struct TokenArg {
+    /// File holding the shared-secret token (default: $HAAR_TOKEN), for servers and clients.
+    #[arg(long, value_name = "FILE")]
+    pub token_file: Option<PathBuf>,
+}
+
+/// Every store and server option: the commands that work on the local store or on servers
+/// (and the place before any subcommand's name).
+#[derive(Debug, Clone, Default, Args)]
+pub struct OpenArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    #[command(flatten)]
+    pub local: LocalArgs,
+    #[command(flatten)]
+    pub servers: ServerArgs,
+    #[command(flatten)]
+    pub token: TokenArg,
+}
+
+/// The local store only (`schema`, `import-fdb5`).
+#[derive(Debug, Clone, Default, Args)]
+pub struct StoreArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    #[command(flatten)]
+    pub local: LocalArgs,
+}
+
+/// Servers only, never a local store (`watch`, `wait`, `workflow`).
+#[derive(Debug, Clone, Default, Args)]
+pub struct ClientArgs {
+    #[command(flatten)]
+    pub config: ConfigArg,
+    #[command(flatten)]
+    pub servers: ServerArgs,
+    #[command(flatten)]
+    pub token: TokenArg,
+}
+
+impl ConfigArg {
+    /// Sets what this group was given over `o`.
+    fn onto(&self, o: &mut OpenArgs) {
+        if self.config.is_some() {
+            o.config.config.clone_from(&self.config);
+        }
+    }
+}
+
+impl LocalArgs {
+    /// Sets what this group was given over `o`.
+    fn onto(&self, o: &mut OpenArgs) {
+        if self.root.is_some() {
+            o.local.root.clone_from(&self.root);
+        }
+        if self.backend.is_some() {
+            o.local.backend.clone_from(&self.backend);
+        }
+    }
+}
+
+impl ServerArgs {
+    /// Sets what this group was given over `o`.
+    fn onto(&self, o: &mut OpenArgs) {
+        if self.servers.is_some() {
+            o.servers.servers.clone_from(&self.servers);
+        }
+        if self.replicas.is_some() {
+            o.servers.replicas = self.replicas;
+        }
+        if self.tls_ca.is_some() {
+            o.servers.tls_ca.clone_from(&self.tls_ca);
+        }
+    }
+}
+
+impl TokenArg {
+    /// Sets what this group was given over `o`.
+    fn onto(&self, o: &mut OpenArgs) {
+        if self.token_file.is_some() {
+            o.token.token_file.clone_from(&self.token_file);
+        }
+    }
+}
+
+impl OpenArgs {
+    /// Sets what this group was given over `o`.
+    pub fn onto(&self, o: &mut OpenArgs) {
+        self.config.onto(o);
+        self.local.onto(o);
+        self.servers.onto(o);
+        self.token.onto(o);
+    }
+}
+
+impl StoreArgs {
+    /// Sets what this group was given over `o`.
+    fn onto(&self, o: &mut OpenArgs) {
+        self.config.onto(o);
+        self.local.onto(o);
+    }
+}
+
+impl ClientArgs {
+    /// Sets what this group was given over `o`.
+    fn onto(&self, o: &mut OpenArgs) {
+        self.config.onto(o);
+        self.servers.onto(o);
+        self.token.onto(o);
+    }
+}
+
+impl Command {
+    /// Sets the store and server options given after the subcommand's name over `o` (those
+    /// given before it): the value after the name wins.
+    pub fn options_onto(&self, o: &mut OpenArgs) {
+        match self {
+            Command::Archive(ArchiveArgs { open, .. })
+            | Command::List(ListArgs { open, .. })
+            | Command::Retrieve(RetrieveArgs { open, .. })
+            | Command::Axes(AxesArgs { open, .. })
+            | Command::Wipe(ModifyArgs { open, .. })
+            | Command::Purge(ModifyArgs { open, .. })
+            | Command::Info(InfoArgs { open, .. })
+            | Command::Hammer(HammerArgs { open, .. })
+            | Command::WorkloadWorker(WorkerArgs { open, .. }) => open.onto(o),
+            Command::Schema(SchemaArgs { store, .. })
+            | Command::ImportFdb5(ImportFdb5Args { store, .. }) => store.onto(o),
+            Command::Serve(a) => {
+                a.store.onto(o);
+                a.token.onto(o);
+            }
+            Command::Watch(WatchArgs { client, .. })
+            | Command::Wait(WaitArgs { client, .. })
+            | Command::Workflow(WorkflowArgs { client, .. }) => client.onto(o),
+            Command::Cluster(a) => {
+                // `--servers N` is a count here; it reaches `cluster` in the same field.
+                if let Some(n) = a.servers {
+                    o.servers.servers = Some(n.to_string());
+                }
+                a.local.onto(o);
+                a.token.onto(o);
+            }
+            Command::Bench(_) | Command::Stream(_) | Command::Advise(_) | Command::Generate(_) => {}
+        }
+    }
 }
 
 /// Subcommands.
@@ -163,6 +408,8 @@ pub struct ArchiveArgs {
     /// Input files.
     #[arg(required = true, value_name = "FILE")]
     pub files: Vec<PathBuf>,
+    #[command(flatten)]
+    pub open: OpenArgs,
 }
 
 /// `haar list`.
@@ -179,6 +426,8 @@ pub struct ListArgs {
     /// FDB5's `fdb-list` layout: `{db keys}{index keys}{datum keys}`.
     #[arg(long, conflicts_with = "json")]
     pub fdb: bool,
+    #[command(flatten)]
+    pub open: OpenArgs,
 }
 
 /// `haar retrieve`.
@@ -192,6 +441,8 @@ pub struct RetrieveArgs {
     /// Succeed even if some requested fields are missing (they are still listed on stderr).
     #[arg(long)]
     pub allow_missing: bool,
+    #[command(flatten)]
+    pub open: OpenArgs,
 }
 
 /// `haar axes`.
@@ -202,6 +453,8 @@ pub struct AxesArgs {
     /// JSON object keyword → values.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub open: OpenArgs,
 }
 
 /// `haar wipe` / `haar purge`.
@@ -215,6 +468,8 @@ pub struct ModifyArgs {
     /// JSON report.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub open: OpenArgs,
 }
 
 /// `haar info`.
@@ -225,6 +480,8 @@ pub struct InfoArgs {
     /// JSON output.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub open: OpenArgs,
 }
 
 /// `haar schema`.
@@ -233,6 +490,8 @@ pub struct SchemaArgs {
     /// Check this schema file and report errors with line and column.
     #[arg(long, value_name = "FILE")]
     pub check: Option<PathBuf>,
+    #[command(flatten)]
+    pub store: StoreArgs,
 }
 
 /// `haar import-fdb5`.
@@ -260,6 +519,8 @@ pub struct ImportFdb5Args {
     /// Print a JSON summary.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub store: StoreArgs,
 }
 
 /// `haar generate` (hidden): documentation generated from this grammar, so it cannot drift.
@@ -286,4 +547,153 @@ pub enum Generate {
         #[arg(value_enum, value_name = "SHELL")]
         shell: clap_complete::Shell,
     },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    const ALL: [&str; 7] = [
+        "config",
+        "root",
+        "backend",
+        "servers",
+        "replicas",
+        "tls_ca",
+        "token_file",
+    ];
+
+    fn cli(form: &str) -> Result<Cli, clap::Error> {
+        parse_from(form.split_whitespace())
+    }
+
+    #[test]
+    fn the_grammar_passes_clap_s_own_checks() {
+        Cli::command().debug_assert();
+    }
+
+    /// What each subcommand takes is what its code reads: a local store (`--config`, `--root`,
+    /// `--backend`), servers (`--servers`, `--replicas`, `--tls-ca`), the token, or nothing.
+    #[test]
+    fn each_subcommand_takes_the_options_it_uses() {
+        let store: &[&str] = &["config", "root", "backend"];
+        let client: &[&str] = &["config", "servers", "replicas", "tls_ca", "token_file"];
+        let expected: &[(&str, &[&str])] = &[
+            ("archive", &ALL),
+            ("list", &ALL),
+            ("retrieve", &ALL),
+            ("axes", &ALL),
+            ("wipe", &ALL),
+            ("purge", &ALL),
+            ("info", &ALL),
+            ("hammer", &ALL),
+            ("workload-worker", &ALL),
+            ("schema", store),
+            ("import-fdb5", store),
+            ("serve", &["config", "root", "backend", "token_file"]),
+            ("watch", client),
+            ("wait", client),
+            ("workflow", client),
+            ("cluster", &["root", "backend", "servers", "token_file"]),
+            ("bench", &[]),
+            ("stream", &[]),
+            ("advise", &[]),
+            ("generate", &[]),
+        ];
+        for sub in Cli::command().get_subcommands() {
+            let name = sub.get_name();
+            let (_, want) = expected
+                .iter()
+                .find(|(n, _)| *n == name)
+                .unwrap_or_else(|| panic!("say which store and server options `{name}` takes"));
+            let mut takes: Vec<&str> = ALL
+                .into_iter()
+                .filter(|id| sub.get_arguments().any(|a| a.get_id() == *id))
+                .collect();
+            let mut want = want.to_vec();
+            takes.sort_unstable();
+            want.sort_unstable();
+            assert_eq!(takes, want, "haar {name}");
+        }
+    }
+
+    /// The forms of the README, docs/cluster.md, scripts/, bench/ and the workers' re-exec.
+    #[test]
+    fn the_forms_in_use_still_parse() {
+        for form in [
+            "haar --backend pmem --root /dev/shm/haar archive data.grib",
+            "haar archive --root /d data.grib",
+            "haar --backend pmem --root /dev/shm/h hammer --members 4 --steps 10 --procs 2",
+            "haar --config d.yaml --token-file t hammer --procs 2 --mode read",
+            "haar serve --listen 0.0.0.0:7000 --root /dev/shm/haar --backend pmem",
+            "haar --root /d --backend pmem serve --listen 0.0.0.0:7070 --token-file t",
+            "haar --config c.yaml serve --listen 127.0.0.1:0 --token-file t",
+            "haar --servers n1:7000,n2:7000 --replicas 2 archive data.grib",
+            "haar --servers n1:7000,n2:7000 wait step=12",
+            "haar --servers n1:7000,n2:7000 --replicas 2 wait step=12",
+            "haar --servers h:1 --token-file t wait step=12 --timeout 10",
+            "haar --servers h:1 watch class=od --json",
+            "haar --config c.yaml watch class=od",
+            "haar --servers 3 cluster --root /dev/shm/dev",
+            "haar --servers 3 --backend pmem --root /d cluster",
+            "haar cluster --servers 4 --root /d",
+            "haar --config c.yaml list class=od",
+            "haar --servers h:1 --tls-ca ca.pem list",
+            "haar --servers h:1 --token-file t info",
+            "haar --token-file t archive --key class=od f.bin",
+            "haar --config c.yaml --root /r import-fdb5 --fdb-config f.yaml --batch 300",
+            "haar --servers n1:7000,n2:7000 --token-file t workflow --backends haar",
+            "haar --replicas 4 workflow --nodes 3",
+            "haar --root /r --backend posix schema --check /etc/fdb/schema",
+            "haar --root /r --backend posix generate man /d",
+            "haar --root /r generate completions bash",
+            "haar --config c.yaml --root /r --backend pmem --servers a:1,b:2 --replicas 2 \
+             --token-file t --tls-ca ca.pem workload-worker --spec {}",
+        ] {
+            if let Err(e) = cli(form) {
+                panic!("{form}: {e}");
+            }
+        }
+    }
+
+    #[test]
+    fn the_value_after_the_subcommand_wins() {
+        let given = |form: &str| crate::open::given(&cli(form).unwrap());
+        let g = given("haar --root a --servers s:1 --replicas 2 list --root b");
+        assert_eq!(g.local.root, Some("b".into()));
+        assert_eq!(g.servers.servers.as_deref(), Some("s:1"));
+        assert_eq!(g.servers.replicas, Some(2));
+        let o =
+            crate::open::open_options(&cli("haar list --tls-ca ca.pem --token-file t").unwrap());
+        assert_eq!(o.tls_ca, Some("ca.pem".into()));
+        assert_eq!(o.token_file, Some("t".into()));
+        assert_eq!(o.replicas, 1);
+        // `cluster`'s count, in either place.
+        assert_eq!(
+            given("haar --servers 3 cluster").servers.servers.as_deref(),
+            Some("3")
+        );
+        let g = given("haar --servers 3 cluster --servers 4 --backend pmem");
+        assert_eq!(g.servers.servers.as_deref(), Some("4"));
+        assert_eq!(g.local.backend.as_deref(), Some("pmem"));
+    }
+
+    #[test]
+    fn an_option_before_a_subcommand_that_does_not_use_it_is_refused() {
+        for (form, flag) in [
+            ("haar --servers x:1 stream", "--servers"),
+            ("haar --root /r bench", "--root"),
+            ("haar --tls-ca ca.pem serve", "--tls-ca"),
+            ("haar --config c.yaml cluster --servers 2", "--config"),
+            ("haar --backend pmem watch", "--backend"),
+            ("haar --servers x:1 generate completions bash", "--servers"),
+        ] {
+            let e = cli(form).err().unwrap_or_else(|| panic!("{form} parsed"));
+            assert!(
+                e.to_string().contains(&format!("{flag} is not an option")),
+                "{form}: {e}"
+            );
+        }
+    }
 }

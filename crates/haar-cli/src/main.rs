@@ -26,8 +26,6 @@ mod open;
 
 use std::process::ExitCode;
 
-use clap::Parser;
-
 /// A failure with its exit code and message.
 #[derive(Debug)]
 pub struct Failure {
@@ -87,7 +85,7 @@ impl From<haar_store::Error> for Failure {
 }
 
 fn main() -> ExitCode {
-    let cli = match args::Cli::try_parse() {
+    let cli = match args::parse() {
         Ok(cli) => cli,
         Err(e) => {
             use clap::error::ErrorKind;

@@ -1,5 +1,6 @@
-//! The CLI's global options as `haar::OpenOptions`: every store is opened by the library
-//! (`haar::open`); this module only maps arguments onto it.
+//! The CLI's store and server options as `haar::OpenOptions`: every store is opened by the
+//! library (`haar::open`); this module only maps arguments onto it, wherever on the command line
+//! they were given (before the subcommand's name or after it).
 
 use haar::open::OpenOptions;
 use haar::{ConfigSource, FieldStore, Store, StoreOptions};
@@ -7,23 +8,34 @@ use haar_core::request::Request;
 use haar_store::Config;
 
 use crate::Failure;
-use crate::args::Cli;
+use crate::args::{Cli, OpenArgs};
 
 pub use haar::open::{load_schema, parse_servers};
 
-/// The library's options for the global arguments.
+/// The store and server options in effect: those given after the subcommand's name over those
+/// given before it (and `$HAAR_CONFIG`, which clap reads into the latter). The rest of the CLI
+/// does not care where an option was given; the grammar (`args::parse`) has already refused
+/// any the subcommand does not take.
+pub fn given(cli: &Cli) -> OpenArgs {
+    let mut o = cli.before.clone();
+    cli.command.options_onto(&mut o);
+    o
+}
+
+/// The library's options for the store and server options given.
 pub fn open_options(cli: &Cli) -> OpenOptions {
+    let o = given(cli);
     OpenOptions {
-        config: match &cli.config {
-            Some(p) => ConfigSource::File(p.clone()),
+        config: match o.config.config {
+            Some(p) => ConfigSource::File(p),
             None => ConfigSource::Defaults,
         },
-        root: cli.root.clone(),
-        backend: cli.backend.clone(),
-        servers: cli.servers.as_deref().map(parse_servers),
-        replicas: cli.replicas,
-        token_file: cli.token_file.clone(),
-        tls_ca: cli.tls_ca.clone(),
+        root: o.local.root,
+        backend: o.local.backend,
+        servers: o.servers.servers.as_deref().map(parse_servers),
+        replicas: o.servers.replicas.unwrap_or(1),
+        token_file: o.token.token_file,
+        tls_ca: o.servers.tls_ca,
     }
 }
 

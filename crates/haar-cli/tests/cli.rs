@@ -483,6 +483,195 @@ fn man_pages_and_completions_come_from_the_clap_definitions() {
     }
 }
 
+/// Runs haar with exactly `args` (no store options added) and `HAAR_CONFIG` as given.
+fn haar_exactly(args: &[&str], haar_config: Option<&Path>) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_haar"));
+    cmd.args(args).env_remove("HAAR_CONFIG");
+    if let Some(c) = haar_config {
+        cmd.env("HAAR_CONFIG", c);
+    }
+    cmd.output().expect("run haar")
+}
+
+const STORE_OPTIONS: [&str; 3] = ["--config", "--root", "--backend"];
+const SERVER_OPTIONS: [&str; 4] = ["--servers", "--replicas", "--tls-ca", "--token-file"];
+
+#[test]
+fn each_subcommand_shows_only_the_options_it_uses() {
+    let help = |sub: &str| ok(&haar_exactly(&[sub, "--help"], None));
+    let stream = help("stream");
+    for opt in SERVER_OPTIONS.iter().chain(&STORE_OPTIONS) {
+        assert!(
+            !stream.contains(opt),
+            "{opt} in `haar stream --help`:\n{stream}"
+        );
+    }
+    let list = help("list");
+    for opt in SERVER_OPTIONS.iter().chain(&STORE_OPTIONS) {
+        assert!(
+            list.contains(opt),
+            "{opt} not in `haar list --help`:\n{list}"
+        );
+    }
+    // A server is given its store and its token, and reaches no other server.
+    let serve = help("serve");
+    assert!(
+        serve.contains("--root") && serve.contains("--token-file"),
+        "{serve}"
+    );
+    assert!(
+        !serve.contains("--servers") && !serve.contains("--tls-ca"),
+        "{serve}"
+    );
+    // Notifications come from servers: no local store to name.
+    let wait = help("wait");
+    assert!(
+        wait.contains("--servers") && wait.contains("--tls-ca"),
+        "{wait}"
+    );
+    assert!(
+        !wait.contains("--root") && !wait.contains("--backend"),
+        "{wait}"
+    );
+    // The top level still lists every option, which is accepted there as it always was.
+    let top = help("--help");
+    for opt in SERVER_OPTIONS.iter().chain(&STORE_OPTIONS) {
+        assert!(top.contains(opt), "{opt} not in `haar --help`:\n{top}");
+    }
+
+    // The man pages come from the same definitions.
+    let tmp = tempfile::tempdir().unwrap();
+    let man = tmp.path().join("man1");
+    ok(&haar_exactly(
+        &["generate", "man", man.to_str().unwrap()],
+        None,
+    ));
+    let page = |sub: &str| std::fs::read_to_string(man.join(format!("haar-{sub}.1"))).unwrap();
+    let stream = page("stream");
+    for word in ["servers", "replicas", "tls\\-ca", "token\\-file"] {
+        assert!(!stream.contains(word), "{word} in haar-stream.1:\n{stream}");
+    }
+    let list = page("list");
+    for word in ["servers", "replicas", "tls\\-ca", "token\\-file", "root"] {
+        assert!(list.contains(word), "{word} not in haar-list.1:\n{list}");
+    }
+}
+
+#[test]
+fn an_option_the_subcommand_does_not_use_is_an_error_naming_it() {
+    let o = haar_exactly(&["--servers", "x:1", "stream"], None);
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    assert!(stderr(&o).contains("--servers"), "{}", stderr(&o));
+    assert!(stderr(&o).contains("haar stream"), "{}", stderr(&o));
+    // After the subcommand's name, clap itself refuses it.
+    let o = haar_exactly(&["stream", "--servers", "x:1"], None);
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    assert!(stderr(&o).contains("--servers"), "{}", stderr(&o));
+    for (args, flag) in [
+        (&["--tls-ca", "ca.pem", "serve"][..], "--tls-ca"),
+        (&["--root", "/tmp", "wait", "step=0"], "--root"),
+        (&["--token-file", "t", "schema"], "--token-file"),
+        (&["--config", "c.yaml", "advise", "--probe"], "--config"),
+        (
+            &["--replicas", "2", "import-fdb5", "--fdb-root", "/tmp"],
+            "--replicas",
+        ),
+    ] {
+        let o = haar_exactly(args, None);
+        assert_eq!(code(&o), 1, "{args:?}: {}", stderr(&o));
+        assert!(
+            stderr(&o).contains(&format!("{flag} is not an option")),
+            "{args:?}: {}",
+            stderr(&o)
+        );
+    }
+    // $HAAR_CONFIG is not an option: a command that reads no configuration ignores it.
+    let o = haar_exactly(&["advise", "--probe"], Some(Path::new("/nonexistent.yaml")));
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+}
+
+#[test]
+fn store_options_work_before_and_after_the_subcommand() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (a, b) = (tmp.path().join("a"), tmp.path().join("b"));
+    let (a, b) = (a.to_str().unwrap(), b.to_str().unwrap());
+    let field = tmp.path().join("field.bin");
+    std::fs::write(&field, b"GRIB-before-after-7777").unwrap();
+    let field = field.to_str().unwrap();
+    let key = |step: u32| format!("{DB},type=fc,levtype=sfc,step={step},param=167");
+    let steps = |o: &Output| -> Vec<String> {
+        ok(o)
+            .lines()
+            .map(|l| {
+                l.split(",step=")
+                    .nth(1)
+                    .unwrap()
+                    .split(',')
+                    .next()
+                    .unwrap()
+                    .to_string()
+            })
+            .collect()
+    };
+    // Before the name (A, step 0) and after it (B, step 6), each read back both ways.
+    ok(&haar_exactly(
+        &[
+            "--root",
+            a,
+            "--backend",
+            "posix",
+            "archive",
+            "--key",
+            &key(0),
+            field,
+        ],
+        None,
+    ));
+    ok(&haar_exactly(
+        &[
+            "archive",
+            "--key",
+            &key(6),
+            field,
+            "--root",
+            b,
+            "--backend",
+            "posix",
+        ],
+        None,
+    ));
+    for root in [a, b] {
+        let before = steps(&haar_exactly(&["--root", root, "list"], None));
+        let after = steps(&haar_exactly(&["list", "--root", root], None));
+        assert_eq!(before, after, "{root}");
+        assert_eq!(before, [if root == a { "0" } else { "6" }], "{root}");
+    }
+    // Given in both places, the value after the name wins.
+    assert_eq!(
+        steps(&haar_exactly(&["--root", a, "list", "--root", b], None)),
+        ["6"]
+    );
+    // $HAAR_CONFIG, and --config on either side over it.
+    let config = tmp.path().join("a.yaml");
+    std::fs::write(&config, format!("backend: posix\nroots: [\"{a}\"]\n")).unwrap();
+    let config_b = tmp.path().join("b.yaml");
+    std::fs::write(&config_b, format!("backend: posix\nroots: [\"{b}\"]\n")).unwrap();
+    let cb = config_b.to_str().unwrap();
+    assert_eq!(steps(&haar_exactly(&["list"], Some(&config))), ["0"]);
+    assert_eq!(
+        steps(&haar_exactly(&["--config", cb, "list"], Some(&config))),
+        ["6"]
+    );
+    assert_eq!(
+        steps(&haar_exactly(&["list", "--config", cb], Some(&config))),
+        ["6"]
+    );
+    assert_eq!(
+        steps(&haar_exactly(&["list", "--root", b], Some(&config))),
+        ["6"]
+    );
+}
+
 fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir).unwrap() {

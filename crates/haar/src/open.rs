@@ -59,9 +59,9 @@ impl ConfigSource {
 
 /// Everything that selects a store: the configuration and the overrides every face offers.
 ///
-/// With nothing set it opens the default local store. The fields mirror the CLI's global
-/// options (`--config`, `--root`, `--backend`, `--servers`, `--replicas`, `--token-file`,
-/// `--tls-ca`).
+/// With nothing set it opens the default local store. The fields mirror the CLI's store and
+/// server options (`--config`, `--root`, `--backend`, `--servers`, `--replicas`,
+/// `--token-file`, `--tls-ca`).
 #[derive(Debug, Clone)]
 pub struct OpenOptions {
     /// The configuration.

@@ -14,7 +14,6 @@ use haar_mem::machine::{self, MemoryMode, Probe};
 use serde_json::json;
 
 use crate::Failure;
-use crate::args::Cli;
 
 /// Options of `haar advise`.
 #[derive(Debug, Args)]
@@ -61,7 +60,7 @@ fn modifiable(s: &str) -> Result<Modifiable, String> {
 }
 
 /// Runs `haar advise`.
-pub fn run(_cli: &Cli, a: &AdviseArgs) -> Result<(), Failure> {
+pub fn run(a: &AdviseArgs) -> Result<(), Failure> {
     let mut answers = Answers {
         memory_intensive: a.memory_intensive,
         io_intensive: a.io_intensive,

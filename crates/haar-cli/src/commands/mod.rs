@@ -31,14 +31,14 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Purge(a) => purge(&cli, a),
         Command::Info(a) => info(&cli, a),
         Command::Schema(a) => schema(&cli, a),
-        Command::Bench(a) => workloads::bench(&cli, a),
+        Command::Bench(a) => workloads::bench(a),
         Command::ImportFdb5(a) => import::run(&cli, a),
         Command::Serve(a) => net::serve(&cli, a),
         Command::Watch(a) => net::watch(&cli, a),
         Command::Wait(a) => net::wait(&cli, a),
-        Command::Cluster(a) => net::cluster(&cli, a),
-        Command::Stream(a) => stream::run(&cli, a),
-        Command::Advise(a) => advise::run(&cli, a),
+        Command::Cluster(_) => net::cluster(&cli),
+        Command::Stream(a) => stream::run(a),
+        Command::Advise(a) => advise::run(a),
         Command::Hammer(a) => workloads::hammer(&cli, a),
         Command::Workflow(a) => workloads::workflow(&cli, a),
         Command::WorkloadWorker(a) => workloads::worker(&cli, a),
@@ -323,7 +323,7 @@ fn purge(cli: &Cli, a: &ModifyArgs) -> Result<(), Failure> {
 }
 
 fn info(cli: &Cli, a: &InfoArgs) -> Result<(), Failure> {
-    if cli.servers.is_some() {
+    if open::open_options(cli).servers.is_some() {
         return net::info(cli, a);
     }
     let cfg = open::config(cli)?;

@@ -11,7 +11,7 @@ use haar_net::{Server, ServerConfig, Target, WaitOutcome, WatchAll};
 use serde_json::json;
 
 use crate::Failure;
-use crate::args::{Cli, InfoArgs};
+use crate::args::{Cli, ClientArgs, InfoArgs, LocalArgs, StoreArgs, TokenArg};
 use crate::open;
 use haar_bench::procs::Servers;
 
@@ -32,6 +32,10 @@ pub struct ServeArgs {
     /// TLS private key (PEM).
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    #[command(flatten)]
+    pub store: StoreArgs,
+    #[command(flatten)]
+    pub token: TokenArg,
 }
 
 /// `haar watch`.
@@ -42,6 +46,8 @@ pub struct WatchArgs {
     /// One JSON object per line: key, length, seq, replay, server.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub client: ClientArgs,
 }
 
 /// `haar wait`.
@@ -52,11 +58,27 @@ pub struct WaitArgs {
     /// Give up after this many seconds (exit 2, naming what is missing).
     #[arg(long, value_name = "SECS", default_value_t = 3600.0)]
     pub timeout: f64,
+    #[command(flatten)]
+    pub client: ClientArgs,
 }
 
 /// `haar cluster`.
 #[derive(Debug, Args)]
-pub struct ClusterArgs {}
+#[command(mut_arg("root", |a| a.help(
+    "Directory for the servers' stores (DIR/nodeI), their configurations and cluster.yaml"
+)))]
+#[command(mut_arg("token_file", |a| a.help(
+    "File holding the servers' token (default: DIR/token, created when missing)"
+)))]
+pub struct ClusterArgs {
+    /// How many local servers to start (server I under --root DIR/nodeI).
+    #[arg(long, value_name = "N")]
+    pub servers: Option<usize>,
+    #[command(flatten)]
+    pub local: LocalArgs,
+    #[command(flatten)]
+    pub token: TokenArg,
+}
 
 fn servers(cli: &Cli) -> Result<Vec<String>, Failure> {
     open::servers(cli)?.ok_or_else(|| {
@@ -72,7 +94,8 @@ pub fn serve(cli: &Cli, a: &ServeArgs) -> Result<(), Failure> {
     let backend = cfg.open_backend()?;
     let options = open::options(cli)?;
     let tokens = Tokens {
-        read_write: auth::load_token(cli.token_file.as_deref()).map_err(Failure::usage)?,
+        read_write: auth::load_token(open::open_options(cli).token_file.as_deref())
+            .map_err(Failure::usage)?,
         read_only: match &a.read_token_file {
             Some(f) => auth::load_token(Some(f)).map_err(Failure::usage)?,
             None => None,
@@ -226,23 +249,25 @@ pub fn info(cli: &Cli, a: &InfoArgs) -> Result<(), Failure> {
 
 /// `haar cluster --servers N --root DIR`: N local servers for development, stopped when stdin
 /// closes or on Ctrl-C.
-pub fn cluster(cli: &Cli, _a: &ClusterArgs) -> Result<(), Failure> {
-    let n: usize = cli
+pub fn cluster(cli: &Cli) -> Result<(), Failure> {
+    let given = open::given(cli);
+    let n: usize = given
+        .servers
         .servers
         .as_deref()
         .and_then(|s| s.parse().ok())
         .filter(|&n| n > 0)
         .ok_or_else(|| Failure::usage("cluster needs --servers N (how many servers to start)"))?;
-    let root = cli
-        .root
-        .clone()
-        .ok_or_else(|| Failure::usage("cluster needs --root DIR (each server gets DIR/nodeI)"))?;
+    let root =
+        given.local.root.clone().ok_or_else(|| {
+            Failure::usage("cluster needs --root DIR (each server gets DIR/nodeI)")
+        })?;
     let servers = Servers::start(
         n,
         &root,
-        cli.backend.as_deref().unwrap_or("posix"),
+        given.local.backend.as_deref().unwrap_or("posix"),
         None,
-        cli.token_file.as_deref(),
+        given.token.token_file.as_deref(),
     )?;
     let list = servers.addrs.join(",");
     let config = servers.dist_config(1, "database");

@@ -11,7 +11,6 @@ use haar_mem::stream::{self, Config, Kernel, Persist, Placement, Report, StreamE
 use serde_json::json;
 
 use crate::Failure;
-use crate::args::Cli;
 
 /// Options of `haar stream`.
 #[derive(Debug, Args)]
@@ -69,7 +68,7 @@ fn failure(e: StreamError) -> Failure {
 }
 
 /// Runs `haar stream`.
-pub fn run(_cli: &Cli, a: &StreamArgs) -> Result<(), Failure> {
+pub fn run(a: &StreamArgs) -> Result<(), Failure> {
     let root = Path::new("/");
     let llc = machine::last_level_cache(root);
     let llc_total = llc.as_ref().map_or(32 << 20, |c| c.total());

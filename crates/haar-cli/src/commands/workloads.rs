@@ -11,7 +11,7 @@ use haar_bench::{bench, hammer, workflow};
 use haar_mem::units::parse_size;
 
 use crate::Failure;
-use crate::args::Cli;
+use crate::args::{Cli, ClientArgs, OpenArgs};
 use crate::open::open_options;
 
 impl From<haar_bench::Error> for Failure {
@@ -114,6 +114,8 @@ pub struct HammerArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub open: OpenArgs,
 }
 
 impl HammerArgs {
@@ -231,6 +233,8 @@ pub struct WorkflowArgs {
     /// No progress bars.
     #[arg(long)]
     pub quiet: bool,
+    #[command(flatten)]
+    pub client: ClientArgs,
 }
 
 impl WorkflowArgs {
@@ -297,7 +301,7 @@ pub struct BenchArgs {
 }
 
 /// Runs `haar bench` (or, hidden, its visibility reader).
-pub fn bench(_cli: &Cli, a: &BenchArgs) -> Result<(), Failure> {
+pub fn bench(a: &BenchArgs) -> Result<(), Failure> {
     if let Some(v) = &a.visibility_reader {
         let n = v[1].parse().map_err(|_| Failure::usage("bad N"))?;
         return Ok(bench::visibility_reader(std::path::Path::new(&v[0]), n)?);
@@ -321,6 +325,8 @@ pub struct WorkerArgs {
     /// The worker's instructions (JSON).
     #[arg(long)]
     pub spec: String,
+    #[command(flatten)]
+    pub open: OpenArgs,
 }
 
 /// Runs one worker process of `haar hammer` or `haar workflow` (docs/design.md §10).
