@@ -25,4 +25,5 @@ pub mod cleanup;
 pub mod machine;
 pub mod plot;
 pub mod stream;
+mod text;
 pub mod units;

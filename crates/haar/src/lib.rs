@@ -6,6 +6,8 @@
 //!   pattern — as a [`FieldStore`].
 //! - [`ingest`]: GRIB files, buffers and streams archived into any [`FieldStore`], keyed in
 //!   parallel, an input with a fault archiving nothing.
+//! - [`serve`]: the local store served to the network, with tokens, TLS and the same-host
+//!   offer.
 //! - [`import`]: an FDB5 database imported into any [`FieldStore`] through FDB5's own tools,
 //!   every field verified.
 //!
@@ -35,6 +37,7 @@
 pub mod import;
 pub mod ingest;
 pub mod open;
+pub mod serve;
 
 pub use haar_store::{
     Config, Error, Field, FieldStore, Result, RetrieveReport, Store, StoreOptions,

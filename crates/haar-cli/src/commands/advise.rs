@@ -10,7 +10,7 @@ use clap::Args;
 use haar_mem::advise::{
     self, Advice, AdviceError, Answers, IoPattern, Modifiable, Question, parse_yes_no,
 };
-use haar_mem::machine::{self, MemoryMode, Probe};
+use haar_mem::machine;
 use serde_json::json;
 
 use crate::Failure;
@@ -101,13 +101,13 @@ pub fn run(a: &AdviseArgs) -> Result<(), Failure> {
     }
     let mut out = String::new();
     if let Some(p) = &probe {
-        out.push_str(&format_probe(p));
+        out.push_str(&p.to_string());
     }
     if let Some(adv) = &advice {
         if probe.is_some() {
             out.push('\n');
         }
-        out.push_str(&format_advice(adv));
+        out.push_str(&adv.to_string());
     }
     out!("{out}")?;
     Ok(())
@@ -175,123 +175,4 @@ fn ask(q: Question, answers: &mut Answers) -> Result<(), Failure> {
         }
         eprintln!("please answer {choices}");
     }
-}
-
-fn format_advice(adv: &Advice) -> String {
-    let mut s = format!("Recommended configuration: {}\n", adv.configuration);
-    s.push_str("Path through the trees:\n");
-    for step in &adv.path {
-        s.push_str(&format!(
-            "  {:<8} {:<26} {}\n",
-            step.figure,
-            step.text,
-            if step.answer { "yes" } else { "no" }
-        ));
-    }
-    let leaf = match adv.storage {
-        Some(o) => format!("{} -> {}", adv.platform.text(), o.text()),
-        None => adv.platform.text().to_string(),
-    };
-    s.push_str(&format!("  => {leaf}\n"));
-    s.push_str(&format!("Why: {}.\n", adv.reason));
-    if !adv.unused.is_empty() {
-        let flags: Vec<&str> = adv.unused.iter().map(|q| q.flag()).collect();
-        s.push_str(&format!(
-            "Not needed on this path (ignored): {}\n",
-            flags.join(", ")
-        ));
-    }
-    if !adv.setup.is_empty() {
-        s.push_str("Set-up:\n");
-        for c in &adv.setup {
-            s.push_str(&format!("  {c}\n"));
-        }
-    }
-    if let Some(cfg) = &adv.haar_config {
-        s.push_str("haar configuration (--config FILE or $HAAR_CONFIG):\n");
-        for l in cfg.lines() {
-            s.push_str(&format!("  {l}\n"));
-        }
-    }
-    s
-}
-
-fn format_probe(p: &Probe) -> String {
-    let none = |v: bool| if v { "" } else { " none found" };
-    let mut s = String::from("Machine probe\n");
-    s.push_str(&format!(
-        "  CPU: {} ({} CPUs{})\n",
-        p.cpu.as_deref().unwrap_or("unknown"),
-        p.cpus,
-        if p.virtual_machine {
-            ", virtual machine"
-        } else {
-            ""
-        }
-    ));
-    for c in &p.caches {
-        s.push_str(&format!(
-            "  L{} cache: {} x {}\n",
-            c.level,
-            c.instances,
-            machine::human(c.size)
-        ));
-    }
-    s.push_str(&format!(
-        "  DRAM (MemTotal): {}; available: {}\n",
-        p.mem_total.map_or("unknown".into(), machine::human),
-        p.mem_available.map_or("unknown".into(), machine::human)
-    ));
-    s.push_str(&format!("  NUMA nodes: {}\n", p.numa_nodes.len()));
-    if p.dimms.is_empty() {
-        s.push_str("  installed DIMMs (SMBIOS):  not visible\n");
-    } else {
-        for (size, kind) in &p.dimms {
-            s.push_str(&format!("  DIMM: {} {kind}\n", machine::human(*size)));
-        }
-    }
-    s.push_str(&format!(
-        "  NVDIMM devices (/sys/bus/nd/devices):{}\n",
-        none(!p.nvdimm.is_empty())
-    ));
-    for d in &p.nvdimm {
-        s.push_str(&format!("    {} {}\n", d.path, d.detail));
-    }
-    s.push_str(&format!(
-        "  CXL devices (/sys/bus/cxl/devices):{}\n",
-        none(!p.cxl.is_empty())
-    ));
-    for d in &p.cxl {
-        s.push_str(&format!("    {} {}\n", d.path, d.detail));
-    }
-    s.push_str(&format!(
-        "  /dev/pmem*, /dev/dax*:{}\n",
-        none(!p.dev_nodes.is_empty())
-    ));
-    for d in &p.dev_nodes {
-        s.push_str(&format!("    {}\n", d.path));
-    }
-    s.push_str(&format!(
-        "  DAX mounts (/proc/mounts):{}\n",
-        none(!p.dax_mounts.is_empty())
-    ));
-    for m in &p.dax_mounts {
-        s.push_str(&format!(
-            "    {} on {} ({})\n",
-            m.device,
-            m.mount_point.display(),
-            m.fs_type
-        ));
-    }
-    let (verdict, evidence) = match &p.memory_mode {
-        MemoryMode::Likely(e) => ("likely", e),
-        MemoryMode::No(e) => ("no", e),
-        MemoryMode::Unknown(e) => ("unknown", e),
-    };
-    s.push_str(&format!("  Memory mode: {verdict} ({evidence})\n"));
-    s.push_str("What this implies:\n");
-    for i in &p.implications {
-        s.push_str(&format!("  - {i}\n"));
-    }
-    s
 }

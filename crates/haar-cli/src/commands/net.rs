@@ -6,8 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use haar_net::auth::{self, Tokens};
-use haar_net::{Server, ServerConfig, Target, WaitOutcome, WatchAll};
+use haar_net::{WaitOutcome, WatchAll};
 use serde_json::json;
 
 use crate::Failure;
@@ -90,41 +89,17 @@ fn servers(cli: &Cli) -> Result<Vec<String>, Failure> {
 
 /// `haar serve`: binds, prints `listening on ADDR`, serves until killed.
 pub fn serve(cli: &Cli, a: &ServeArgs) -> Result<(), Failure> {
-    let cfg = open::config(cli)?;
-    let backend = cfg.open_backend()?;
-    let options = open::options(cli)?;
-    let tokens = Tokens {
-        read_write: auth::load_token(open::open_options(cli).token_file.as_deref())
-            .map_err(Failure::usage)?,
-        read_only: match &a.read_token_file {
-            Some(f) => auth::load_token(Some(f)).map_err(Failure::usage)?,
-            None => None,
+    let opts = open::open_options(cli);
+    let server = haar::serve::bind(
+        &opts,
+        &haar::serve::ServeOptions {
+            listen: a.listen.clone(),
+            read_token_file: a.read_token_file.clone(),
+            tls: a.tls_cert.clone().zip(a.tls_key.clone()),
         },
-    };
-    if tokens.read_write.is_none() && tokens.read_only.is_none() {
-        return Err(Failure::usage(
-            "every connection is authenticated: set HAAR_TOKEN or give --token-file (and/or --read-token-file)",
-        ));
-    }
-    let tls = match (&a.tls_cert, &a.tls_key) {
-        (Some(c), Some(k)) => Some(haar_net::transport::tls_server(c, k).map_err(Failure::usage)?),
-        _ => None,
-    };
-    let described = backend.describe();
-    let schema_text = match &cfg.schema {
-        Some(p) => Some(
-            std::fs::read_to_string(p)
-                .map_err(|e| Failure::usage(format!("cannot read schema {}: {e}", p.display())))?,
-        ),
-        None => None,
-    };
-    let local = haar_net::server::local_offer(&cfg, schema_text);
-    let server = Server::bind(
-        &a.listen,
-        Target::Local { backend, options },
-        ServerConfig { tokens, tls, local },
-    )
-    .map_err(|e| Failure::io(format!("cannot listen on {}: {e}", a.listen)))?;
+    )?;
+    // The backend as `haar bench` and the scripts have always seen it (no "local " prefix).
+    let described = server.describe().trim_start_matches("local ").to_string();
     let addr = server
         .local_addr()
         .map_err(|e| Failure::io(e.to_string()))?;

@@ -6,8 +6,8 @@ use std::path::{Path, PathBuf};
 
 use clap::Args;
 use haar_mem::machine;
-use haar_mem::plot::{Marker, Series, sweep_png};
-use haar_mem::stream::{self, Config, Kernel, Persist, Placement, Report, StreamError, Workers};
+use haar_mem::plot::sweep_png;
+use haar_mem::stream::{self, Config, Kernel, Persist, Placement, StreamError, Workers};
 use serde_json::json;
 
 use crate::Failure;
@@ -134,7 +134,7 @@ pub fn run(a: &StreamArgs) -> Result<(), Failure> {
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&value).expect("json"))?;
     } else {
-        print_report(&report, llc_total)?;
+        out!("{}", report.table(llc_total))?;
     }
     Ok(())
 }
@@ -161,92 +161,10 @@ fn save(a: &StreamArgs, value: &serde_json::Value) -> Result<(), Failure> {
     Ok(())
 }
 
-fn where_text(r: &Report) -> String {
-    match &r.placement.dir {
-        None => "arrays in memory (anonymous mapping)".into(),
-        Some(d) => format!(
-            "arrays in a file mapped from {} ({}{}), persist after each kernel: {}",
-            d.display(),
-            r.placement.fs_type.as_deref().unwrap_or("?"),
-            if r.placement.dax { ", DAX" } else { "" },
-            r.placement.persist.as_deref().unwrap_or("none")
-        ),
-    }
-}
-
-fn print_report(r: &Report, llc_total: u64) -> Result<(), Failure> {
-    let what = match r.workers {
-        Workers::Threads => "threads",
-        Workers::Processes => "processes",
-    };
-    let cpus: Vec<String> = r.cpus.iter().map(|c| c.to_string()).collect();
-    outln!(
-        "haar stream: {} {what} pinned to CPUs {}; {}",
-        r.cpus.len(),
-        cpus.join(","),
-        where_text(r)
-    )?;
-    outln!(
-        "Array size = {} elements, {} per array, {} in total",
-        r.elements,
-        machine::human(r.bytes_per_array),
-        machine::human(r.total_bytes)
-    )?;
-    if r.bytes_per_array < 4 * llc_total {
-        outln!(
-            "WARNING: arrays are smaller than 4 x the last-level caches ({}): figures include \
-             cache effects",
-            machine::human(4 * llc_total)
-        )?;
-    }
-    outln!(
-        "Each kernel was run {} times; the first is not counted{}.",
-        r.ntimes,
-        if r.inner_reps > 1 {
-            format!(" ({} passes per timed sample)", r.inner_reps)
-        } else {
-            String::new()
-        }
-    )?;
-    outln!(
-        "{:<10}{:>16}{:>14}{:>14}{:>12}{:>12}{:>12}",
-        "Function",
-        "Best Rate MB/s",
-        "Median MB/s",
-        "Worst MB/s",
-        "Avg time",
-        "Min time",
-        "Max time"
-    )?;
-    for k in &r.kernels {
-        let name = format!("{}:", capitalise(k.kernel.name()));
-        outln!(
-            "{:<10}{:>16.1}{:>14.1}{:>14.1}{:>12.6}{:>12.6}{:>12.6}",
-            name,
-            k.best_rate_mb_s,
-            k.median_rate_mb_s,
-            k.worst_rate_mb_s,
-            k.avg_time_s,
-            k.min_time_s,
-            k.max_time_s
-        )?;
-    }
-    outln!("{}", capitalise(&r.validation))
-}
-
-fn capitalise(s: &str) -> String {
-    let mut c = s.chars();
-    c.next()
-        .map(|f| f.to_uppercase().collect::<String>() + c.as_str())
-        .unwrap_or_default()
-}
-
 fn sweep(a: &StreamArgs, base: Config, llc_total: u64, llc_level: u32) -> Result<(), Failure> {
-    let (_, avail) = machine::memory(Path::new("/"));
-    let avail = avail.unwrap_or(1 << 30);
     let max_bytes = match a.sweep_max_mib {
         Some(m) => m.saturating_mul(1 << 20),
-        None => (8 * llc_total).min(avail / 4 / 3),
+        None => stream::default_sweep_max(llc_total),
     };
     let min_bytes = a.sweep_min_kib.saturating_mul(1024);
     let sizes = stream::sweep_sizes(min_bytes, max_bytes);
@@ -257,13 +175,12 @@ fn sweep(a: &StreamArgs, base: Config, llc_total: u64, llc_level: u32) -> Result
             machine::human(max_bytes)
         )));
     }
-    // Check the largest point before allocating anything.
-    let largest = Config {
+    // The largest point is checked before anything runs (or is printed).
+    stream::preflight(&Config {
         elements: *sizes.last().expect("non-empty"),
         ..base.clone()
-    };
-    stream::preflight(&largest).map_err(failure)?;
-    let mut reports = Vec::new();
+    })
+    .map_err(failure)?;
     if !a.json {
         outln!(
             "haar stream --sweep: {} sizes from {} to {} per array, {} workers; best rate MB/s",
@@ -283,15 +200,10 @@ fn sweep(a: &StreamArgs, base: Config, llc_total: u64, llc_level: u32) -> Result
             "triad"
         )?;
     }
-    for elements in sizes {
-        let cfg = Config {
-            elements: elements.max(8 * base.cpus.len()),
-            inner_reps: stream::sweep_reps(elements, 128 << 20),
-            ..base.clone()
-        };
-        let r = stream::run(&cfg).map_err(failure)?;
-        if !a.json {
-            outln!(
+    let mut printed = Ok(());
+    let sw = stream::run_sweep(&base, &sizes, llc_total, llc_level, &mut |r| {
+        if !a.json && printed.is_ok() {
+            printed = outln!(
                 "{:>12}{:>12}{:>8}{:>12.0}{:>12.0}{:>12.0}{:>12.0}",
                 machine::human(r.bytes_per_array),
                 machine::human(r.total_bytes),
@@ -300,66 +212,17 @@ fn sweep(a: &StreamArgs, base: Config, llc_total: u64, llc_level: u32) -> Result
                 r.kernel(Kernel::Scale).best_rate_mb_s,
                 r.kernel(Kernel::Add).best_rate_mb_s,
                 r.kernel(Kernel::Triad).best_rate_mb_s
-            )?;
+            );
         }
-        reports.push(r);
-    }
-    let series: Vec<Series> = Kernel::ALL
-        .into_iter()
-        .map(|k| Series {
-            name: k.name().to_string(),
-            points: reports
-                .iter()
-                .map(|r| (r.total_bytes as f64, r.kernel(k).best_rate_mb_s / 1000.0))
-                .collect(),
-        })
-        .collect();
-    // Every cache level (all instances together): the cliffs sit at these sizes.
-    let mut markers: Vec<Marker> = machine::caches(Path::new("/"))
-        .iter()
-        .map(|c| Marker {
-            x: c.total() as f64,
-            label: format!(
-                "L{} {}",
-                c.level,
-                haar_mem::plot::short_bytes(c.total() as f64)
-            ),
-        })
-        .collect();
-    if markers.is_empty() {
-        markers.push(Marker {
-            x: llc_total as f64,
-            label: format!(
-                "L{llc_level} {}",
-                haar_mem::plot::short_bytes(llc_total as f64)
-            ),
-        });
-    }
-    // In Memory mode the memory behind DRAM is persistent memory: mark where DRAM ends.
-    if let Some(total) = machine::memory(Path::new("/")).0
-        && (total as f64) < reports.last().map_or(0.0, |r| r.total_bytes as f64)
-    {
-        markers.push(Marker {
-            x: total as f64,
-            label: "MemTotal".into(),
-        });
-    }
-    let first = &reports[0];
-    let title = format!(
-        "haar stream sweep: {} {}, {}",
-        first.cpus.len(),
-        if a.processes { "processes" } else { "threads" },
-        match &first.placement.dir {
-            None => "DRAM".to_string(),
-            Some(d) => format!("file in {}", d.display()),
-        }
-    );
-    sweep_png(&a.plot, &title, &series, &markers).map_err(Failure::io)?;
+    })
+    .map_err(failure)?;
+    printed?;
+    sweep_png(&a.plot, &sw.title, &sw.series, &sw.markers).map_err(Failure::io)?;
     let value = json!({
         "machine": machine_json(),
         "llc_bytes": llc_total,
         "plot": a.plot,
-        "sweep": reports,
+        "sweep": sw.reports,
     });
     save(a, &value)?;
     if a.json {
@@ -367,7 +230,7 @@ fn sweep(a: &StreamArgs, base: Config, llc_total: u64, llc_level: u32) -> Result
     } else {
         outln!(
             "{}; plot saved to {}",
-            capitalise(&first.validation),
+            stream::capitalise(&sw.reports[0].validation),
             a.plot.display()
         )?;
     }

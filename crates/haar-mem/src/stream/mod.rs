@@ -39,6 +39,6 @@ mod sweep;
 
 pub use config::{Config, Persist, Placement, StreamError, Workers, preflight};
 pub use kernels::{EPSILON, Kernel, SCALAR, error_sums, expected_values, verdict};
-pub use report::{KernelResult, PlacementReport, Report, summarise};
+pub use report::{KernelResult, PlacementReport, Report, capitalise, summarise};
 pub use runner::run;
-pub use sweep::{sweep_reps, sweep_sizes};
+pub use sweep::{Sweep, default_sweep_max, run_sweep, sweep_reps, sweep_sizes};

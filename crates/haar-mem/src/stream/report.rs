@@ -10,6 +10,7 @@ use serde::Serialize;
 
 use super::config::Workers;
 use super::kernels::Kernel;
+use crate::machine;
 
 /// Timing statistics of one kernel, over iterations 2..ntimes.
 #[derive(Debug, Clone, Serialize)]
@@ -108,6 +109,108 @@ impl Report {
             .find(|r| r.kernel == k)
             .expect("all four kernels are reported")
     }
+}
+
+impl Report {
+    /// Where the arrays were and how they were persisted, for the report's first line.
+    fn where_text(&self) -> String {
+        match &self.placement.dir {
+            None => "arrays in memory (anonymous mapping)".into(),
+            Some(d) => format!(
+                "arrays in a file mapped from {} ({}{}), persist after each kernel: {}",
+                d.display(),
+                self.placement.fs_type.as_deref().unwrap_or("?"),
+                if self.placement.dax { ", DAX" } else { "" },
+                self.placement.persist.as_deref().unwrap_or("none")
+            ),
+        }
+    }
+
+    /// The report as `stream.c` prints it (best, median and worst rate per kernel, times,
+    /// the validation verdict), with a warning when the arrays are smaller than 4 x the
+    /// last-level caches (`llc_total` bytes).
+    pub fn table(&self, llc_total: u64) -> String {
+        use std::fmt::Write as _;
+        let mut s = String::new();
+        let what = match self.workers {
+            Workers::Threads => "threads",
+            Workers::Processes => "processes",
+        };
+        let cpus: Vec<String> = self.cpus.iter().map(|c| c.to_string()).collect();
+        writeln!(
+            s,
+            "haar stream: {} {what} pinned to CPUs {}; {}",
+            self.cpus.len(),
+            cpus.join(","),
+            self.where_text()
+        )
+        .expect("a String");
+        writeln!(
+            s,
+            "Array size = {} elements, {} per array, {} in total",
+            self.elements,
+            machine::human(self.bytes_per_array),
+            machine::human(self.total_bytes)
+        )
+        .expect("a String");
+        if self.bytes_per_array < 4 * llc_total {
+            writeln!(
+                s,
+                "WARNING: arrays are smaller than 4 x the last-level caches ({}): figures include \
+             cache effects",
+                machine::human(4 * llc_total)
+            )
+            .expect("a String");
+        }
+        writeln!(
+            s,
+            "Each kernel was run {} times; the first is not counted{}.",
+            self.ntimes,
+            if self.inner_reps > 1 {
+                format!(" ({} passes per timed sample)", self.inner_reps)
+            } else {
+                String::new()
+            }
+        )
+        .expect("a String");
+        writeln!(
+            s,
+            "{:<10}{:>16}{:>14}{:>14}{:>12}{:>12}{:>12}",
+            "Function",
+            "Best Rate MB/s",
+            "Median MB/s",
+            "Worst MB/s",
+            "Avg time",
+            "Min time",
+            "Max time"
+        )
+        .expect("a String");
+        for k in &self.kernels {
+            let name = format!("{}:", capitalise(k.kernel.name()));
+            writeln!(
+                s,
+                "{:<10}{:>16.1}{:>14.1}{:>14.1}{:>12.6}{:>12.6}{:>12.6}",
+                name,
+                k.best_rate_mb_s,
+                k.median_rate_mb_s,
+                k.worst_rate_mb_s,
+                k.avg_time_s,
+                k.min_time_s,
+                k.max_time_s
+            )
+            .expect("a String");
+        }
+        writeln!(s, "{}", capitalise(&self.validation)).expect("a String");
+        s
+    }
+}
+
+/// `s` with its first letter upper-cased (the validation verdict starts a sentence).
+pub fn capitalise(s: &str) -> String {
+    let mut c = s.chars();
+    c.next()
+        .map(|f| f.to_uppercase().collect::<String>() + c.as_str())
+        .unwrap_or_default()
 }
 
 #[cfg(test)]

@@ -1,0 +1,63 @@
+//! Serving the local store to the network: what `haar serve` sets up, and any service that
+//! embeds a server would (tokens, TLS, the same-host offer of design §8). Owns the checks that
+//! a server never starts unauthenticated; the protocol itself is `haar_net`'s.
+
+use std::path::PathBuf;
+
+use haar_net::auth::{self, Tokens};
+use haar_net::{Server, ServerConfig, Target};
+use haar_store::{Error, Result};
+
+use crate::open::OpenOptions;
+
+/// How to serve, beyond what [`OpenOptions`] says about the store and the read-write token.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// Address to listen on (`HOST:PORT`; port 0 picks a free one).
+    pub listen: String,
+    /// File holding a token that grants reads only.
+    pub read_token_file: Option<PathBuf>,
+    /// TLS certificate chain and private key (PEM): serve TLS 1.3 only.
+    pub tls: Option<(PathBuf, PathBuf)>,
+}
+
+/// Binds a server over the local store `opts` configures, with the read-write token from
+/// `$HAAR_TOKEN` or the token file and the read-only token of `serve`; refuses to start
+/// without any token. Offers same-host reads of its store to clients on this machine.
+pub fn bind(opts: &OpenOptions, serve: &ServeOptions) -> Result<Server> {
+    let cfg = opts.config()?;
+    let options = opts.store_options()?;
+    let tokens = Tokens {
+        read_write: auth::load_token(opts.token_file.as_deref()).map_err(Error::Config)?,
+        read_only: match &serve.read_token_file {
+            Some(f) => auth::load_token(Some(f)).map_err(Error::Config)?,
+            None => None,
+        },
+    };
+    if tokens.read_write.is_none() && tokens.read_only.is_none() {
+        return Err(Error::Config(
+            "every connection is authenticated: set HAAR_TOKEN or give --token-file (and/or --read-token-file)".into(),
+        ));
+    }
+    let tls = match &serve.tls {
+        Some((cert, key)) => {
+            Some(haar_net::transport::tls_server(cert, key).map_err(Error::Config)?)
+        }
+        None => None,
+    };
+    let schema_text = match &cfg.schema {
+        Some(p) => Some(
+            std::fs::read_to_string(p)
+                .map_err(|e| Error::Config(format!("cannot read schema {}: {e}", p.display())))?,
+        ),
+        None => None,
+    };
+    let local = haar_net::server::local_offer(&cfg, schema_text);
+    let backend = cfg.open_backend()?;
+    Server::bind(
+        &serve.listen,
+        Target::Local { backend, options },
+        ServerConfig { tokens, tls, local },
+    )
+    .map_err(|e| Error::net("cannot listen on", &serve.listen, e))
+}
