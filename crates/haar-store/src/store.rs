@@ -489,7 +489,7 @@ impl Store {
         let mut buf = Vec::new();
         for key in keys {
             if let Ok(split) = self.opts.schema.split(key, &self.opts.context) {
-                if self.deliver(&split, &mut buf, &mut report, &mut sink)? {
+                if self.deliver(&split, key, &mut buf, &mut report, &mut sink)? {
                     continue;
                 }
                 // The key names every keyword of its rule, so no other field can agree with
@@ -514,9 +514,12 @@ impl Store {
 
     /// Hands the field of a split key to `sink` if it is flushed (counting it in `report`);
     /// `buf` is the scratch buffer passed from read to read.
+    /// `asked` is the key as the caller gave it: handed back as is when it already is the
+    /// stored form (no key is built on the one-field-at-a-time path).
     fn deliver(
         &self,
         split: &SplitKey,
+        asked: &Key,
         buf: &mut Vec<u8>,
         report: &mut RetrieveReport,
         sink: &mut impl FnMut(&Key, &[u8], u32) -> Result<()>,
@@ -527,7 +530,11 @@ impl Store {
         };
         report.found += 1;
         report.bytes += bytes.len() as u64;
-        sink(&split.full(), &bytes, crc)?;
+        if split.is_full(asked) {
+            sink(asked, &bytes, crc)?;
+        } else {
+            sink(&split.full(), &bytes, crc)?;
+        }
         *buf = bytes.into_buffer();
         Ok(true)
     }
@@ -585,7 +592,7 @@ impl Store {
         for key in resolved.expand() {
             // Fast path: the combination is a complete key of a schema rule.
             if let Ok(split) = self.opts.schema.split(&key, &self.opts.context)
-                && self.deliver(&split, &mut buf, &mut report, &mut sink)?
+                && self.deliver(&split, &key, &mut buf, &mut report, &mut sink)?
             {
                 continue;
             }

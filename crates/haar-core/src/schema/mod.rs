@@ -104,7 +104,22 @@ pub struct SplitKey {
 impl SplitKey {
     /// The three levels joined, in order.
     pub fn full(&self) -> Key {
-        self.db.joined(&self.index).joined(&self.datum)
+        let mut out = self.db.clone();
+        for (k, v) in self.index.iter().chain(self.datum.iter()) {
+            out.push(k, v);
+        }
+        out
+    }
+
+    /// Whether `key` is exactly [`SplitKey::full`] (same entries, same order), without
+    /// building it: a reader that asked with the stored form gets its own key back.
+    pub fn is_full(&self, key: &Key) -> bool {
+        key.len() == self.db.len() + self.index.len() + self.datum.len()
+            && key.iter().eq(self
+                .db
+                .iter()
+                .chain(self.index.iter())
+                .chain(self.datum.iter()))
     }
 }
 
@@ -273,6 +288,23 @@ impl Schema {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn is_full_recognises_the_stored_form_without_building_it() {
+        let schema = Schema::builtin();
+        let asked = Key::parse(
+            "class=od,expver=1,stream=oper,date=20240301,time=12,domain=g,type=fc,levtype=sfc,step=0,param=167",
+        )
+        .unwrap();
+        let split = schema.split(&asked, &ctx()).unwrap();
+        let full = split.full();
+        assert!(split.is_full(&full));
+        // Same field, not the stored form (expver and time not normalised).
+        assert!(!split.is_full(&asked));
+        let mut longer = full.clone();
+        longer.push("extra", "1");
+        assert!(!split.is_full(&longer));
+    }
 
     fn ctx() -> Context {
         Context::at(2024, 3, 1)
