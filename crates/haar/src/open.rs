@@ -164,18 +164,19 @@ impl OpenOptions {
 
     /// The effective local configuration: the file (if any), then the overrides.
     pub fn config(&self) -> Result<Config> {
+        // The file is read and parsed once.
         let mut cfg = match self.config.text()? {
-            // Servers described by the file, and a local root given as an override (e.g.
-            // `haar serve --root` sharing the cluster's configuration).
-            Some((_, origin)) if self.frontend()?.is_some() => {
-                if self.root.is_none() {
+            Some((text, origin)) => match FrontendConfig::from_yaml(&text, &origin)? {
+                FrontendConfig::Local { .. } => Config::from_yaml(&text, &origin)?,
+                // Servers described by the file, and a local root given as an override (e.g.
+                // `haar serve --root` sharing the cluster's configuration).
+                _ if self.root.is_none() => {
                     return Err(Error::Config(format!(
                         "{origin} describes servers (a front-end), and this command needs a local store: give --root DIR"
                     )));
                 }
-                Config::default()
-            }
-            Some((text, origin)) => Config::from_yaml(&text, &origin)?,
+                _ => Config::default(),
+            },
             None => Config::default(),
         };
         if let Some(root) = &self.root {

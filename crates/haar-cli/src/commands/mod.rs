@@ -371,7 +371,12 @@ fn info(cli: &Cli, a: &InfoArgs) -> Result<(), Failure> {
         "databases: {}  fields: {total_fields}  bytes: {total_bytes}  dead bytes: {dead_bytes}",
         dbs.len()
     )?;
-    for d in &dbs {
+    print_databases(&dbs)
+}
+
+/// One line per database of `info` (live and dead fields and bytes), then its problems.
+pub(crate) fn print_databases(dbs: &[haar_store::DbStats]) -> Result<(), Failure> {
+    for d in dbs {
         outln!(
             "  {}: {} field(s), {} bytes; {} dead ({} bytes)",
             d.db,

@@ -206,20 +206,7 @@ pub fn info(cli: &Cli, a: &InfoArgs) -> Result<(), Failure> {
     outln!("haar {}", env!("CARGO_PKG_VERSION"))?;
     outln!("front-end: {}", store.describe())?;
     outln!("databases: {}", dbs.len())?;
-    for d in &dbs {
-        outln!(
-            "  {}: {} field(s), {} bytes; {} dead ({} bytes)",
-            d.db,
-            d.fields,
-            d.bytes,
-            d.dead_fields,
-            d.dead_bytes
-        )?;
-        for p in &d.problems {
-            outln!("    problem: {p}")?;
-        }
-    }
-    Ok(())
+    super::print_databases(&dbs)
 }
 
 /// `haar cluster --servers N --root DIR`: N local servers for development, stopped when stdin
