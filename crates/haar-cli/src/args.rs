@@ -125,7 +125,9 @@ const IGNORED_BEFORE: &[(&str, &[&str])] = &[("generate", &["config", "root", "b
 #[derive(Debug, Clone, Default, Args)]
 #[command(next_help_heading = "Store options")]
 pub struct ConfigArg {
-    /// Configuration file (YAML). Default: $HAAR_CONFIG, else built-in defaults.
+    /// Configuration file (YAML): haar's own, or FDB5's (a local TOC configuration maps onto
+    /// a posix root and its schema). Default: $HAAR_CONFIG, else FDB5's $FDB5_CONFIG,
+    /// $FDB5_CONFIG_FILE or $FDB_HOME/etc/fdb/config.yaml, else built-in defaults.
     #[arg(long, value_name = "FILE")]
     pub config: Option<PathBuf>,
 }

@@ -28,7 +28,8 @@ pub fn open_options(cli: &Cli) -> OpenOptions {
     OpenOptions {
         config: match o.config.config {
             Some(p) => ConfigSource::File(p),
-            None => ConfigSource::Defaults,
+            // FDB5's variables where neither --config nor $HAAR_CONFIG is given.
+            None => ConfigSource::from_env(),
         },
         root: o.local.root,
         backend: o.local.backend,

@@ -97,7 +97,12 @@ impl Config {
     /// Parses a configuration file's text (YAML; JSON is valid YAML too). `origin` names the
     /// file in errors.
     pub fn from_yaml(text: &str, origin: &str) -> Result<Config> {
-        serde_yaml_ng::from_str(text).map_err(|e| Error::Config(format!("{origin}: {e}")))
+        let value: serde_yaml_ng::Value =
+            serde_yaml_ng::from_str(text).map_err(|e| Error::Config(format!("{origin}: {e}")))?;
+        if let Some(cfg) = from_fdb5(&value, origin) {
+            return cfg;
+        }
+        serde_yaml_ng::from_value(value).map_err(|e| Error::Config(format!("{origin}: {e}")))
     }
 
     /// The pool options of the `pmem` backend.
@@ -196,6 +201,9 @@ impl FrontendConfig {
         let typed = value
             .as_mapping()
             .is_some_and(|m| m.contains_key(serde_yaml_ng::Value::from("type")));
+        if let Some(cfg) = from_fdb5(&value, origin) {
+            return Ok(FrontendConfig::Local { store: cfg? });
+        }
         if typed {
             serde_yaml_ng::from_value(value).map_err(|e| Error::Config(format!("{origin}: {e}")))
         } else {
@@ -321,5 +329,112 @@ mod tests {
         };
         let f = c.open(&crate::StoreOptions::default(), &no_remote).unwrap();
         assert!(f.describe().starts_with("select("));
+    }
+}
+
+/// FDB5's own configuration (`FDB5_CONFIG`, `FDB5_CONFIG_FILE`, `~fdb/etc/fdb/config.yaml`) as
+/// a haar one, so that an FDB5 job needs no new setting: a local TOC configuration
+/// (`type: local, engine: toc, schema: FILE, spaces: [{roots: [{path: DIR}]}]`) becomes the
+/// posix backend over the same roots with the same schema (design §9). haar keeps its own
+/// files under those roots and does not read FDB5's TOC databases there (`haar import-fdb5`
+/// does). `None` when `value` is not an FDB5 configuration (it has neither `engine` nor
+/// `spaces`); other FDB5 front-ends are refused with what to write instead.
+pub fn from_fdb5(value: &serde_yaml_ng::Value, origin: &str) -> Option<Result<Config>> {
+    let map = value.as_mapping()?;
+    let get = |k: &str| map.get(serde_yaml_ng::Value::from(k));
+    if get("engine").is_none() && get("spaces").is_none() {
+        return None;
+    }
+    let bad = |m: String| {
+        Some(Err(Error::Config(format!(
+            "{origin}: FDB5 configuration: {m}"
+        ))))
+    };
+    let kind = get("type").and_then(|v| v.as_str()).unwrap_or("local");
+    if kind != "local" {
+        return bad(format!(
+            "type {kind:?} is not mapped onto haar; only a local TOC configuration is: write a haar configuration (docs/design.md §7) for remote, dist and select"
+        ));
+    }
+    let engine = get("engine").and_then(|v| v.as_str()).unwrap_or("toc");
+    if engine != "toc" {
+        return bad(format!(
+            "engine {engine:?} is not mapped onto haar; use `engine: toc` or a haar configuration"
+        ));
+    }
+    let mut roots = Vec::new();
+    for space in get("spaces")
+        .and_then(|v| v.as_sequence())
+        .into_iter()
+        .flatten()
+    {
+        for root in space
+            .get("roots")
+            .and_then(|v| v.as_sequence())
+            .into_iter()
+            .flatten()
+        {
+            match root.get("path").and_then(|p| p.as_str()) {
+                Some(p) => roots.push(PathBuf::from(p)),
+                None => return bad("a root without `path`".into()),
+            }
+        }
+    }
+    if roots.is_empty() {
+        return bad("no `spaces: [{roots: [{path: DIR}]}]`: name at least one root".into());
+    }
+    let schema = match get("schema") {
+        Some(s) => match s.as_str() {
+            Some(p) => Some(PathBuf::from(p)),
+            None => return bad("`schema` is not a file name".into()),
+        },
+        // FDB5's default: ~fdb/etc/fdb/schema.
+        None => std::env::var_os("FDB_HOME")
+            .map(|h| PathBuf::from(h).join("etc/fdb/schema"))
+            .filter(|p| p.is_file()),
+    };
+    Some(Ok(Config {
+        backend: BackendKind::Posix,
+        roots,
+        schema,
+        ..Config::default()
+    }))
+}
+
+#[cfg(test)]
+mod fdb5_tests {
+    use super::*;
+
+    #[test]
+    fn an_fdb5_local_toc_configuration_maps_onto_posix_roots_and_its_schema() {
+        let text = "---\ntype: local\nengine: toc\nschema: /etc/fdb/schema\nspaces:\n  - handler: Default\n    roots:\n      - path: /data/a\n      - path: /data/b\n";
+        let cfg = Config::from_yaml(text, "fdb5.yaml").unwrap();
+        assert_eq!(cfg.backend, BackendKind::Posix);
+        assert_eq!(
+            cfg.roots,
+            vec![PathBuf::from("/data/a"), PathBuf::from("/data/b")]
+        );
+        assert_eq!(cfg.schema, Some(PathBuf::from("/etc/fdb/schema")));
+        match FrontendConfig::from_yaml(text, "fdb5.yaml").unwrap() {
+            FrontendConfig::Local { store } => assert_eq!(store.roots.len(), 2),
+            f => panic!("{f:?}"),
+        }
+    }
+
+    #[test]
+    fn other_fdb5_configurations_are_refused_with_what_to_do() {
+        let e = Config::from_yaml("type: remote\nengine: remote\nspaces: []\n", "f.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("f.yaml") && e.contains("only a local TOC"),
+            "{e}"
+        );
+        let e = Config::from_yaml("engine: toc\nspaces: []\n", "f.yaml")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("name at least one root"), "{e}");
+        // A haar configuration is not taken for an FDB5 one.
+        assert!(from_fdb5(&serde_yaml_ng::from_str("backend: pmem").unwrap(), "x").is_none());
     }
 }

@@ -9,6 +9,7 @@ use haar_core::Key;
 use haar_core::request::{Request, Values};
 use haar_core::schema::SplitKey;
 
+use crate::backend::FieldBytes;
 use crate::error::Result;
 use crate::store::{
     Checkpoint, DbStats, Field, PurgeReport, RetrieveReport, Store, StoreOptions, WipeReport,
@@ -76,6 +77,15 @@ pub trait FieldStore: Send {
     /// Delivers the fields of `req` in request-expansion order; missing combinations are
     /// reported, not errors.
     fn retrieve(&self, req: &Request, sink: &mut Sink<'_>) -> Result<RetrieveReport>;
+
+    /// Capability: the verified bytes of the one field stored under `key`, lent by the backend
+    /// without a copy where it can (pmem: the pool mapping) and kept valid by the returned
+    /// value, not by this store; with the key as stored. `Ok(None)` when no flushed field has
+    /// that key; `None` from stores that cannot lend (remote, dist, FDB5): use
+    /// [`FieldStore::retrieve`].
+    fn retrieve_lent(&self, _key: &Key) -> Option<Result<Option<(Key, FieldBytes)>>> {
+        None
+    }
 
     /// Delivers the fields of many complete keys as one batch: each found field once, with its
     /// key as stored, in an order the store chooses (dist: grouped per server, one round trip
@@ -162,6 +172,9 @@ impl FieldStore for Store {
     }
     fn retrieve_keys(&self, keys: &[Key], sink: &mut Sink<'_>) -> Result<RetrieveReport> {
         Store::retrieve_keys(self, keys, |k, d, crc| sink(k, d, Some(crc)))
+    }
+    fn retrieve_lent(&self, key: &Key) -> Option<Result<Option<(Key, FieldBytes)>>> {
+        Some(Store::retrieve_lent(self, key))
     }
     fn list(&self, req: &Request) -> Result<Vec<Field>> {
         Store::list(self, req)

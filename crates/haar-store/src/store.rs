@@ -512,6 +512,16 @@ impl Store {
         Ok(report)
     }
 
+    /// The verified bytes of the field stored under the complete key `key`, lent by the
+    /// backend where it can (pmem: zero-copy from the pool, valid as long as the value lives),
+    /// with the key as stored; `None` if no flushed field has that key.
+    pub fn retrieve_lent(&self, key: &Key) -> Result<Option<(Key, FieldBytes)>> {
+        let split = self.split(key)?;
+        Ok(self
+            .fetch(&split.db, &split.index, &split.datum, Vec::new())?
+            .map(|(bytes, _crc)| (split.full(), bytes)))
+    }
+
     /// Hands the field of a split key to `sink` if it is flushed (counting it in `report`);
     /// `buf` is the scratch buffer passed from read to read.
     /// `asked` is the key as the caller gave it: handed back as is when it already is the

@@ -35,12 +35,31 @@ pub enum ConfigSource {
 }
 
 impl ConfigSource {
-    /// `$HAAR_CONFIG` if set, else the defaults.
+    /// Where the environment points: `$HAAR_CONFIG` (haar's own file) first; where it is
+    /// unset, FDB5's own variables, so that an FDB5 job needs no new setting: `$FDB5_CONFIG`
+    /// (YAML text), `$FDB5_CONFIG_FILE`, then `$FDB_HOME/etc/fdb/config.yaml` if it exists
+    /// (a local TOC configuration maps onto a posix root and its schema); else the defaults.
     pub fn from_env() -> ConfigSource {
-        match std::env::var_os("HAAR_CONFIG") {
-            Some(p) if !p.is_empty() => ConfigSource::File(p.into()),
-            _ => ConfigSource::Defaults,
+        let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
+        if let Some(p) = var("HAAR_CONFIG") {
+            return ConfigSource::File(p.into());
         }
+        if let Some(text) = var("FDB5_CONFIG") {
+            return ConfigSource::Yaml {
+                text: text.to_string_lossy().into_owned(),
+                origin: "$FDB5_CONFIG".into(),
+            };
+        }
+        if let Some(p) = var("FDB5_CONFIG_FILE") {
+            return ConfigSource::File(p.into());
+        }
+        if let Some(home) = var("FDB_HOME") {
+            let p = PathBuf::from(home).join("etc/fdb/config.yaml");
+            if p.is_file() {
+                return ConfigSource::File(p);
+            }
+        }
+        ConfigSource::Defaults
     }
 
     /// The YAML text and its name for messages; `None` for the defaults.
