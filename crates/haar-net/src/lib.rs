@@ -31,5 +31,5 @@ pub mod protocol;
 pub mod server;
 pub mod transport;
 
-pub use client::{ClientConfig, RemoteStore, WaitOutcome, Watch, WatchAll, wait};
+pub use client::{ClientConfig, RemoteStore, StepTarget, WaitOutcome, Watch, WatchAll, wait};
 pub use server::{Server, ServerConfig, Target, serve};

@@ -8,6 +8,7 @@
 //!   parallel, an input with a fault archiving nothing.
 //! - [`serve`]: the local store served to the network, with tokens, TLS and the same-host
 //!   offer.
+//! - [`watch`]: flush events and the "step complete" wait, from servers or a local store.
 //! - [`import`]: an FDB5 database imported into any [`FieldStore`] through FDB5's own tools,
 //!   every field verified.
 //!
@@ -38,6 +39,7 @@ pub mod import;
 pub mod ingest;
 pub mod open;
 pub mod serve;
+pub mod watch;
 
 pub use haar_store::{
     Config, Error, Field, FieldStore, Result, RetrieveReport, Store, StoreOptions,

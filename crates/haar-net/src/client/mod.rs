@@ -24,7 +24,7 @@ use crate::auth;
 use crate::protocol::{ErrorMeta, WireError};
 
 pub use remote::RemoteStore;
-pub use watch::{WaitOutcome, Watch, WatchAll, wait};
+pub use watch::{StepTarget, WaitOutcome, Watch, WatchAll, wait};
 
 /// How a client reaches servers.
 #[derive(Clone)]

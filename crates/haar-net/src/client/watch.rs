@@ -279,6 +279,56 @@ pub enum WaitOutcome {
     },
 }
 
+/// What a "step complete" wait waits for: the keys a request expands to, over the keywords it
+/// names. Shared by the server watch ([`wait`]) and local polling (`haar::watch`).
+#[derive(Debug, Clone)]
+pub struct StepTarget {
+    /// The request's keywords (schema keywords only), in request order.
+    pub keywords: Vec<String>,
+    /// Every key the request expands to, over `keywords`, in request order.
+    pub expected: Vec<Key>,
+}
+
+impl StepTarget {
+    /// Resolves `req` with `options` (schema, dates). Refused when a keyword has `all`
+    /// (it would never complete).
+    pub fn new(req: &Request, options: &StoreOptions) -> Result<StepTarget> {
+        let bad = |reason: haar_store::Reason| Error::BadRequest {
+            request: req.to_string(),
+            reason,
+        };
+        let mut resolved = req
+            .resolve(&options.schema, &options.context)
+            .map_err(|e| bad(e.into()))?;
+        let known = options.schema.keywords();
+        resolved
+            .params
+            .retain(|p| known.contains(&p.keyword.as_str()));
+        if resolved
+            .params
+            .iter()
+            .any(|p| matches!(p.values, Values::All))
+        {
+            return Err(bad(
+                "wait needs explicit values for every keyword (`all` never completes)".into(),
+            ));
+        }
+        Ok(StepTarget {
+            keywords: resolved.params.iter().map(|p| p.keyword.clone()).collect(),
+            expected: resolved.expand(),
+        })
+    }
+
+    /// A stored key cut down to the request's keywords (comparable with `expected`).
+    pub fn project(&self, k: &Key) -> Key {
+        let mut p = Key::new();
+        for kw in &self.keywords {
+            p.push(kw.clone(), k.get(kw).unwrap_or("").to_string());
+        }
+        p
+    }
+}
+
 /// Returns when every key that `req` expands to has been flushed on one of `servers` (or
 /// `timeout` passes): the "step complete" trigger. `req` must name every keyword's values
 /// explicitly (no `all`); `options` resolves it (schema, dates) as the servers do.
@@ -290,36 +340,10 @@ pub fn wait(
     timeout: Duration,
 ) -> Result<WaitOutcome> {
     let deadline = Instant::now() + timeout;
-    let bad = |reason: haar_store::Reason| Error::BadRequest {
-        request: req.to_string(),
-        reason,
-    };
-    let mut resolved = req
-        .resolve(&options.schema, &options.context)
-        .map_err(|e| bad(e.into()))?;
-    let known = options.schema.keywords();
-    resolved
-        .params
-        .retain(|p| known.contains(&p.keyword.as_str()));
-    if resolved
-        .params
-        .iter()
-        .any(|p| matches!(p.values, Values::All))
-    {
-        return Err(bad(
-            "wait needs explicit values for every keyword (`all` never completes)".into(),
-        ));
-    }
-    let keywords: Vec<String> = resolved.params.iter().map(|p| p.keyword.clone()).collect();
-    let expected = resolved.expand();
+    let target = StepTarget::new(req, options)?;
+    let expected = target.expected.clone();
     let mut missing: HashSet<Key> = expected.iter().cloned().collect();
-    let project = |k: &Key| -> Key {
-        let mut p = Key::new();
-        for kw in &keywords {
-            p.push(kw.clone(), k.get(kw).unwrap_or("").to_string());
-        }
-        p
-    };
+    let project = |k: &Key| target.project(k);
     let mut watch = WatchAll::open(servers, cfg, req)?;
     while !missing.is_empty() {
         match watch.next_before(deadline) {

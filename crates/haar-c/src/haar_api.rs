@@ -1,0 +1,1 @@
+//! haar's own C ABI (`include/haar.h`).
