@@ -789,3 +789,94 @@ fn embedded_request_keys_like_fdb5() {
         "{stderr}"
     );
 }
+
+/// A database written by stock `fdb-write` with nothing but `FDB5_CONFIG_FILE` set (so with
+/// the system's dbnames, Debian's `/etc/fdb/dbnames`) is found and imported; so is the same
+/// FDB5 configuration file handed to haar itself, which maps it onto a posix root of its own.
+#[test]
+fn import_fdb5_of_a_database_written_by_stock_fdb_write() {
+    if !fdb5_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let db = tmp.path().join("db");
+    std::fs::create_dir_all(&db).unwrap();
+    let config = tmp.path().join("fdb5.yaml");
+    std::fs::write(
+        &config,
+        format!(
+            "---\ntype: local\nengine: toc\nschema: /etc/fdb/schema\nspaces:\n  - handler: Default\n    roots:\n      - path: {}\n",
+            db.display()
+        ),
+    )
+    .unwrap();
+    let grib = data("cfgrib/era5-levels-members.grib");
+    let out = Command::new("fdb-write")
+        .env("FDB5_CONFIG_FILE", &config)
+        .env_remove("FDB_DBNAMES_FILE")
+        .arg(&grib)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let root = tmp.path().join("haar");
+    let out = haar_ok([
+        OsStr::new("--root"),
+        root.as_os_str(),
+        OsStr::new("import-fdb5"),
+        OsStr::new("--fdb-config"),
+        config.as_os_str(),
+        OsStr::new("--json"),
+    ]);
+    let summary: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(summary["fields"].as_u64(), Some(160), "{summary}");
+    assert_eq!(summary["failed"].as_array().unwrap().len(), 0, "{summary}");
+    let listed = haar_ok([
+        OsStr::new("--root"),
+        root.as_os_str(),
+        OsStr::new("list"),
+        OsStr::new("class=ea"),
+    ]);
+    assert_eq!(
+        listed.lines().filter(|l| l.contains("class=ea")).count(),
+        160,
+        "{listed}"
+    );
+
+    // The FDB5 configuration file as haar's own: `--config` and `$FDB5_CONFIG_FILE` open a
+    // haar store under FDB5's root with FDB5's schema.
+    let archived = Command::new(env!("CARGO_BIN_EXE_haar"))
+        .env("FDB5_CONFIG_FILE", &config)
+        .env_remove("HAAR_CONFIG")
+        .args([OsStr::new("archive"), grib.as_os_str()])
+        .output()
+        .unwrap();
+    assert!(
+        archived.status.success(),
+        "{}",
+        String::from_utf8_lossy(&archived.stderr)
+    );
+    let info = haar_ok([
+        OsStr::new("--config"),
+        config.as_os_str(),
+        OsStr::new("info"),
+    ]);
+    assert!(
+        info.contains(&db.display().to_string()) && info.contains("/etc/fdb/schema"),
+        "{info}"
+    );
+    let listed = haar_ok([
+        OsStr::new("--config"),
+        config.as_os_str(),
+        OsStr::new("list"),
+        OsStr::new("class=ea"),
+    ]);
+    assert_eq!(
+        listed.lines().filter(|l| l.contains("class=ea")).count(),
+        160,
+        "{listed}"
+    );
+}

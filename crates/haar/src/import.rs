@@ -174,7 +174,10 @@ impl Drop for Scratch {
 /// How to run the FDB5 tools against the chosen database.
 struct Fdb5Env {
     config: PathBuf,
+    /// `FDB_DBNAMES_FILE` for the tools (`None`: inherited).
     dbnames: Option<PathBuf>,
+    /// The settings of `dbnames` to try, in order, until one lists fields.
+    dbnames_choices: Vec<Option<PathBuf>>,
 }
 
 impl Fdb5Env {
@@ -368,9 +371,11 @@ pub fn import_fdb5(
     )));
     std::fs::create_dir_all(&scratch.0)
         .map_err(io_error(format!("cannot create {}", scratch.0.display())))?;
-    let env = fdb5_env(&opts.source, &scratch.0)?;
+    let mut env = fdb5_env(&opts.source, &scratch.0)?;
 
-    // 1. Enumerate.
+    // 1. Enumerate: with the dbnames FDB5 itself would use (the system's, as stock
+    // `fdb-write` did), then, if that finds nothing or fails, with none (what haar's own
+    // FDB5 set-ups and the newer tools use); the first that lists fields serves the import.
     let mut args = vec!["--porcelain", "--location"];
     if opts.raw {
         args.push("--raw");
@@ -379,7 +384,26 @@ pub fn import_fdb5(
         Some(r) => args.push(r),
         None => args.extend(["--minimum-keys=", "--all"]),
     }
-    let listing = String::from_utf8_lossy(&env.run("fdb-list", &args)?).into_owned();
+    let mut listing = String::new();
+    let mut first_error = None;
+    for dbnames in env.dbnames_choices.clone() {
+        env.dbnames = dbnames;
+        match env.run("fdb-list", &args) {
+            Ok(out) => {
+                listing = String::from_utf8_lossy(&out).into_owned();
+                if listing.lines().any(|l| l.starts_with('{')) {
+                    break;
+                }
+            }
+            Err(e @ ImportError::ToolMissing { .. }) => return Err(e),
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    if let (Some(e), false) = (first_error, listing.lines().any(|l| l.starts_with('{'))) {
+        return Err(e);
+    }
     let mut fields = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for line in listing.lines().filter(|l| l.starts_with('{')) {
@@ -516,15 +540,16 @@ fn read_back(
 }
 
 /// The FDB5 configuration: the given file, or one written for a root with its schema.
-/// `FDB_DBNAMES_FILE` points at an empty file unless the caller set it (newer FDB5 tools may
-/// crash on Debian's `/etc/fdb/dbnames`).
+/// Where the caller set `FDB_DBNAMES_FILE`, the tools use it; otherwise the system's dbnames
+/// (Debian's `/etc/fdb/dbnames`, what stock `fdb-write` names databases with) are tried first,
+/// then an empty file (FDB5's default names; newer FDB5 tools may crash on Debian's file).
 fn fdb5_env(source: &Fdb5Source, scratch: &Path) -> Result<Fdb5Env, ImportError> {
-    let dbnames = if std::env::var_os("FDB_DBNAMES_FILE").is_some() {
-        None
+    let dbnames_choices = if std::env::var_os("FDB_DBNAMES_FILE").is_some() {
+        vec![None]
     } else {
         let p = scratch.join("dbnames");
         std::fs::write(&p, "").map_err(io_error(format!("cannot write {}", p.display())))?;
-        Some(p)
+        vec![None, Some(p)]
     };
     let bad =
         |what: String, source: Option<std::io::Error>| ImportError::BadSource { what, source };
@@ -559,7 +584,11 @@ fn fdb5_env(source: &Fdb5Source, scratch: &Path) -> Result<Fdb5Env, ImportError>
             p
         }
     };
-    Ok(Fdb5Env { config, dbnames })
+    Ok(Fdb5Env {
+        config,
+        dbnames: None,
+        dbnames_choices,
+    })
 }
 
 #[cfg(test)]

@@ -94,7 +94,8 @@ pub fn haar_bin() -> &'static str {
     env!("CARGO_BIN_EXE_haar")
 }
 
-/// Runs `haar ARGS` with `HAAR_CONFIG` cleared (so a developer's configuration never leaks in).
+/// Runs `haar ARGS` with `HAAR_CONFIG` and FDB5's configuration variables cleared (so a
+/// developer's configuration never leaks in).
 pub fn haar<I, S>(args: I) -> Output
 where
     I: IntoIterator<Item = S>,
@@ -103,6 +104,9 @@ where
     Command::new(haar_bin())
         .args(args)
         .env_remove("HAAR_CONFIG")
+        .env_remove("FDB5_CONFIG")
+        .env_remove("FDB5_CONFIG_FILE")
+        .env_remove("FDB_HOME")
         .output()
         .expect("run haar")
 }
