@@ -11,6 +11,7 @@ dpkg -s libfdb5-dev >/dev/null 2>&1 || need_apt+=(libfdb5-dev)
 dpkg -s pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 dpkg -s fonts-dejavu-core >/dev/null 2>&1 || need_apt+=(fonts-dejavu-core)  # plot text (haar_mem::plot)
 command -v gcc >/dev/null 2>&1 || need_apt+=(gcc)
+command -v gfortran >/dev/null 2>&1 || need_apt+=(gfortran)  # the Fortran module and its example
 command -v make >/dev/null 2>&1 || need_apt+=(make)
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)  # network-namespace cluster tests
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip)
@@ -37,3 +38,9 @@ pip_install() {
 python3 -c 'import pymetkit' >/dev/null 2>&1 || { echo "setup: pip install pymetkit" >&2; pip_install pymetkit; }
 python3 -c 'import cfgrib, xarray, earthkit.data' >/dev/null 2>&1 \
   || { echo "setup: pip install cfgrib xarray earthkit-data" >&2; pip_install cfgrib xarray earthkit-data; }
+# The faces of issue 12: FDB5 5.25's C API header and library (the peer of haar's libfdb5.so)
+# and pyfdb come with PyPI's pyfdb wheel; maturin builds haar's Python package.
+python3 -c 'import pyfdb, fdb5lib' >/dev/null 2>&1 \
+  || { echo "setup: pip install pyfdb==5.25.0.33" >&2; pip_install pyfdb==5.25.0.33; }
+python3 -c 'import maturin' >/dev/null 2>&1 || command -v maturin >/dev/null 2>&1 \
+  || { echo "setup: pip install maturin" >&2; pip_install maturin; }
