@@ -7,9 +7,14 @@
 //! they need no compiler or headers at run time, they work the same with Debian's 5.10 and the
 //! newer tools of PyPI's `pyfdb`/`fdb5lib` wheel (whose C API differs, e.g. `fdb_list`'s
 //! arguments), and eckit's process-wide state, logging and exceptions stay out of haar's
-//! process. A process per batch of 1000 fields costs a fraction of a second, small beside the
-//! bytes copied. Reading the TOC format directly would bind haar to an undocumented, versioned
-//! on-disk layout.
+//! process. Debian's 5.10 C API also cannot enumerate a whole database: `fdb_list` with an
+//! empty request fails an assertion (`request.all() == request.request().empty()`) and dumps
+//! a backtrace, while `fdb-list --all` works (measured 2026-11-24). A process per batch of
+//! 1000 fields costs a fraction of a second, small beside the bytes copied. Reading the TOC
+//! format directly would bind haar to an undocumented, versioned on-disk layout.
+//!
+//! The tools see the `FDB_DBNAMES_FILE` FDB5 itself would (the system's dbnames, as stock
+//! `fdb-write` used); an empty one is tried when that lists nothing.
 //!
 //! Per batch: fetch, check each field's length against `fdb-list`'s, archive into the store
 //! with the keys FDB5 reports (re-split by the store's schema), flush, then read every field
