@@ -14,7 +14,9 @@
 //! format directly would bind haar to an undocumented, versioned on-disk layout.
 //!
 //! The tools see the `FDB_DBNAMES_FILE` FDB5 itself would (the system's dbnames, as stock
-//! `fdb-write` used); an empty one is tried when that lists nothing.
+//! `fdb-write` used) first; an empty one when that lists nothing or its first field does not
+//! read back (5.10 lists databases whatever the dbnames, but reads only under the names they
+//! were written with).
 //!
 //! Per batch: fetch, check each field's length against `fdb-list`'s, archive into the store
 //! with the keys FDB5 reports (re-split by the store's schema), flush, then read every field
@@ -389,26 +391,46 @@ pub fn import_fdb5(
         Some(r) => args.push(r),
         None => args.extend(["--minimum-keys=", "--all"]),
     }
-    let mut listing = String::new();
+    // The first setting whose listing also reads back (FDB5 5.10 lists databases whatever the
+    // dbnames, but finds their data only under the names they were written with); failing
+    // that, the first that lists anything, so the fields' failures are reported one by one.
+    let mut chosen: Option<(Option<PathBuf>, String)> = None;
     let mut first_error = None;
     for dbnames in env.dbnames_choices.clone() {
-        env.dbnames = dbnames;
-        match env.run("fdb-list", &args) {
-            Ok(out) => {
-                listing = String::from_utf8_lossy(&out).into_owned();
-                if listing.lines().any(|l| l.starts_with('{')) {
-                    break;
-                }
-            }
+        env.dbnames = dbnames.clone();
+        let listing = match env.run("fdb-list", &args) {
+            Ok(out) => String::from_utf8_lossy(&out).into_owned(),
             Err(e @ ImportError::ToolMissing { .. }) => return Err(e),
             Err(e) => {
                 first_error.get_or_insert(e);
+                continue;
             }
+        };
+        let Some(first) = listing
+            .lines()
+            .find(|l| l.starts_with('{'))
+            .and_then(parse_list_line)
+        else {
+            continue;
+        };
+        let mut probe = vec![None];
+        fetch(&env, &[first], &scratch.0, &mut probe, &mut Vec::new())?;
+        let reads = probe[0].as_ref().is_some_and(|b| !b.is_empty());
+        if reads || chosen.is_none() {
+            chosen = Some((dbnames, listing));
+        }
+        if reads {
+            break;
         }
     }
-    if let (Some(e), false) = (first_error, listing.lines().any(|l| l.starts_with('{'))) {
-        return Err(e);
-    }
+    let listing = match (chosen, first_error) {
+        (Some((dbnames, listing)), _) => {
+            env.dbnames = dbnames;
+            listing
+        }
+        (None, Some(e)) => return Err(e),
+        (None, None) => String::new(),
+    };
     let mut fields = Vec::new();
     let mut seen = std::collections::HashSet::new();
     for line in listing.lines().filter(|l| l.starts_with('{')) {
