@@ -47,7 +47,8 @@ pub type fdb_request_t = Obj<RequestObj>;
 /// or deleted.
 #[derive(Default)]
 pub struct SplitKeyObj {
-    /// `(keyword, value, level)` in level order, then the schema's keyword order.
+    /// `(keyword, value, level)` in level order, then keyword order (alphabetical, as FDB5
+    /// 5.25 hands them out).
     pairs: Vec<(CString, CString, usize)>,
     /// Pairs handed out so far.
     next: usize,
@@ -74,7 +75,9 @@ impl SplitKeyObj {
             .enumerate()
             .take(depth)
         {
-            for (k, v) in key.iter() {
+            let mut pairs: Vec<(&str, &str)> = key.iter().collect();
+            pairs.sort_unstable();
+            for (k, v) in pairs {
                 self.pairs.push((c_string(k), c_string(v), level));
             }
         }
