@@ -70,8 +70,9 @@ fn lines(v: Vec<String>) -> Lines {
     )
 }
 
-/// What a wipe did or would do, one line per database removed and one for the fields hidden
-/// in databases that stay; `porcelain`: `database {KEY}` and `fields N bytes B` only.
+/// What a wipe did or would do: one line per database removed, then one for all the fields
+/// (those of the databases removed and those hidden in databases that stay); `porcelain`:
+/// `database {KEY}` and `fields N bytes B` only.
 pub fn wipe_lines(r: &WipeReport, doit: bool, porcelain: bool) -> Vec<String> {
     let mut out = Vec::new();
     let removed = if doit {
@@ -90,7 +91,7 @@ pub fn wipe_lines(r: &WipeReport, doit: bool, porcelain: bool) -> Vec<String> {
         out.push(if porcelain {
             format!("fields {} bytes {}", r.fields, r.bytes)
         } else {
-            format!("{} field(s), {} bytes, {removed}", r.fields, r.bytes)
+            format!("{} field(s), {} bytes, {removed} in all", r.fields, r.bytes)
         });
     }
     out
