@@ -4,6 +4,8 @@
 //! server), compiled with `-Wall -Wextra -Werror` against FDB5's own header, with the store
 //! opened from FDB5's configuration variables (`FDB5_CONFIG_FILE`, `HAAR_CONFIG` unset).
 
+#![cfg(not(feature = "fdb5-5_10"))]
+
 mod fdb_common;
 
 use std::path::{Path, PathBuf};

@@ -5,6 +5,8 @@
 //! bytes read back and the listings (keys, level by level, and lengths) must be identical.
 //! Skipped with a message when the wheel is absent, unless `HAAR_REQUIRE_FDB5_WHEEL=1`.
 
+#![cfg(not(feature = "fdb5-5_10"))]
+
 mod fdb_common;
 
 use std::path::Path;

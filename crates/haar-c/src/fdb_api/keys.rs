@@ -66,8 +66,8 @@ kind!(
 pub type fdb_split_key_t = Obj<SplitKeyObj>;
 
 impl SplitKeyObj {
-    /// Fills it with the three levels of `split` (levels left out beyond `depth`) and
-    /// rewinds it.
+    /// Fills it with the three levels of `split` (levels left out beyond `depth`, keywords
+    /// with empty values left out, as FDB5 does) and rewinds it.
     pub fn fill(&mut self, split: &SplitKey, depth: usize) {
         self.pairs.clear();
         for (level, key) in [&split.db, &split.index, &split.datum]
@@ -75,7 +75,9 @@ impl SplitKeyObj {
             .enumerate()
             .take(depth)
         {
-            let mut pairs: Vec<(&str, &str)> = key.iter().collect();
+            // An optional keyword a field lacks is stored with an empty value; FDB5 leaves it
+            // out.
+            let mut pairs: Vec<(&str, &str)> = key.iter().filter(|(_, v)| !v.is_empty()).collect();
             pairs.sort_unstable();
             for (k, v) in pairs {
                 self.pairs.push((c_string(k), c_string(v), level));

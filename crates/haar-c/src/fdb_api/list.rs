@@ -9,10 +9,9 @@ use std::ffi::{CString, c_char, c_int};
 use haar_core::request::Request;
 use haar_core::schema::SplitKey;
 
-use super::handle::fdb_handle_t;
-use super::keys::{c_string, fdb_request_t, fdb_split_key_t};
+use super::call_ok;
+use super::keys::{c_string, fdb_split_key_t};
 use super::object::{self, Obj, kind};
-use super::{FDB_ITERATION_COMPLETE, FDB_SUCCESS, call, call_ok};
 use crate::ffi::{Failure, FfiResult};
 
 /// One listed element: the key by level, where its bytes are, how many.
@@ -35,6 +34,9 @@ pub struct ListObj {
     /// Elements moved to so far; the current one is `next - 1`.
     next: usize,
     depth: usize,
+    /// The current element as FDB5 5.10 prints it (`fdb_listiterator_next`'s string).
+    #[cfg(feature = "fdb5-5_10")]
+    pub(crate) text: std::ffi::CString,
 }
 kind!(
     ListObj,
@@ -53,6 +55,8 @@ impl ListObj {
             elements,
             next: 0,
             depth,
+            #[cfg(feature = "fdb5-5_10")]
+            text: Default::default(),
         }
     }
 
@@ -124,60 +128,6 @@ pub fn elements(
     Ok(out)
 }
 
-/// Lists the fields matching `req` (NULL: every field) into a new iterator in `*it`; delete
-/// it with `fdb_delete_listiterator`. `depth` 1 lists databases, 2 databases and indexes, 3
-/// (and any value outside 1..3, as in FDB5) fields. haar lists each key once (a field
-/// archived again masks the earlier one), so `duplicates` changes nothing.
-///
-/// # Safety
-/// `fdb` is null or a live handle; `req` is null or a live request; `it` is null or valid for
-/// a write.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn fdb_list(
-    fdb: *mut fdb_handle_t,
-    req: *const fdb_request_t,
-    it: *mut *mut fdb_listiterator_t,
-    duplicates: bool,
-    depth: c_int,
-) -> c_int {
-    let _ = duplicates;
-    call_ok(|| {
-        // SAFETY: per the caller's contract.
-        let (h, r) = unsafe { (object::live(fdb)?, object::optional(req.cast_mut())?) };
-        if it.is_null() {
-            return Err(Failure::input(
-                "it is NULL: pass where to store the iterator",
-            ));
-        }
-        let depth = if (1..=3).contains(&depth) {
-            depth as usize
-        } else {
-            3
-        };
-        let elements = elements(&*h.store, r.map(|r| &r.request), depth)?;
-        // SAFETY: checked non-null; valid per the caller's contract.
-        unsafe { *it = object::new(ListObj::new(elements, depth)) };
-        Ok(())
-    })
-}
-
-/// Moves to the next listed element; `FDB_ITERATION_COMPLETE` after the last.
-///
-/// # Safety
-/// `it` is null or a live list iterator.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn fdb_listiterator_next(it: *mut fdb_listiterator_t) -> c_int {
-    call(|| {
-        // SAFETY: per the caller's contract.
-        let l = unsafe { object::live(it)? };
-        Ok(if l.advance() {
-            FDB_SUCCESS
-        } else {
-            FDB_ITERATION_COMPLETE
-        })
-    })
-}
-
 /// Stores where the current element's bytes are: `*uri` (valid until the iterator is
 /// deleted), `*off` and `*len` in bytes.
 ///
@@ -235,4 +185,71 @@ pub unsafe extern "C" fn fdb_listiterator_splitkey(
 pub unsafe extern "C" fn fdb_delete_listiterator(it: *mut fdb_listiterator_t) -> c_int {
     // SAFETY: per the caller's contract.
     call_ok(|| unsafe { object::free(it) })
+}
+
+/// FDB5 5.25's `fdb_list` and `fdb_listiterator_next` (replaced by `v5_10`'s with the
+/// feature `fdb5-5_10`: same names, other signatures).
+#[cfg(not(feature = "fdb5-5_10"))]
+mod api_5_25 {
+    use std::ffi::c_int;
+
+    use super::super::handle::fdb_handle_t;
+    use super::super::keys::fdb_request_t;
+    use super::super::{FDB_ITERATION_COMPLETE, FDB_SUCCESS, call, call_ok};
+    use super::{ListObj, elements, fdb_listiterator_t, object};
+    use crate::ffi::Failure;
+
+    /// Lists the fields matching `req` (NULL: every field) into a new iterator in `*it`; delete
+    /// it with `fdb_delete_listiterator`. `depth` 1 lists databases, 2 databases and indexes, 3
+    /// (and any value outside 1..3, as in FDB5) fields. haar lists each key once (a field
+    /// archived again masks the earlier one), so `duplicates` changes nothing.
+    ///
+    /// # Safety
+    /// `fdb` is null or a live handle; `req` is null or a live request; `it` is null or valid for
+    /// a write.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "C" fn fdb_list(
+        fdb: *mut fdb_handle_t,
+        req: *const fdb_request_t,
+        it: *mut *mut fdb_listiterator_t,
+        duplicates: bool,
+        depth: c_int,
+    ) -> c_int {
+        let _ = duplicates;
+        call_ok(|| {
+            // SAFETY: per the caller's contract.
+            let (h, r) = unsafe { (object::live(fdb)?, object::optional(req.cast_mut())?) };
+            if it.is_null() {
+                return Err(Failure::input(
+                    "it is NULL: pass where to store the iterator",
+                ));
+            }
+            let depth = if (1..=3).contains(&depth) {
+                depth as usize
+            } else {
+                3
+            };
+            let elements = elements(&*h.store, r.map(|r| &r.request), depth)?;
+            // SAFETY: checked non-null; valid per the caller's contract.
+            unsafe { *it = object::new(ListObj::new(elements, depth)) };
+            Ok(())
+        })
+    }
+
+    /// Moves to the next listed element; `FDB_ITERATION_COMPLETE` after the last.
+    ///
+    /// # Safety
+    /// `it` is null or a live list iterator.
+    #[unsafe(no_mangle)]
+    pub unsafe extern "C" fn fdb_listiterator_next(it: *mut fdb_listiterator_t) -> c_int {
+        call(|| {
+            // SAFETY: per the caller's contract.
+            let l = unsafe { object::live(it)? };
+            Ok(if l.advance() {
+                FDB_SUCCESS
+            } else {
+                FDB_ITERATION_COMPLETE
+            })
+        })
+    }
 }

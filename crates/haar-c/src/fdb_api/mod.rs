@@ -10,7 +10,9 @@
 //! Layout: this module holds the error protocol, initialisation and versions; [`object`] the
 //! checked opaque objects (magic numbers catch NULL, freed and foreign pointers where they
 //! can); [`keys`] keys, requests and split keys; [`handle`] handles, archive, flush and
-//! retrieve; [`reader`] the data reader; [`list`] listing; [`wipe`] wipe and purge.
+//! retrieve; [`reader`] the data reader; [`list`] listing; [`wipe`] wipe and purge. With the
+//! cargo feature `fdb5-5_10`, `v5_10` replaces `fdb_list` and `fdb_listiterator_next` with
+//! FDB5 5.10's (Debian 12's `libfdb5-dev`), whose signatures differ under the same names.
 //!
 //! Thread safety is FDB5's: a handle (and every object) is used by one thread at a time;
 //! different handles may be used by different threads at once. The last error message is
@@ -23,6 +25,8 @@ pub mod keys;
 pub mod list;
 pub mod object;
 pub mod reader;
+#[cfg(feature = "fdb5-5_10")]
+pub mod v5_10;
 pub mod wipe;
 
 use std::ffi::{CStr, c_char, c_int, c_void};
