@@ -165,3 +165,37 @@ pub unsafe extern "C" fn fdb_set_failure_handler(
         Ok(())
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicI32, Ordering};
+
+    static SEEN: AtomicI32 = AtomicI32::new(-1);
+    unsafe extern "C" fn record(context: *mut c_void, code: c_int) {
+        assert_eq!(context as usize, 42);
+        SEEN.store(code, Ordering::SeqCst);
+    }
+
+    #[test]
+    fn a_panic_is_unknown_exception_a_failure_general_and_both_reach_the_handler() {
+        unsafe { fdb_set_failure_handler(Some(record), 42 as *mut c_void) };
+        assert_eq!(call(|| panic!("bug")), FDB_ERROR_UNKNOWN_EXCEPTION);
+        assert_eq!(SEEN.load(Ordering::SeqCst), FDB_ERROR_UNKNOWN_EXCEPTION);
+        let msg = unsafe { CStr::from_ptr(fdb_error_string(FDB_ERROR_UNKNOWN_EXCEPTION)) };
+        assert!(msg.to_str().unwrap().contains("bug"), "{msg:?}");
+        assert_eq!(
+            call(|| Err(ffi::Failure::input("bad key"))),
+            FDB_ERROR_GENERAL_EXCEPTION
+        );
+        assert_eq!(SEEN.load(Ordering::SeqCst), FDB_ERROR_GENERAL_EXCEPTION);
+        SEEN.store(-1, Ordering::SeqCst);
+        assert_eq!(call(|| Ok(FDB_ITERATION_COMPLETE)), FDB_ITERATION_COMPLETE);
+        assert_eq!(
+            SEEN.load(Ordering::SeqCst),
+            -1,
+            "completion is not a failure"
+        );
+        unsafe { fdb_set_failure_handler(None, std::ptr::null_mut()) };
+    }
+}

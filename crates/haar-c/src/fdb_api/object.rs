@@ -117,3 +117,42 @@ macro_rules! kind {
     };
 }
 pub(crate) use kind;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct A(u32);
+    kind!(A, 0xa, "a_t", "new_a");
+    struct B(u32);
+    kind!(B, 0xb, "b_t", "new_b");
+
+    #[test]
+    fn null_foreign_and_freed_objects_are_refused_by_name() {
+        let null = unsafe { live::<A>(ptr::null_mut()) }.err().unwrap();
+        assert!(
+            null.message.contains("a_t is NULL: pass one made by new_a"),
+            "{}",
+            null.message
+        );
+
+        let b = new(B(7));
+        let foreign = unsafe { live::<A>(b.cast()) }.err().unwrap();
+        assert!(
+            foreign.message.contains("is not a live a_t"),
+            "{}",
+            foreign.message
+        );
+        assert_eq!(unsafe { live(b) }.unwrap().0, 7);
+
+        let a = new(A(1));
+        unsafe { live(a) }.unwrap().0 = 2;
+        assert_eq!(unsafe { live(a) }.unwrap().0, 2);
+        unsafe { free(a) }.unwrap();
+        // The block is freed; its magic was overwritten first, and the allocator's
+        // bookkeeping reuses the same bytes: either way the second free is refused.
+        let again = unsafe { free(a) }.err().unwrap();
+        assert!(again.message.contains("freed already"), "{}", again.message);
+        unsafe { free(b) }.unwrap();
+    }
+}
