@@ -273,10 +273,14 @@ impl FieldStore for Checked<'_> {
     ) -> haar::Result<()> {
         let full = split.full();
         if !self.req.matches(&full) {
-            return Err(haar::Error::Config(format!(
-                "fdb_archive_multiple: the message keyed {{{full}}} is not among the fields the request names ({})",
-                self.req
-            )));
+            return Err(haar::Error::BadKey {
+                key: full.to_string(),
+                reason: format!(
+                    "fdb_archive_multiple: the message is not among the fields the request names ({})",
+                    self.req
+                )
+                .into(),
+            });
         }
         self.inner.archive_split(split, data, crc)?;
         self.archived.push(full);
