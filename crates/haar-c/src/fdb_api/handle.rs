@@ -53,23 +53,21 @@ fn open(opts: &OpenOptions) -> FfiResult<*mut fdb_handle_t> {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fdb_new_handle(fdb: *mut *mut fdb_handle_t) -> c_int {
     call_ok(|| {
+        out_arg(fdb)?;
         let h = open(&OpenOptions::from_env())?;
         // SAFETY: per the caller's contract.
-        unsafe { put_handle(fdb, h) }
+        unsafe { put(fdb, h, "fdb") }
     })
 }
 
-/// Stores `h` in `*fdb`, or frees it if `fdb` is NULL.
-///
-/// # Safety
-/// `fdb` is null or valid for a write; `h` was just made.
-unsafe fn put_handle(fdb: *mut *mut fdb_handle_t, h: *mut fdb_handle_t) -> FfiResult<()> {
+/// Checks the out-parameter before anything is opened.
+fn out_arg(fdb: *mut *mut fdb_handle_t) -> FfiResult<()> {
     if fdb.is_null() {
-        // SAFETY: just made, never handed out.
-        unsafe { object::free(h)? };
+        return Err(Failure::input(
+            "fdb is NULL: pass where to store the handle",
+        ));
     }
-    // SAFETY: per the caller's contract.
-    unsafe { put(fdb, h, "fdb") }
+    Ok(())
 }
 
 /// Opens the store `system_config` describes in `*fdb`: an FDB5 configuration (a local TOC
@@ -87,6 +85,7 @@ pub unsafe extern "C" fn fdb_new_handle_from_yaml(
     user_config: *const c_char,
 ) -> c_int {
     call_ok(|| {
+        out_arg(fdb)?;
         // SAFETY: per the caller's contract.
         let text = unsafe { str_arg(system_config, "system_config")? };
         if !user_config.is_null() {
@@ -106,7 +105,7 @@ pub unsafe extern "C" fn fdb_new_handle_from_yaml(
         };
         let h = open(&opts)?;
         // SAFETY: per the caller's contract.
-        unsafe { put_handle(fdb, h) }
+        unsafe { put(fdb, h, "fdb") }
     })
 }
 
