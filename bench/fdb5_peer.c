@@ -1,7 +1,7 @@
 /*
  * fdb5_peer: the FDB5 side of haar's write/read benchmarks, over FDB5's C API.
  *
- *   fdb5_peer write|read ROOT NFIELDS SIZE FLUSH_EVERY
+ *   fdb5_peer write|read|list ROOT NFIELDS SIZE FLUSH_EVERY
  *
  * Key space, field i (0 <= i < NFIELDS):
  *   class=od,expver=0001,stream=oper,date=20261121,time=1200,domain=g,type=fc,
@@ -15,14 +15,20 @@
  * read:  one handle (created after the data is flushed); per field a fresh request,
  *        fdb_retrieve, fdb_datareader_open/read/close into a buffer, verifying the
  *        length, "GRIB", the field index and "7777".  p50/p99 are per retrieve
- *        (request build to reader close).
+ *        (request build to reader close).  "digest" is the FNV-1a 64 of every byte read,
+ *        in field order, so two libraries' reads can be compared byte for byte.
+ * list:  (FDB5 >= 5.11 API only) lists everything with fdb_list (depth 3) and prints one
+ *        line per element on stdout: its key level by level (db|index|datum, each
+ *        "k=v,k=v" in the order fdb_splitkey_next_metadata gives) and its length; the
+ *        order of the lines is the library's.  Used to compare listings across libraries.
  *
- * Output: one JSON line on stdout.  Errors: message on stderr, exit 1.
+ * Output: one JSON line on stdout (list: the lines above).  Errors: message on stderr, exit 1.
  */
 #include "fdb5_common.h"
+#include <fdb5/fdb5_version.h>
 
 static void usage(void) {
-    fprintf(stderr, "usage: %s write|read ROOT NFIELDS SIZE FLUSH_EVERY\n", g_prog);
+    fprintf(stderr, "usage: %s write|read|list ROOT NFIELDS SIZE FLUSH_EVERY\n", g_prog);
     exit(1);
 }
 
@@ -92,6 +98,8 @@ static void do_read(long n, long size, long flush_every) {
     fdb_handle_t *fdb = NULL;
     FDB_CHECK(fdb_new_handle(&fdb));
 
+    uint64_t digest = 0xcbf29ce484222325ull; /* FNV-1a 64 */
+    uint64_t untimed = 0;
     uint64_t t0 = now_ns();
     for (long i = 0; i < n; i++) {
         uint64_t ts = now_ns();
@@ -127,14 +135,65 @@ static void do_read(long n, long size, long flush_every) {
                 (unsigned long long)payload_index(buf));
         if (memcmp(buf + size - 4, "7777", 4) != 0)
             die("field %ld: payload does not end with 7777", i);
+        /* The digest is not part of the timing. */
+        uint64_t td = now_ns();
+        for (size_t b = 0; b < got; b++) digest = (digest ^ buf[b]) * 0x100000001b3ull;
+        untimed += now_ns() - td;
     }
-    uint64_t t1 = now_ns();
+    uint64_t t1 = now_ns() - untimed;
     FDB_CHECK(fdb_delete_handle(fdb));
 
-    emit("read", n, size, flush_every, (double)(t1 - t0) / 1e9, lat, (size_t)n,
-         ",\"latency\":\"per_retrieve\"");
+    char extra[128];
+    snprintf(extra, sizeof extra, ",\"latency\":\"per_retrieve\",\"digest\":\"%016llx\"",
+             (unsigned long long)digest);
+    emit("read", n, size, flush_every, (double)(t1 - t0) / 1e9, lat, (size_t)n, extra);
     free(buf);
     free(lat);
+}
+
+static void do_list(void) {
+#if fdb5_VERSION_MAJOR > 5 || (fdb5_VERSION_MAJOR == 5 && fdb5_VERSION_MINOR >= 11)
+    fdb_handle_t *fdb = NULL;
+    FDB_CHECK(fdb_new_handle(&fdb));
+    fdb_request_t *req = NULL;
+    FDB_CHECK(fdb_new_request(&req));
+    const char *od[1] = {"od"};
+    FDB_CHECK(fdb_request_add(req, "class", od, 1));
+    fdb_listiterator_t *it = NULL;
+    FDB_CHECK(fdb_list(fdb, req, &it, false, 3));
+    fdb_split_key_t *sk = NULL;
+    FDB_CHECK(fdb_new_splitkey(&sk));
+    int rc;
+    while ((rc = fdb_listiterator_next(it)) == FDB_SUCCESS) {
+        const char *uri = NULL;
+        size_t off = 0, len = 0;
+        FDB_CHECK(fdb_listiterator_attrs(it, &uri, &off, &len));
+        FDB_CHECK(fdb_listiterator_splitkey(it, sk));
+        const char *k = NULL, *v = NULL;
+        size_t level = 0, prev = 0;
+        int first = 1;
+        while ((rc = fdb_splitkey_next_metadata(sk, &k, &v, &level)) == FDB_SUCCESS) {
+            if (level != prev) fputc('|', g_json_out);
+            else if (!first) fputc(',', g_json_out);
+            fprintf(g_json_out, "%s=%s", k, v);
+            prev = level;
+            first = 0;
+        }
+        if (rc != FDB_ITERATION_COMPLETE)
+            die("fdb_splitkey_next_metadata failed (rc=%d): %s", rc, fdb_error_string(rc));
+        fprintf(g_json_out, " %zu\n", len);
+    }
+    if (rc != FDB_ITERATION_COMPLETE)
+        die("fdb_listiterator_next failed (rc=%d): %s", rc, fdb_error_string(rc));
+    FDB_CHECK(fdb_delete_splitkey(sk));
+    FDB_CHECK(fdb_delete_listiterator(it));
+    FDB_CHECK(fdb_delete_request(req));
+    FDB_CHECK(fdb_delete_handle(fdb));
+    if (fflush(g_json_out)) die("writing result: %s", strerror(errno));
+#else
+    die("list needs the FDB5 5.11+ C API (fdb_list with an iterator out-parameter); this is %s",
+        fdb5_VERSION_STR);
+#endif
 }
 
 int main(int argc, char **argv) {
@@ -142,7 +201,8 @@ int main(int argc, char **argv) {
     if (argc != 6) usage();
     const char *mode = argv[1];
     int write = strcmp(mode, "write") == 0;
-    if (!write && strcmp(mode, "read") != 0) usage();
+    int list = strcmp(mode, "list") == 0;
+    if (!write && !list && strcmp(mode, "read") != 0) usage();
     long n = parse_long(argv[3], "NFIELDS", 1);
     long size = parse_long(argv[4], "SIZE", 16);
     long flush_every = parse_long(argv[5], "FLUSH_EVERY", 1);
@@ -153,6 +213,8 @@ int main(int argc, char **argv) {
 
     if (write)
         do_write(n, size, flush_every);
+    else if (list)
+        do_list();
     else
         do_read(n, size, flush_every);
     return 0;

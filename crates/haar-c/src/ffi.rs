@@ -43,6 +43,12 @@ impl Failure {
             message: message.into(),
         }
     }
+
+    /// The same failure with `prefix: ` before its message (what the caller was doing).
+    pub fn with_prefix(mut self, prefix: &str) -> Failure {
+        self.message = format!("{prefix}: {}", self.message);
+        self
+    }
 }
 
 impl From<haar_store::Error> for Failure {

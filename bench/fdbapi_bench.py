@@ -1,0 +1,173 @@
+#!/usr/bin/env python3
+"""The same FDB5 C-API program on two libraries: bench/fdb5_peer.c, compiled against FDB5
+5.25's header, linked once against FDB5 5.25's own libfdb5.so (the fdb5lib wheel) and once
+against haar's (libhaar_c.so installed as libfdb5.so), same load, same directory (/dev/shm),
+each store set up the FDB5 way (FDB5_CONFIG_FILE, a local TOC configuration, which haar maps
+onto its posix backend). A third column runs haar's library with $HAAR_CONFIG naming its pmem
+backend under the same root (what a user who sets one variable gets).
+
+    bench/fdbapi_bench.py [--runs 3] [--fields 1000] [--sizes 819200,65536] [--flush-every 100]
+                          [--lib $CARGO_TARGET_DIR/release/libhaar_c.so] [--out bench/results]
+
+Per size and run (the two libraries alternate which goes first): write (fdb_archive of every
+field, fdb_flush every FLUSH_EVERY) then read (one fdb_retrieve per field, fresh request and
+reader each). Prints a table of medians and haar/FDB5 speed ratios (FDB5 seconds / haar
+seconds) and saves OUT/fdbapi.json and OUT/benchmarks-fdbapi.md. The bytes read back must be
+identical (FNV-1a digest), or it stops.
+"""
+import argparse
+import datetime
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def wheel():
+    import fdb5lib  # noqa: PLC0415 (only needed here)
+
+    site = os.path.dirname(os.path.dirname(fdb5lib.__file__))
+    dirs = ["fdb5lib/lib64", "eckitlib/lib64", "metkitlib/lib64", "eccodeslib/lib64", "eckitlib.libs"]
+    return site, ":".join(os.path.join(site, d) for d in dirs)
+
+
+def sh(cmd, **kw):
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, **kw)
+
+
+def run_peer(binary, lib_path, mode, root, n, size, flush_every, haar_config=None):
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("HAAR_CONFIG", "FDB5_CONFIG", "FDB5_CONFIG_FILE", "FDB_HOME")}
+    env["LD_LIBRARY_PATH"] = lib_path
+    if haar_config:
+        env["HAAR_CONFIG"] = haar_config
+    p = subprocess.run([binary, mode, root, str(n), str(size), str(flush_every)],
+                       capture_output=True, text=True, env=env)
+    if p.returncode != 0:
+        sys.exit(f"{binary} {mode} failed:\n{p.stderr}")
+    return json.loads(p.stdout.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--fields", type=int, default=1000)
+    ap.add_argument("--sizes", default="819200,65536")
+    ap.add_argument("--flush-every", type=int, default=100)
+    target = os.environ.get("CARGO_TARGET_DIR", os.path.join(REPO, "target"))
+    ap.add_argument("--lib", default=os.path.join(target, "release/libhaar_c.so"))
+    ap.add_argument("--out", default=os.path.join(REPO, "bench/results"))
+    ap.add_argument("--scratch", default="/dev/shm" if os.path.isdir("/dev/shm") else None)
+    a = ap.parse_args()
+
+    if not os.path.isfile(a.lib):
+        sys.exit(f"{a.lib} missing: build it with `cargo build --release -p haar-c` (or pass --lib)")
+    site, fdb5_path = wheel()
+    include = os.path.join(site, "fdb5lib/include")
+    work = tempfile.mkdtemp(prefix="haar-fdbapi-bench-", dir=a.scratch)
+    try:
+        haar_dir = os.path.join(work, "haar-lib")
+        os.makedirs(haar_dir)
+        shutil.copy(a.lib, os.path.join(haar_dir, "libfdb5.so"))
+        src = os.path.join(REPO, "bench/fdb5_peer.c")
+        cflags = ["gcc", "-O2", "-std=c11", "-Wall", "-Wextra", "-Werror", f"-I{include}", src]
+        peers = {
+            "fdb5": (os.path.join(work, "peer-fdb5"), fdb5_path),
+            "haar": (os.path.join(work, "peer-haar"), haar_dir),
+            "haar-pmem": (os.path.join(work, "peer-haar"), haar_dir),
+        }
+        sh(cflags + [f"-L{site}/fdb5lib/lib64", f"-Wl,-rpath-link={fdb5_path}", "-lfdb5",
+                     "-o", peers["fdb5"][0]])
+        sh(cflags + [f"-L{haar_dir}", "-lfdb5", "-o", peers["haar"][0]])
+
+        results = []
+        for size in [int(s) for s in a.sizes.split(",")]:
+            names = list(peers)
+            runs = {lib: [] for lib in names}
+            for r in range(a.runs):
+                order = names[r % len(names):] + names[:r % len(names)]
+                digests = {}
+                for lib in order:
+                    binary, lib_path = peers[lib]
+                    root = os.path.join(work, f"{lib}-{size}-{r}")
+                    cfg = None
+                    if lib == "haar-pmem":
+                        os.makedirs(root)
+                        cfg = os.path.join(root, "haar.yaml")
+                        with open(cfg, "w") as f:
+                            f.write(f"backend: pmem\nroots: [{root}/db]\n")
+                    args = (a.fields, size, a.flush_every, cfg)
+                    w = run_peer(binary, lib_path, "write", root, *args)
+                    rd = run_peer(binary, lib_path, "read", root, *args)
+                    digests[lib] = rd["digest"]
+                    runs[lib].append({"write_s": w["seconds"], "read_s": rd["seconds"],
+                                      "read_p50_us": rd["p50_us"], "version": w["fdb5_version"]})
+                    shutil.rmtree(root)
+                if len(set(digests.values())) != 1:
+                    sys.exit(f"size {size} run {r}: bytes read differ: {digests}")
+            med = {lib: {k: statistics.median(x[k] for x in v) for k in ("write_s", "read_s", "read_p50_us")}
+                   for lib, v in runs.items()}
+            gib = a.fields * size / 2**30
+            row = {
+                "size": size, "fields": a.fields, "flush_every": a.flush_every, "runs": runs,
+                "median": med,
+                "write_gib_per_s": {lib: gib / m["write_s"] for lib, m in med.items()},
+                "read_gib_per_s": {lib: gib / m["read_s"] for lib, m in med.items()},
+                "ratio_write": {lib: med["fdb5"]["write_s"] / med[lib]["write_s"] for lib in names[1:]},
+                "ratio_read": {lib: med["fdb5"]["read_s"] / med[lib]["read_s"] for lib in names[1:]},
+            }
+            results.append(row)
+            for lib in names[1:]:
+                print(f"{size // 1024:>5} KiB x {a.fields}: archive+flush {lib} {row['write_gib_per_s'][lib]:.2f} GiB/s"
+                      f" vs FDB5 {row['write_gib_per_s']['fdb5']:.2f} GiB/s = {row['ratio_write'][lib]:.2f}x;"
+                      f" retrieve {lib} {row['read_gib_per_s'][lib]:.2f} GiB/s vs FDB5"
+                      f" {row['read_gib_per_s']['fdb5']:.2f} GiB/s = {row['ratio_read'][lib]:.2f}x", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+    host = next((l.split(":", 1)[1].strip() for l in sh(["lscpu"]).stdout.splitlines()
+                 if l.startswith("Model name")), "unknown")
+    commit = subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"],
+                            capture_output=True, text=True).stdout.strip()
+    command = "bench/fdbapi_bench.py " + " ".join(sys.argv[1:])
+    doc = {"benchmark": "fdbapi", "command": command.strip(), "host": host, "cpus": os.cpu_count(),
+           "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "commit": commit, "scratch": a.scratch, "results": results}
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "fdbapi.json"), "w") as f:
+        json.dump(doc, f, indent=1)
+    lines = [
+        "### FDB5's C API: haar's libfdb5.so against FDB5 5.25's",
+        "",
+        f"`{doc['command']}` on {host} ({os.cpu_count()} vCPUs), {doc['date']}, commit {commit}: "
+        f"`bench/fdb5_peer.c` built against FDB5 5.25's header, linked against each library, "
+        f"{a.fields} fields per size, flush every {a.flush_every}, stores in {a.scratch} set up by "
+        f"FDB5_CONFIG_FILE (haar: its posix backend; haar-pmem: the same program with "
+        f"HAAR_CONFIG naming haar's pmem backend under the same root); medians of {a.runs} runs, "
+        "the libraries taking turns to go first; bytes read back identical. "
+        "Ratio = FDB5 time / haar time (above 1: haar faster).",
+        "",
+        "| field size | library | archive+flush | ratio | one-at-a-time retrieve | p50 | ratio |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        for lib in r["median"]:
+            ratio = lambda k: "1" if lib == "fdb5" else f"**{r[k][lib]:.2f}×**"
+            name = {"fdb5": "FDB5 5.25", "haar": "haar (FDB5 config → posix)",
+                    "haar-pmem": "haar (HAAR_CONFIG pmem)"}[lib]
+            lines.append(
+                f"| {r['size'] // 1024} KiB | {name} | {r['write_gib_per_s'][lib]:.2f} GiB/s | "
+                f"{ratio('ratio_write')} | {r['read_gib_per_s'][lib]:.2f} GiB/s | "
+                f"{r['median'][lib]['read_p50_us']:.0f} µs | {ratio('ratio_read')} |")
+    with open(os.path.join(a.out, "benchmarks-fdbapi.md"), "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print(f"saved {a.out}/fdbapi.json and {a.out}/benchmarks-fdbapi.md")
+
+
+if __name__ == "__main__":
+    main()

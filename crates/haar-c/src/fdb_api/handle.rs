@@ -1,0 +1,417 @@
+//! FDB handles (`fdb_handle_t`): opening a store from the environment or from YAML, archive
+//! (one key and its bytes, or a buffer of GRIB messages keyed by ecCodes), flush, retrieve.
+//!
+//! Owns the mapping of these calls onto `dyn FieldStore`; opening is `haar::open`, GRIB
+//! keying is `haar::ingest`. A retrieve of one complete key borrows the field's bytes from
+//! the store where it lends them (`FieldStore::retrieve_lent`: pmem, no copy).
+
+use std::ffi::{c_char, c_int};
+
+use haar::ingest::{self, IngestOptions, Input};
+use haar::{ConfigSource, FieldStore, OpenOptions};
+use haar_core::Key;
+use haar_core::request::{Request, Values};
+use haar_core::schema::SplitKey;
+use haar_store::backend::FieldBytes;
+use haar_store::{
+    Checkpoint, DbStats, Field, PurgeReport, RetrieveReport, Sink, StoreOptions, WipeReport,
+};
+
+use super::keys::{fdb_key_t, fdb_request_t};
+use super::object::{self, Obj, kind};
+use super::reader::fdb_datareader_t;
+use super::{call_ok, put};
+use crate::ffi::{Failure, FfiResult, str_arg};
+
+/// An open store (`fdb_handle_t`).
+pub struct HandleObj {
+    /// The store every call goes to.
+    pub store: Box<dyn FieldStore>,
+}
+kind!(
+    HandleObj,
+    0x6861_6172_6664_6231,
+    "fdb_handle_t",
+    "fdb_new_handle"
+);
+
+/// FDB5's `fdb_handle_t`.
+pub type fdb_handle_t = Obj<HandleObj>;
+
+fn open(opts: &OpenOptions) -> FfiResult<*mut fdb_handle_t> {
+    let store = opts.field_store()?;
+    Ok(object::new(HandleObj { store }))
+}
+
+/// Opens the store the environment names in `*fdb`: `$HAAR_CONFIG` (haar's configuration),
+/// else FDB5's `$FDB5_CONFIG` (YAML text), `$FDB5_CONFIG_FILE`, `$FDB_HOME/etc/fdb/config.yaml`
+/// (a local TOC configuration opens a haar store under the same roots with the same schema),
+/// else haar's defaults. Delete it with `fdb_delete_handle`.
+///
+/// # Safety
+/// `fdb` is null or valid for a write.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fdb_new_handle(fdb: *mut *mut fdb_handle_t) -> c_int {
+    call_ok(|| {
+        out_arg(fdb)?;
+        let h = open(&OpenOptions::from_env())?;
+        // SAFETY: per the caller's contract.
+        unsafe { put(fdb, h, "fdb") }
+    })
+}
+
+/// Checks the out-parameter before anything is opened.
+fn out_arg(fdb: *mut *mut fdb_handle_t) -> FfiResult<()> {
+    if fdb.is_null() {
+        return Err(Failure::input(
+            "fdb is NULL: pass where to store the handle",
+        ));
+    }
+    Ok(())
+}
+
+/// Opens the store `system_config` describes in `*fdb`: an FDB5 configuration (a local TOC
+/// one maps onto a haar store under its roots with its schema) or a haar one (local, remote,
+/// dist, select); an empty or blank one means the environment's, as `fdb_new_handle`.
+/// `user_config` (FDB5's per-user settings) may be NULL and is not used: haar has no such
+/// settings. Delete the handle with `fdb_delete_handle`.
+///
+/// # Safety
+/// `fdb` is null or valid for a write; the configs are null or C strings.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fdb_new_handle_from_yaml(
+    fdb: *mut *mut fdb_handle_t,
+    system_config: *const c_char,
+    user_config: *const c_char,
+) -> c_int {
+    call_ok(|| {
+        out_arg(fdb)?;
+        // SAFETY: per the caller's contract.
+        let text = unsafe { str_arg(system_config, "system_config")? };
+        if !user_config.is_null() {
+            // SAFETY: per the caller's contract (checked to be text, then not used).
+            unsafe { str_arg(user_config, "user_config")? };
+        }
+        let opts = if text.trim().is_empty() {
+            OpenOptions::from_env()
+        } else {
+            OpenOptions {
+                config: ConfigSource::Yaml {
+                    text: text.to_string(),
+                    origin: "fdb_new_handle_from_yaml system_config".into(),
+                },
+                ..OpenOptions::default()
+            }
+        };
+        let h = open(&opts)?;
+        // SAFETY: per the caller's contract.
+        unsafe { put(fdb, h, "fdb") }
+    })
+}
+
+/// Archives `length` bytes at `data` under `key` (a complete key of the store's schema);
+/// invisible until `fdb_flush`. The bytes are copied before this returns.
+///
+/// # Safety
+/// `fdb`, `key` are null or live objects of this library; `data` is null or valid for
+/// `length` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fdb_archive(
+    fdb: *mut fdb_handle_t,
+    key: *mut fdb_key_t,
+    data: *const c_char,
+    length: usize,
+) -> c_int {
+    call_ok(|| {
+        // SAFETY: per the caller's contract.
+        let (h, k) = unsafe { (object::live(fdb)?, object::live(key)?) };
+        // SAFETY: per the caller's contract.
+        let bytes = unsafe { bytes_arg(data, length)? };
+        h.store.archive(&k.key, bytes)?;
+        Ok(())
+    })
+}
+
+/// `length` bytes at `data` as a slice; the error says what to pass.
+///
+/// # Safety
+/// `data` is null or valid for `length` bytes that outlive `'a`.
+unsafe fn bytes_arg<'a>(data: *const c_char, length: usize) -> FfiResult<&'a [u8]> {
+    if data.is_null() {
+        return Err(Failure::input("data is NULL: pass the bytes to archive"));
+    }
+    // SAFETY: per the caller's contract.
+    Ok(unsafe { std::slice::from_raw_parts(data.cast::<u8>(), length) })
+}
+
+/// Archives the GRIB messages in `length` bytes at `data`, each under the MARS key ecCodes
+/// reads from it; invisible until `fdb_flush`. A buffer with a fault (not GRIB, a truncated
+/// message, a key the schema refuses) archives nothing. With `req`, as in FDB5, every message
+/// must match the request and every field the request names must be among them; otherwise
+/// nothing of the buffer is archived (where the store can take fields back before the flush:
+/// local stores) and the error names the fields at fault.
+///
+/// # Safety
+/// `fdb` is null or a live handle; `req` is null or a live request; `data` is null or valid
+/// for `length` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fdb_archive_multiple(
+    fdb: *mut fdb_handle_t,
+    req: *mut fdb_request_t,
+    data: *const c_char,
+    length: usize,
+) -> c_int {
+    call_ok(|| {
+        // SAFETY: per the caller's contract.
+        let (h, r) = unsafe { (object::live(fdb)?, object::optional(req)?) };
+        // SAFETY: per the caller's contract.
+        let bytes = unsafe { bytes_arg(data, length)? };
+        archive_multiple(&mut *h.store, r.map(|r| &r.request), bytes)
+    })
+}
+
+fn archive_multiple(
+    store: &mut dyn FieldStore,
+    req: Option<&Request>,
+    bytes: &[u8],
+) -> FfiResult<()> {
+    let opts = IngestOptions {
+        flush: false,
+        ..IngestOptions::default()
+    };
+    let inputs = || vec![Input::buffer("fdb_archive_multiple data", bytes)];
+    let Some(req) = req else {
+        if bytes.is_empty() {
+            return Ok(());
+        }
+        let report = ingest::ingest(store, inputs(), &opts, &mut |_| {})?;
+        return failed(&report.failed);
+    };
+    let (resolved, _ignored) = store.options().resolve(req)?;
+    let start = store.checkpoint();
+    let mut checked = Checked {
+        inner: store,
+        req: &resolved,
+        archived: Vec::new(),
+    };
+    if !bytes.is_empty() {
+        let report = ingest::ingest(&mut checked, inputs(), &opts, &mut |_| {})?;
+        failed(&report.failed)?;
+    }
+    let archived = checked.archived;
+    let vacant: Vec<Key> = resolved
+        .expand()
+        .into_iter()
+        .filter(|want| {
+            !archived
+                .iter()
+                .any(|got| want.iter().all(|(k, v)| got.get(k) == Some(v)))
+        })
+        .collect();
+    if vacant.is_empty() {
+        return Ok(());
+    }
+    let taken_back = match &start {
+        Some(cp) => store.discard_since(cp) > 0 || archived.is_empty(),
+        None => false,
+    };
+    Err(Failure::input(format!(
+        "fdb_archive_multiple: the data holds {} field(s) and lacks {} that the request names: {}{}",
+        archived.len(),
+        vacant.len(),
+        first_keys(&vacant),
+        if taken_back {
+            "; nothing of it was archived"
+        } else {
+            "; the fields it holds were sent already (this store cannot take them back before the flush)"
+        }
+    )))
+}
+
+fn failed(failed: &[String]) -> FfiResult<()> {
+    match failed.first() {
+        None => Ok(()),
+        Some(why) => Err(Failure::input(format!("nothing archived: {why}"))),
+    }
+}
+
+/// Up to five keys, then how many more.
+pub(crate) fn first_keys(keys: &[Key]) -> String {
+    let mut s = keys
+        .iter()
+        .take(5)
+        .map(|k| format!("{{{k}}}"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if keys.len() > 5 {
+        s.push_str(&format!(" and {} more", keys.len() - 5));
+    }
+    s
+}
+
+/// A store that archives into another only fields matching a request, remembering their
+/// keys: `fdb_archive_multiple`'s check, as a wrapper so that ingestion needs no change.
+struct Checked<'a> {
+    inner: &'a mut dyn FieldStore,
+    req: &'a Request,
+    archived: Vec<Key>,
+}
+
+impl FieldStore for Checked<'_> {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+    fn options(&self) -> &StoreOptions {
+        self.inner.options()
+    }
+    fn archive_split(
+        &mut self,
+        split: &SplitKey,
+        data: &[u8],
+        crc: Option<u32>,
+    ) -> haar::Result<()> {
+        let full = split.full();
+        if !self.req.matches(&full) {
+            return Err(haar::Error::BadKey {
+                key: full.to_string(),
+                reason: format!(
+                    "fdb_archive_multiple: the message is not among the fields the request names ({})",
+                    self.req
+                )
+                .into(),
+            });
+        }
+        self.inner.archive_split(split, data, crc)?;
+        self.archived.push(full);
+        Ok(())
+    }
+    fn flush(&mut self) -> haar::Result<()> {
+        self.inner.flush()
+    }
+    fn checkpoint(&self) -> Option<Checkpoint> {
+        self.inner.checkpoint()
+    }
+    fn discard_since(&mut self, cp: &Checkpoint) -> usize {
+        self.inner.discard_since(cp)
+    }
+    fn retrieve(&self, req: &Request, sink: &mut Sink<'_>) -> haar::Result<RetrieveReport> {
+        self.inner.retrieve(req, sink)
+    }
+    fn list(&self, req: &Request) -> haar::Result<Vec<Field>> {
+        self.inner.list(req)
+    }
+    fn wipe(&mut self, req: &Request, doit: bool) -> haar::Result<WipeReport> {
+        self.inner.wipe(req, doit)
+    }
+    fn purge(&mut self, req: &Request, doit: bool) -> haar::Result<PurgeReport> {
+        self.inner.purge(req, doit)
+    }
+    fn stats(&self, req: &Request) -> haar::Result<Vec<DbStats>> {
+        self.inner.stats(req)
+    }
+}
+
+/// Makes every field archived through `fdb` durable and visible to every reader (atomically
+/// per database).
+///
+/// # Safety
+/// `fdb` is null or a live handle.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fdb_flush(fdb: *mut fdb_handle_t) -> c_int {
+    call_ok(|| {
+        // SAFETY: per the caller's contract.
+        let h = unsafe { object::live(fdb)? };
+        h.store.flush()?;
+        Ok(())
+    })
+}
+
+/// Retrieves the fields `req` names into the data reader `dr` (read it after
+/// `fdb_datareader_open`), in request order. Unlike FDB5, which hands back fewer bytes
+/// without a word, a request naming a field that is not there fails, and the message names
+/// the missing keys. Fields flushed by other handles after this handle was opened are seen.
+///
+/// # Safety
+/// `fdb`, `req`, `dr` are null or live objects of this library.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fdb_retrieve(
+    fdb: *mut fdb_handle_t,
+    req: *mut fdb_request_t,
+    dr: *mut fdb_datareader_t,
+) -> c_int {
+    call_ok(|| {
+        // SAFETY: per the caller's contract.
+        let (h, r, d) = unsafe { (object::live(fdb)?, object::live(req)?, object::live(dr)?) };
+        d.set(retrieve(&*h.store, &r.request)?);
+        Ok(())
+    })
+}
+
+/// The bytes of the fields of `req`, borrowed from the store for one complete key where it
+/// lends them.
+fn retrieve(store: &dyn FieldStore, req: &Request) -> FfiResult<FieldBytes> {
+    if let Some(key) = single_key(req)
+        && let Some(Ok(Some((_, bytes)))) = store.retrieve_lent(&key)
+    {
+        return Ok(bytes);
+    }
+    // Anything else (several fields, ranges, a key the store cannot lend, a miss) goes the
+    // general way, which also words the errors.
+    let mut out = Vec::new();
+    let report = store.retrieve(req, &mut |_, bytes, _| {
+        out.extend_from_slice(bytes);
+        Ok(())
+    })?;
+    if !report.missing.is_empty() {
+        let mut m = format!(
+            "fdb_retrieve: {} of the fields requested {} not in {}: {} (haar reports missing data; FDB5 would have returned fewer bytes without an error)",
+            report.missing.len(),
+            if report.missing.len() == 1 {
+                "is"
+            } else {
+                "are"
+            },
+            store.describe(),
+            first_keys(&report.missing)
+        );
+        for p in &report.problems {
+            m.push_str(&format!("; {p}"));
+        }
+        return Err(Failure::missing(m));
+    }
+    Ok(FieldBytes::Owned(out))
+}
+
+/// The key a request names when every entry has exactly one plain value.
+fn single_key(req: &Request) -> Option<Key> {
+    let mut key = Key::new();
+    for p in &req.params {
+        match &p.values {
+            Values::List(v) if v.len() == 1 => key.push(p.keyword.clone(), v[0].clone()),
+            _ => return None,
+        }
+    }
+    Some(key)
+}
+
+/// Deletes a handle: flushes what it archived (as FDB5 does when an FDB object goes away),
+/// then closes it. If that flush fails the handle is still deleted, and the error says what
+/// was not flushed.
+///
+/// # Safety
+/// `fdb` is null or a live handle, not used again.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn fdb_delete_handle(fdb: *mut fdb_handle_t) -> c_int {
+    call_ok(|| {
+        // SAFETY: per the caller's contract.
+        let h = unsafe { object::live(fdb)? };
+        let flushed = h.store.flush();
+        // SAFETY: live (checked above), not used again per the caller's contract.
+        unsafe { object::free(fdb)? };
+        flushed.map_err(|e| {
+            Failure::from(e).with_prefix(
+                "fdb_delete_handle: the handle is deleted, but the fields archived since its last flush were not flushed",
+            )
+        })
+    })
+}
