@@ -7,7 +7,7 @@ PREFIX ?= /usr/local
 MANDIR ?= $(PREFIX)/share/man
 DOCS   := target/docs
 
-.PHONY: setup build peer run test lint unit crash fuzz bench install-docs clean
+.PHONY: setup build peer run test lint unit crash fuzz bench install-docs clean c
 
 setup:
 	@scripts/setup.sh
@@ -29,9 +29,25 @@ lint:
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps
 
-# The Python GRIB readers are installed by setup, so their checks must run, not skip.
+# The Python GRIB readers and FDB5 5.25's wheel are installed by setup, so their checks must
+# run, not skip. The FDB5 5.10 variant of libfdb5.so (a cargo feature) is tested after the
+# workspace, then the default library is built back.
 unit:
-	HAAR_REQUIRE_PYTHON_GRIB=1 $(CARGO) test --workspace --release
+	HAAR_REQUIRE_PYTHON_GRIB=1 HAAR_REQUIRE_FDB5_WHEEL=1 $(CARGO) test --workspace --release
+	HAAR_REQUIRE_FDB5_WHEEL=1 $(CARGO) test --release -p haar-c --features fdb5-5_10 --test fdb_v5_10
+	$(CARGO) build --release -p haar-c
+
+# The C faces under target/c: lib/libhaar.{so,a} with include/haar.h (haar's own C ABI), and
+# lib/libfdb5.so, the same library under FDB5's name, for programs written for FDB5's C API.
+C_OUT := target/c
+C_LIB := $(or $(CARGO_TARGET_DIR),target)/release
+c: setup
+	$(CARGO) build --release -p haar-c
+	mkdir -p $(C_OUT)/lib $(C_OUT)/include
+	cp $(C_LIB)/libhaar_c.so $(C_OUT)/lib/libhaar.so
+	cp $(C_LIB)/libhaar_c.a $(C_OUT)/lib/libhaar.a
+	cp $(C_LIB)/libhaar_c.so $(C_OUT)/lib/libfdb5.so
+	cp crates/haar-c/include/haar.h $(C_OUT)/include/
 
 fuzz:
 	@if [ -x scripts/fuzz-smoke.sh ]; then scripts/fuzz-smoke.sh 20; fi
