@@ -1,0 +1,329 @@
+//! Opening and closing a store (`haar_t`), keys (`haar_key_t`), archive and flush.
+//!
+//! A `haar_t` keeps the `OpenOptions` it was opened with, so that `haar_wait`/`haar_watch`
+//! reach the same store (or servers) as the handle; its `FieldStore` sits behind a mutex, so
+//! one handle may be shared by threads (their calls are serialised).
+
+use std::ffi::{c_char, c_int, c_void};
+use std::sync::{Mutex, MutexGuard};
+
+use haar::ingest::{self, IngestOptions, Input};
+use haar::{ConfigSource, FieldStore, OpenOptions};
+use haar_core::Key;
+
+use super::handles::{self, Shell, impl_handle};
+use super::{HAAR_OK, out, put, run};
+use crate::ffi::{self, Failure, FfiResult, Kind};
+
+/// An open store and the options that opened it.
+pub struct Opened {
+    store: Mutex<Box<dyn FieldStore>>,
+    /// The configuration, for waits and watches.
+    pub opts: OpenOptions,
+}
+
+impl Opened {
+    /// The store, locked for this call.
+    pub fn lock(&self) -> FfiResult<MutexGuard<'_, Box<dyn FieldStore>>> {
+        self.store.lock().map_err(|_| Failure {
+            kind: Kind::Internal,
+            message: "an earlier call on this haar_t failed inside haar (a bug): close it and open the store again".into(),
+        })
+    }
+}
+
+/// An open store (local, remote, dist or select, as its configuration says). Opaque.
+#[allow(non_camel_case_types)]
+pub struct haar_t(Shell<Opened>);
+impl_handle!(haar_t, Opened, 0x6861_6172_5f73_746f);
+
+/// A key being built: keyword=value pairs in order. Opaque.
+#[allow(non_camel_case_types)]
+pub struct haar_key_t(Shell<Key>);
+impl_handle!(haar_key_t, Key, 0x6861_6172_5f6b_6579);
+
+/// Opens `opts` into a new handle written to `out_h`.
+///
+/// # Safety
+/// `out_h` is valid for writes.
+unsafe fn open_into(opts: OpenOptions, out_h: *mut *mut haar_t) -> FfiResult<c_int> {
+    // SAFETY: per the caller's contract.
+    let slot = unsafe { out(out_h, "out") }?;
+    *slot = std::ptr::null_mut();
+    let store = opts.field_store()?;
+    *slot = handles::alloc::<haar_t>(Opened {
+        store: Mutex::new(store),
+        opts,
+    });
+    Ok(HAAR_OK)
+}
+
+/// Opens the store a configuration file describes and writes its handle to `*out`.
+///
+/// `config_path`: a haar YAML configuration (a local store, or `type: remote | dist |
+/// select`), or an FDB5 local TOC configuration; NULL: the environment decides
+/// (`$HAAR_CONFIG`, else FDB5's `$FDB5_CONFIG`, `$FDB5_CONFIG_FILE`, `$FDB_HOME`, else the
+/// built-in defaults). The string is read during the call only. `*out` is set to NULL on
+/// failure; free the handle with `haar_close`.
+///
+/// Errors: `HAAR_ERR_INPUT` (unreadable or invalid configuration, naming the file),
+/// `HAAR_ERR_STORAGE` (the store or a server cannot be reached: the message names it).
+///
+/// # Safety
+/// `config_path` is NULL or a NUL-terminated string; `out` is valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn haar_open(config_path: *const c_char, out: *mut *mut haar_t) -> c_int {
+    run(|| {
+        let config = if config_path.is_null() {
+            ConfigSource::from_env()
+        } else {
+            // SAFETY: per the caller's contract.
+            let path = unsafe { ffi::str_arg(config_path, "config_path") }?;
+            if !std::path::Path::new(path).is_file() {
+                return Err(Failure::input(format!(
+                    "configuration file {path} does not exist: give the path of a haar (or FDB5) YAML configuration, or NULL for the environment's"
+                )));
+            }
+            ConfigSource::File(path.into())
+        };
+        // SAFETY: per the caller's contract.
+        unsafe {
+            open_into(
+                OpenOptions {
+                    config,
+                    ..OpenOptions::default()
+                },
+                out,
+            )
+        }
+    })
+}
+
+/// Opens the store a YAML configuration text describes (as `haar_open` for a file) and
+/// writes its handle to `*out` (NULL on failure). The text is read during the call only.
+///
+/// Errors: `HAAR_ERR_INPUT` (invalid YAML or configuration), `HAAR_ERR_STORAGE`.
+///
+/// # Safety
+/// `yaml` is a NUL-terminated string; `out` is valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn haar_open_yaml(yaml: *const c_char, out: *mut *mut haar_t) -> c_int {
+    run(|| {
+        // SAFETY: per the caller's contract.
+        let text = unsafe { ffi::str_arg(yaml, "yaml") }?;
+        let config = ConfigSource::Yaml {
+            text: text.into(),
+            origin: "the YAML given to haar_open_yaml".into(),
+        };
+        // SAFETY: per the caller's contract.
+        unsafe {
+            open_into(
+                OpenOptions {
+                    config,
+                    ..OpenOptions::default()
+                },
+                out,
+            )
+        }
+    })
+}
+
+/// Closes a store handle. Fields archived and not flushed are dropped (as in FDB5: flush
+/// first); flushed fields are durable. NULL is accepted; a handle already closed gives
+/// `HAAR_ERR_INPUT`. No other thread may use `h` during or after the call.
+///
+/// # Safety
+/// `h` is NULL or a handle from `haar_open`/`haar_open_yaml`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn haar_close(h: *mut haar_t) -> c_int {
+    // SAFETY: per the caller's contract.
+    run(|| unsafe { handles::free(h, "h") }.map(|()| HAAR_OK))
+}
+
+/// Makes every field archived through `h` durable and visible to readers (every replica
+/// persisted); returns when done.
+///
+/// Errors: `HAAR_ERR_INPUT` (bad handle), `HAAR_ERR_STORAGE` (the message names the
+/// database or server; fields flushed before are not affected).
+///
+/// # Safety
+/// `h` is a handle from `haar_open`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn haar_flush(h: *mut haar_t) -> c_int {
+    run(|| {
+        // SAFETY: per the caller's contract.
+        let opened = unsafe { handles::get(h, "h") }?;
+        opened.lock()?.flush()?;
+        Ok(HAAR_OK)
+    })
+}
+
+/// A byte slice from a C pointer and length (NULL allowed for length 0).
+///
+/// # Safety
+/// `data` is valid for reads of `len` bytes unless `len` is 0.
+unsafe fn bytes_arg<'a>(data: *const c_void, len: usize, what: &str) -> FfiResult<&'a [u8]> {
+    if len == 0 {
+        return Ok(&[]);
+    }
+    if data.is_null() {
+        return Err(Failure::input(format!(
+            "{what} is NULL with length {len}: pass the bytes"
+        )));
+    }
+    // SAFETY: per the caller's contract.
+    Ok(unsafe { std::slice::from_raw_parts(data.cast::<u8>(), len) })
+}
+
+/// Archives `len` bytes at `data` under `key` (a complete key of the store's schema). The
+/// bytes are copied during the call; the field is invisible until `haar_flush`.
+///
+/// Errors: `HAAR_ERR_INPUT` (bad handle, a key the schema refuses — the message names the key
+/// and the keyword at fault), `HAAR_ERR_STORAGE`. Through a server the key is checked by the
+/// server's own schema (which this client does not know), so a refused key is reported by
+/// the next `haar_flush` (`HAAR_ERR_INPUT` naming it; the other fields are flushed).
+///
+/// # Safety
+/// `h` and `key` are live handles; `data` is valid for reads of `len` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn haar_archive(
+    h: *mut haar_t,
+    key: *const haar_key_t,
+    data: *const c_void,
+    len: usize,
+) -> c_int {
+    run(|| {
+        // SAFETY: per the caller's contract.
+        let opened = unsafe { handles::get(h, "h") }?;
+        let key = unsafe { handles::get(key, "key") }?;
+        let data = unsafe { bytes_arg(data, len, "data") }?;
+        opened.lock()?.archive(key, data)?;
+        Ok(HAAR_OK)
+    })
+}
+
+/// As `haar_archive`, with the key given as text: `"class=od,expver=1,stream=oper,..."`.
+///
+/// # Safety
+/// `h` is a live handle; `key` is a NUL-terminated string; `data` is valid for reads of
+/// `len` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn haar_archive_str(
+    h: *mut haar_t,
+    key: *const c_char,
+    data: *const c_void,
+    len: usize,
+) -> c_int {
+    run(|| {
+        // SAFETY: per the caller's contract.
+        let opened = unsafe { handles::get(h, "h") }?;
+        let text = unsafe { ffi::str_arg(key, "key") }?;
+        let data = unsafe { bytes_arg(data, len, "data") }?;
+        let key = Key::parse(text).map_err(|e| {
+            Failure::input(format!(
+                "key {text:?}: {e}; write keyword=value pairs separated by commas"
+            ))
+        })?;
+        opened.lock()?.archive(&key, data)?;
+        Ok(HAAR_OK)
+    })
+}
+
+/// Archives a buffer of GRIB messages (back to back), each keyed by ecCodes with its MARS
+/// keys, like `haar archive`. All or nothing: a buffer with any fault (not GRIB, truncated,
+/// a key the schema refuses) archives nothing and gives `HAAR_ERR_INPUT` naming the message
+/// and offset. Not flushed: call `haar_flush`. `*fields_out` (may be NULL) receives the
+/// number of fields archived. The buffer is read during the call only.
+///
+/// # Safety
+/// `h` is a live handle; `buf` is valid for reads of `len` bytes; `fields_out` is NULL or
+/// valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn haar_archive_grib(
+    h: *mut haar_t,
+    buf: *const c_void,
+    len: usize,
+    fields_out: *mut usize,
+) -> c_int {
+    run(|| {
+        // SAFETY: per the caller's contract.
+        unsafe { put(fields_out, 0) };
+        let opened = unsafe { handles::get(h, "h") }?;
+        let data = unsafe { bytes_arg(buf, len, "buf") }?;
+        let opts = IngestOptions {
+            flush: false,
+            ..IngestOptions::default()
+        };
+        let mut store = opened.lock()?;
+        let report = ingest::ingest(
+            &mut **store,
+            vec![Input::buffer("the GRIB buffer", data)],
+            &opts,
+            &mut |_| {},
+        )?;
+        if let Some(why) = report.failed.first() {
+            return Err(Failure::input(format!("nothing archived: {why}")));
+        }
+        // SAFETY: per the caller's contract.
+        unsafe { put(fields_out, report.fields) };
+        Ok(HAAR_OK)
+    })
+}
+
+/// Creates an empty key and writes its handle to `*out`; free it with `haar_key_free`. A key
+/// may be reused for many archives (change values with `haar_key_add`).
+///
+/// # Safety
+/// `out` is valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn haar_key_new(out: *mut *mut haar_key_t) -> c_int {
+    run(|| {
+        // SAFETY: per the caller's contract.
+        let slot = unsafe { super::out(out, "out") }?;
+        *slot = handles::alloc::<haar_key_t>(Key::new());
+        Ok(HAAR_OK)
+    })
+}
+
+/// Sets `keyword=value` in `key`: appended, or the value replaced where the keyword is
+/// already there (its position kept). Both strings are copied. Values are checked against
+/// the schema when the key is used.
+///
+/// Errors: `HAAR_ERR_INPUT` (bad handle, NULL or empty keyword, a keyword or value holding
+/// `,` or `=`).
+///
+/// # Safety
+/// `key` is a live handle used by this thread only; the strings are NUL-terminated.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn haar_key_add(
+    key: *mut haar_key_t,
+    keyword: *const c_char,
+    value: *const c_char,
+) -> c_int {
+    run(|| {
+        // SAFETY: per the caller's contract.
+        let k = unsafe { handles::get_mut(key, "key") }?;
+        let kw = unsafe { ffi::str_arg(keyword, "keyword") }?;
+        let v = unsafe { ffi::str_arg(value, "value") }?;
+        if kw.is_empty() || kw.contains([',', '=']) || v.contains([',', '=']) {
+            return Err(Failure::input(format!(
+                "keyword {kw:?} = value {v:?}: a keyword is a non-empty word, and neither may hold ',' or '='"
+            )));
+        }
+        match k.position(kw) {
+            Some(i) => k.set_value_at(i, v),
+            None => k.push(kw, v),
+        }
+        Ok(HAAR_OK)
+    })
+}
+
+/// Frees a key. NULL is accepted; a key already freed gives `HAAR_ERR_INPUT`.
+///
+/// # Safety
+/// `key` is NULL or a handle from `haar_key_new`.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn haar_key_free(key: *mut haar_key_t) -> c_int {
+    // SAFETY: per the caller's contract.
+    run(|| unsafe { handles::free(key, "key") }.map(|()| HAAR_OK))
+}
