@@ -196,6 +196,37 @@ fn round_trips_through_a_real_server() {
 }
 
 #[test]
+fn round_trips_through_dist_and_select_over_two_servers() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("api_test", dir.path());
+    for name in ["dist", "select"] {
+        // Fresh servers for each: the program expects empty stores.
+        let sub = dir.path().join(name);
+        std::fs::create_dir(&sub).unwrap();
+        let a = serve(&sub.join("a"));
+        let b = serve(&sub.join("b"));
+        let yaml = if name == "dist" {
+            format!(
+                "type: dist\nlanes:\n  - {{type: remote, server: '{}'}}\n  - {{type: remote, server: '{}'}}\n",
+                a.addr, b.addr
+            )
+        } else {
+            format!(
+                "type: select\nroutes:\n  - match: param=165\n    store: {{type: remote, server: '{}'}}\n  - match: ''\n    store: {{type: remote, server: '{}'}}\n",
+                a.addr, b.addr
+            )
+        };
+        let cfg = write_config(&sub, &yaml);
+        let out = run_with(
+            &exe,
+            &[&cfg, GRIB2, GRIB1, "--remote"],
+            &[("HAAR_TOKEN", TOKEN)],
+        );
+        assert!(out.contains("all checks passed"), "{name}: {out}");
+    }
+}
+
+#[test]
 fn a_dead_server_is_a_storage_error_naming_it() {
     let dir = tempfile::tempdir().unwrap();
     let exe = compile("dead_server", dir.path());
