@@ -68,8 +68,8 @@ fn run(exe: &Path, args: &[&str]) -> String {
 fn run_with(exe: &Path, args: &[&str], env: &[(&str, &str)]) -> String {
     let o = Command::new(exe)
         .args(args)
-        .envs(env.iter().copied())
         .env_remove("HAAR_CONFIG")
+        .envs(env.iter().copied())
         .env_remove("FDB5_CONFIG")
         .env_remove("FDB5_CONFIG_FILE")
         .env_remove("FDB_HOME")
@@ -106,6 +106,34 @@ fn round_trips_and_bad_input_on_a_local_posix_store() {
     );
     let out = run(&exe, &[&cfg, GRIB2, GRIB1]);
     assert!(out.contains("all checks passed"), "{out}");
+}
+
+#[test]
+fn one_store_handle_shared_by_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("threads", dir.path());
+    let root = dir.path().join("store");
+    let cfg = write_config(
+        dir.path(),
+        &format!("backend: posix\nroots: [{}]\n", root.display()),
+    );
+    let out = run(&exe, &[&cfg]);
+    assert!(out.contains("threads: ok"), "{out}");
+}
+
+#[test]
+fn a_null_config_path_opens_what_haar_config_names() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("threads", dir.path());
+    let root = dir.path().join("store");
+    let cfg = write_config(
+        dir.path(),
+        &format!("backend: posix\nroots: [{}]\n", root.display()),
+    );
+    // threads.c opens argv[1]; "-" makes it pass NULL, so $HAAR_CONFIG decides.
+    let out = run_with(&exe, &["-"], &[("HAAR_CONFIG", &cfg)]);
+    assert!(out.contains("threads: ok"), "{out}");
+    assert!(root.exists(), "the store $HAAR_CONFIG names was written");
 }
 
 #[test]

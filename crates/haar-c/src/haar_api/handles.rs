@@ -169,3 +169,41 @@ pub unsafe fn free<H: Handle>(p: *mut H, what: &str) -> FfiResult<()> {
         .push(p as usize);
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Probe(Shell<String>);
+    impl_handle!(Probe, String, 0x7072_6f62_6570_726f);
+
+    struct Other(Shell<String>);
+    impl_handle!(Other, String, 0x6f74_6865_726f_7468);
+
+    #[test]
+    fn a_freed_handle_is_refused_until_its_shell_is_reused_by_the_same_type() {
+        let p = alloc::<Probe>("first".into());
+        assert_eq!(unsafe { get_mut(p, "p") }.unwrap(), "first");
+        unsafe { free(p, "p") }.unwrap();
+        let e = unsafe { get_mut(p, "p") }.unwrap_err();
+        assert!(e.message.contains("already freed"), "{}", e.message);
+        let e = unsafe { free(p, "p") }.unwrap_err();
+        assert!(e.message.contains("already freed"), "{}", e.message);
+        // The documented limit: the next handle of the type reuses the shell.
+        let q = alloc::<Probe>("second".into());
+        assert_eq!(q, p);
+        assert_eq!(unsafe { get_mut(p, "p") }.unwrap(), "second");
+        unsafe { free(q, "q") }.unwrap();
+    }
+
+    #[test]
+    fn a_handle_of_another_type_and_null_are_refused() {
+        let o = alloc::<Other>("other".into());
+        let e = unsafe { get_mut(o.cast::<Probe>(), "p") }.unwrap_err();
+        assert!(e.message.contains("is not a Probe"), "{}", e.message);
+        let e = unsafe { get_mut(std::ptr::null_mut::<Probe>(), "p") }.unwrap_err();
+        assert!(e.message.contains("NULL"), "{}", e.message);
+        unsafe { free(std::ptr::null_mut::<Probe>(), "p") }.unwrap();
+        unsafe { free(o, "o") }.unwrap();
+    }
+}
