@@ -39,8 +39,29 @@ impl_handle!(haar_t, Opened, 0x6861_6172_5f73_746f);
 
 /// A key being built: keyword=value pairs in order. Opaque.
 #[allow(non_camel_case_types)]
-pub struct haar_key_t(Shell<Key>);
-impl_handle!(haar_key_t, Key, 0x6861_6172_5f6b_6579);
+pub struct haar_key_t(Shell<KeyBuilder>);
+impl_handle!(haar_key_t, KeyBuilder, 0x6861_6172_5f6b_6579);
+
+/// A key being built, and where the next `haar_key_add` probably goes: a producer sets the
+/// same keywords in the same order for every field, so the keyword after the last one set is
+/// tried first, then the key is searched. A keyword found needs no check: it was checked
+/// when it was added.
+pub struct KeyBuilder {
+    key: Key,
+    next: usize,
+}
+
+impl KeyBuilder {
+    /// The position of `keyword` in the key, trying the expected one first.
+    fn find(&self, keyword: &[u8]) -> Option<usize> {
+        if let Some((k, _)) = self.key.iter().nth(self.next)
+            && k.as_bytes() == keyword
+        {
+            return Some(self.next);
+        }
+        self.key.iter().position(|(k, _)| k.as_bytes() == keyword)
+    }
+}
 
 /// Opens `opts` into a new handle written to `out_h`.
 ///
@@ -195,7 +216,7 @@ pub unsafe extern "C" fn haar_archive(
     run(|| {
         // SAFETY: per the caller's contract.
         let opened = unsafe { handles::get(h, "h") }?;
-        let key = unsafe { handles::get(key, "key") }?;
+        let key = &unsafe { handles::get(key, "key") }?.key;
         let data = unsafe { bytes_arg(data, len, "data") }?;
         opened.lock()?.archive(key, data)?;
         Ok(HAAR_OK)
@@ -309,7 +330,10 @@ pub unsafe extern "C" fn haar_key_new(out: *mut *mut haar_key_t) -> c_int {
     run(|| {
         // SAFETY: per the caller's contract.
         let slot = unsafe { super::out(out, "out") }?;
-        *slot = handles::alloc::<haar_key_t>(Key::new());
+        *slot = handles::alloc::<haar_key_t>(KeyBuilder {
+            key: Key::new(),
+            next: 0,
+        });
         Ok(HAAR_OK)
     })
 }
@@ -332,17 +356,31 @@ pub unsafe extern "C" fn haar_key_add(
     run(|| {
         // SAFETY: per the caller's contract.
         let k = unsafe { handles::get_mut(key, "key") }?;
-        let kw = unsafe { key_part(keyword, "keyword") }?;
         let v = unsafe { key_part(value, "value") }?;
-        if kw.is_empty() {
-            return Err(Failure::input(format!(
-                "keyword is empty (value {v:?}): pass a keyword such as \"param\""
-            )));
+        if keyword.is_null() {
+            return Err(Failure::input("keyword is NULL: pass a string"));
         }
-        match k.position(kw) {
-            Some(i) => k.set_value_at(i, v),
-            None => k.push(kw, v),
-        }
+        // A keyword already in the key was checked when it was added.
+        // SAFETY: non-null and NUL-terminated per the caller's contract.
+        let kw_bytes = unsafe { std::ffi::CStr::from_ptr(keyword) }.to_bytes();
+        let at = match k.find(kw_bytes) {
+            Some(i) => {
+                k.key.set_value_at(i, v);
+                i
+            }
+            None => {
+                // SAFETY: as above.
+                let kw = unsafe { key_part(keyword, "keyword") }?;
+                if kw.is_empty() {
+                    return Err(Failure::input(format!(
+                        "keyword is empty (value {v:?}): pass a keyword such as \"param\""
+                    )));
+                }
+                k.key.push(kw, v);
+                k.key.len() - 1
+            }
+        };
+        k.next = at + 1;
         Ok(HAAR_OK)
     })
 }
