@@ -69,10 +69,10 @@ fn run_with(exe: &Path, args: &[&str], env: &[(&str, &str)]) -> String {
     let o = Command::new(exe)
         .args(args)
         .env_remove("HAAR_CONFIG")
-        .envs(env.iter().copied())
         .env_remove("FDB5_CONFIG")
         .env_remove("FDB5_CONFIG_FILE")
         .env_remove("FDB_HOME")
+        .envs(env.iter().copied())
         .output()
         .expect("program runs");
     let text = format!(
@@ -134,6 +134,29 @@ fn a_null_config_path_opens_what_haar_config_names() {
     let out = run_with(&exe, &["-"], &[("HAAR_CONFIG", &cfg)]);
     assert!(out.contains("threads: ok"), "{out}");
     assert!(root.exists(), "the store $HAAR_CONFIG names was written");
+}
+
+#[test]
+fn a_null_config_path_accepts_an_fdb5_configuration() {
+    // What an FDB5 job already sets: FDB5_CONFIG_FILE naming a local TOC configuration,
+    // mapped onto a posix root with FDB5's schema.
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("threads", dir.path());
+    let root = dir.path().join("fdb-root");
+    std::fs::create_dir(&root).unwrap();
+    let cfg = write_config(
+        dir.path(),
+        &format!(
+            "type: local\nengine: toc\nschema: /etc/fdb/schema\nspaces:\n  - handler: Default\n    roots:\n      - path: {}\n",
+            root.display()
+        ),
+    );
+    let out = run_with(&exe, &["-"], &[("FDB5_CONFIG_FILE", &cfg)]);
+    assert!(out.contains("threads: ok"), "{out}");
+    assert!(
+        std::fs::read_dir(&root).unwrap().next().is_some(),
+        "the store was written under the FDB5 root"
+    );
 }
 
 #[test]
