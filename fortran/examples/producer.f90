@@ -3,9 +3,12 @@
 !> then lists and retrieves one field back and checks it, and shows that bad input (a bad key,
 !> a missing field, an unknown configuration) gives a nonzero status and a message.
 !>
-!> usage: producer CONFIG.yaml      (prints "producer: ok" and exits 0 when every check holds)
+!> usage: producer CONFIG.yaml [GRIB_FILE]
+!>   prints "producer: ok" and exits 0 when every check holds; with GRIB_FILE (one message with
+!>   MARS keys, e.g. ecCodes' gg_sfc_grib2.tmpl), also archives it keyed by ecCodes.
 program producer
   use haar
+  use, intrinsic :: iso_c_binding, only: c_char
   implicit none
   integer, parameter :: npoints = 10000
   integer, parameter :: params(3) = [130, 131, 132]
@@ -14,8 +17,9 @@ program producer
        "class=od,expver=1,stream=oper,date=20261121,time=12,domain=g,type=fc,levtype=pl"
   type(haar_store) :: store, bad
   real(4), allocatable :: field(:), back(:)
-  character(len=512) :: config, key
-  integer :: status, step, ip, il, n, count, failures
+  character(len=512) :: config, key, grib_path
+  character(kind=c_char), allocatable :: grib(:)
+  integer :: status, step, ip, il, n, count, failures, unit, grib_size
 
   failures = 0
   call get_command_argument(1, config)
@@ -39,6 +43,25 @@ program producer
 
   status = haar_list_count(store, "class=od,expver=1,date=20261121", count)
   call check(status == HAAR_OK .and. count == 36, "36 fields listed")
+
+  ! GRIB bytes, keyed by ecCodes inside libhaar.
+  if (command_argument_count() >= 2) then
+     call get_command_argument(2, grib_path)
+     open(newunit=unit, file=trim(grib_path), access="stream", form="unformatted", &
+          status="old", action="read")
+     inquire(unit=unit, size=grib_size)
+     allocate(grib(grib_size))
+     read(unit) grib
+     close(unit)
+     status = haar_archive_grib(store, grib, n)
+     call check(status == HAAR_OK .and. n == 1, "archive GRIB " // trim(grib_path))
+     status = haar_flush(store)
+     status = haar_list_count(store, "class=od,date=20070424,param=130", count)
+     call check(status == HAAR_OK .and. count == 1, "the GRIB field is listed by its MARS keys")
+     status = haar_archive_grib(store, grib(1:grib_size / 2), n)
+     call check(status == HAAR_ERR_INPUT .and. n == 0, "a truncated GRIB message is refused")
+     call check(index(haar_error_message(), "nothing archived") > 0, haar_error_message())
+  end if
 
   ! One field back: step 1, param 131, level 500.
   write(key, '(a,",levelist=500,step=1,param=131")') base

@@ -1,8 +1,8 @@
 //! The Fortran face: `fortran/haar.f90` and the example producer
 //! (`fortran/examples/producer.f90`) built with gfortran (`-std=f2018 -Wall -Wextra
 //! -Werror`) against the release cdylib and run on a posix store and a pmem pool: 36 fields
-//! archived in a loop with a flush per step, one read back bit for bit, bad input refused
-//! with a status and a message.
+//! archived in a loop with a flush per step, one read back bit for bit, a GRIB message
+//! keyed by ecCodes, bad input refused with a status and a message.
 //!
 //! Needs `cargo build --release -p haar-c` first.
 
@@ -50,6 +50,7 @@ fn produce(dir: &Path, yaml: &str) {
     std::fs::write(&cfg, yaml).unwrap();
     let o = Command::new(&exe)
         .arg(&cfg)
+        .arg("/usr/share/eccodes/samples/gg_sfc_grib2.tmpl")
         .env_remove("HAAR_CONFIG")
         .output()
         .expect("producer runs");
