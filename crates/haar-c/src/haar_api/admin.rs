@@ -156,7 +156,8 @@ unsafe fn one_request(p: *const c_char, op: &str) -> FfiResult<haar_core::reques
 /// `all`). Works for the store or servers `h` was opened on (servers push flush events; a
 /// local store is polled every 10 ms), including fields flushed by other processes.
 /// `*fields_out` (may be NULL) receives the number of fields the request names. Does not lock
-/// `h`: other threads may archive through it meanwhile.
+/// `h`: other threads may archive through it meanwhile. It opens the store again from `h`'s
+/// configuration, so a `backend: memory` store (tests only, not shared) is seen empty.
 ///
 /// Errors: `HAAR_ERR_TIMEOUT` (the message names the first missing keys),
 /// `HAAR_ERR_INPUT` (bad handle, request or timeout), `HAAR_ERR_STORAGE` (e.g. a server
@@ -184,7 +185,12 @@ pub unsafe extern "C" fn haar_wait(
                 Ok(HAAR_OK)
             }
             WaitOutcome::TimedOut { missing } => {
-                ffi::set_last_error(&haar::watch::timed_out(&req, &missing).to_string());
+                // The library's message without its error class ("configuration: ").
+                let message = match haar::watch::timed_out(&req, &missing) {
+                    haar_store::Error::Config(m) => m,
+                    e => e.to_string(),
+                };
+                ffi::set_last_error(&message);
                 Ok(HAAR_ERR_TIMEOUT)
             }
         }
@@ -208,7 +214,8 @@ pub type haar_watch_fn = Option<
 /// first, then each as it is flushed, by any process) until the callback returns nonzero
 /// (`HAAR_OK`) or `timeout_s` seconds pass (`HAAR_END`, not an error). `*events_out` (may be
 /// NULL) receives the number of callbacks made. The callback runs on the calling thread; it
-/// may call libhaar (even with `h`: the watch does not lock it).
+/// may call libhaar (even with `h`: the watch does not lock it). Like `haar_wait`, it opens
+/// the store again from `h`'s configuration (a `backend: memory` store is seen empty).
 ///
 /// Errors: `HAAR_ERR_INPUT` (bad handle, request, callback or timeout),
 /// `HAAR_ERR_STORAGE` (a server failed: the message names it; call again to resubscribe).
