@@ -52,14 +52,21 @@ pub struct KeyBuilder {
 }
 
 impl KeyBuilder {
-    /// The position of `keyword` in the key, trying the expected one first.
-    fn find(&self, keyword: &[u8]) -> Option<usize> {
+    /// The position of the C string `keyword` in the key, trying the expected one first.
+    ///
+    /// # Safety
+    /// `keyword` is a NUL-terminated string.
+    unsafe fn find(&self, keyword: *const c_char) -> Option<usize> {
+        // SAFETY: per the caller's contract.
         if let Some((k, _)) = self.key.iter().nth(self.next)
-            && k.as_bytes() == keyword
+            && unsafe { c_str_is(k, keyword) }
         {
             return Some(self.next);
         }
-        self.key.iter().position(|(k, _)| k.as_bytes() == keyword)
+        // SAFETY: as above.
+        self.key
+            .iter()
+            .position(|(k, _)| unsafe { c_str_is(k, keyword) })
     }
 }
 
@@ -291,8 +298,8 @@ pub unsafe extern "C" fn haar_archive_grib(
     })
 }
 
-/// A keyword or value for a key: a C string without `,` or `=`, checked in one pass over
-/// its bytes (the hot path of a producer that sets a few values per field).
+/// A keyword or value for a key: a C string without `,` or `=`, measured and checked in one
+/// pass over its bytes (the hot path of a producer that sets a few short values per field).
 ///
 /// # Safety
 /// `p` is NULL or a NUL-terminated string that outlives `'a`.
@@ -300,24 +307,48 @@ unsafe fn key_part<'a>(p: *const c_char, what: &str) -> FfiResult<&'a str> {
     if p.is_null() {
         return Err(Failure::input(format!("{what} is NULL: pass a string")));
     }
-    // SAFETY: non-null and NUL-terminated per the caller's contract.
-    let bytes = unsafe { std::ffi::CStr::from_ptr(p) }.to_bytes();
+    let mut n = 0;
     let mut ascii = true;
-    for &b in bytes {
+    loop {
+        // SAFETY: every byte up to and including the NUL is readable per the contract.
+        let b = unsafe { *p.add(n) } as u8;
+        if b == 0 {
+            break;
+        }
         if b == b',' || b == b'=' {
+            // SAFETY: as above.
+            let text = unsafe { std::ffi::CStr::from_ptr(p) }.to_string_lossy();
             return Err(Failure::input(format!(
-                "{what} {:?} holds ',' or '=', which separate a key's pairs",
-                String::from_utf8_lossy(bytes)
+                "{what} {text:?} holds ',' or '=', which separate a key's pairs"
             )));
         }
         ascii &= b.is_ascii();
+        n += 1;
     }
+    // SAFETY: the `n` bytes before the NUL.
+    let bytes = unsafe { std::slice::from_raw_parts(p.cast::<u8>(), n) };
     if ascii {
         // SAFETY: ASCII is UTF-8.
         Ok(unsafe { std::str::from_utf8_unchecked(bytes) })
     } else {
         std::str::from_utf8(bytes).map_err(|_| Failure::input(format!("{what} is not UTF-8")))
     }
+}
+
+/// True when the NUL-terminated `p` holds exactly `stored` (which has no NUL), read without
+/// measuring `p` first.
+///
+/// # Safety
+/// `p` is a NUL-terminated string.
+unsafe fn c_str_is(stored: &str, p: *const c_char) -> bool {
+    for (i, &b) in stored.as_bytes().iter().enumerate() {
+        // SAFETY: the bytes before `i` equal `stored`'s, so none was the NUL: `p[i]` exists.
+        if unsafe { *p.add(i) } as u8 != b {
+            return false;
+        }
+    }
+    // SAFETY: as above, for `i = stored.len()`.
+    unsafe { *p.add(stored.len()) == 0 }
 }
 
 /// Creates an empty key and writes its handle to `*out`; free it with `haar_key_free`. A key
@@ -362,8 +393,7 @@ pub unsafe extern "C" fn haar_key_add(
         }
         // A keyword already in the key was checked when it was added.
         // SAFETY: non-null and NUL-terminated per the caller's contract.
-        let kw_bytes = unsafe { std::ffi::CStr::from_ptr(keyword) }.to_bytes();
-        let at = match k.find(kw_bytes) {
+        let at = match unsafe { k.find(keyword) } {
             Some(i) => {
                 k.key.set_value_at(i, v);
                 i

@@ -386,6 +386,9 @@ int main(int argc, char **argv) {
         FAILS(haar_archive_str(h, "no key at all", data, 10), HAAR_ERR_INPUT, "no key at all");
         FAILS(haar_archive_str(h, k3, NULL, 10), HAAR_ERR_INPUT, "data is NULL");
         FAILS(haar_key_add(key, "", "x"), HAAR_ERR_INPUT, "keyword");
+        FAILS(haar_key_add(key, "param", "1=2"), HAAR_ERR_INPUT, "\"1=2\" holds");
+        FAILS(haar_key_add(key, "a,b", "1"), HAAR_ERR_INPUT, "\"a,b\" holds");
+        FAILS(haar_key_add(key, NULL, "1"), HAAR_ERR_INPUT, "keyword is NULL");
         FAILS(haar_open("/nonexistent/haar.yaml", &none), HAAR_ERR_INPUT, "/nonexistent/haar.yaml");
         CHECK(none == NULL, "no handle on failure");
         FAILS(haar_open_yaml("backend: [not, a, backend]", &none), HAAR_ERR_INPUT, "haar_open_yaml");
