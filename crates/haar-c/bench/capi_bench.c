@@ -1,9 +1,11 @@
 /* The C side of the libhaar archive+flush benchmark (run by examples/capi_bench.rs, which
  * runs the same load through the Rust Store in the same run).
  *
- * usage: capi_bench CONFIG.yaml FIELDS BYTES PER_STEP
+ * usage: capi_bench CONFIG.yaml FIELDS BYTES PER_STEP [batched]
  * Archives FIELDS fields of BYTES bytes, keyed like a model's output (levtype=pl; per step
  * PER_STEP fields = params x 10 levels... see key_of), flushing after every PER_STEP fields;
+ * with "batched", the three values and the archive go in one haar_archive_with call instead
+ * of three haar_key_add and one haar_archive;
  * prints "seconds=S" for the archive+flush loop only (the store is opened before the clock
  * starts and closed after it stops). */
 #define _POSIX_C_SOURCE 200809L
@@ -29,10 +31,12 @@ static double now(void) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 5) {
-        fprintf(stderr, "usage: %s CONFIG.yaml FIELDS BYTES PER_STEP\n", argv[0]);
+    if (argc != 5 && argc != 6) {
+        fprintf(stderr, "usage: %s CONFIG.yaml FIELDS BYTES PER_STEP [batched]\n", argv[0]);
         return 2;
     }
+    int batched = argc == 6 && strcmp(argv[5], "batched") == 0;
+    const char *keywords[3] = {"levelist", "step", "param"};
     long fields = atol(argv[2]), per_step = atol(argv[4]);
     size_t bytes = (size_t)atol(argv[3]);
     unsigned char *data = malloc(bytes);
@@ -56,10 +60,16 @@ int main(int argc, char **argv) {
     for (long i = 0; i < fields; i++) {
         /* Field i of a step: level (i % per_step) % 10, param (i % per_step) / 10. */
         long in_step = i % per_step;
-        CHECK(haar_key_add(key, "levelist", text[1 + in_step % 10]));
-        CHECK(haar_key_add(key, "step", text[i / per_step]));
-        CHECK(haar_key_add(key, "param", text[1 + in_step / 10]));
-        CHECK(haar_archive(h, key, data, bytes));
+        if (batched) {
+            const char *values[3] = {text[1 + in_step % 10], text[i / per_step],
+                                     text[1 + in_step / 10]};
+            CHECK(haar_archive_with(h, key, 3, keywords, values, data, bytes));
+        } else {
+            CHECK(haar_key_add(key, "levelist", text[1 + in_step % 10]));
+            CHECK(haar_key_add(key, "step", text[i / per_step]));
+            CHECK(haar_key_add(key, "param", text[1 + in_step / 10]));
+            CHECK(haar_archive(h, key, data, bytes));
+        }
         if (in_step == per_step - 1 || i == fields - 1) CHECK(haar_flush(h));
     }
     double t = now() - t0;

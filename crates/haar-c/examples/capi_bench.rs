@@ -7,8 +7,11 @@
 //! clock and times only the archive+flush loop; every run writes into a new directory. The C
 //! side is `bench/capi_bench.c` (compiled here with `gcc -O2` against the release
 //! `libhaar_c.so`); the Rust side is this program re-run as a child (`--rust-child`): each
-//! run is a fresh process, so neither side inherits a warm heap. Runs alternate C/Rust; the median of `--runs` (default 5) is reported, with the ratio
-//! C throughput / Rust throughput.
+//! run is a fresh process, so neither side inherits a warm heap. Three sides, their order
+//! rotated from run to run: C (three `haar_key_add` and one `haar_archive` per field), C
+//! batched (one `haar_archive_with` per field) and Rust. Reported: the median of `--runs`
+//! (default 5) of each, the ratios C throughput / Rust throughput of the medians and of the
+//! best runs (the latter less sensitive to a shared host's noise).
 //!
 //! Run: `cargo build --release -p haar-c && cargo run --release -p haar-c --example
 //! capi_bench [-- --runs N]`. Writes `bench/results/capi.json` and
@@ -120,9 +123,8 @@ fn rust_cmd(cfg: &Path) -> Command {
 }
 
 /// Runs one side's process (C or Rust) on the load; its archive+flush seconds.
-fn timed(cmd: &mut Command, fields: usize, bytes: usize, per_step: usize) -> f64 {
+fn timed(cmd: &mut Command) -> f64 {
     let o = cmd
-        .args([fields.to_string(), bytes.to_string(), per_step.to_string()])
         .env_remove("HAAR_CONFIG")
         .output()
         .expect("the benchmark process runs");
@@ -176,34 +178,44 @@ fn main() {
         "### C API (libhaar) archive+flush vs the Rust `Store`, same load, same run\n\n\
          Command: `cargo run --release -p haar-c --example capi_bench -- --runs {runs}`; host: {host}; \
          median of {runs} runs each, alternating; /dev/shm; flush every 10th of the load.\n\n\
-         | backend | load | Rust Store (median) | C API (median) | C / Rust, medians | C / Rust, best runs |\n|---|---|---|---|---|---|"
+         C API: three `haar_key_add` and one `haar_archive` per field; C batched: one `haar_archive_with` per field (the same three values).\n\n\
+         | backend | load | Rust Store (median) | C API (median) | C / Rust, medians | C / Rust, best runs | C batched (median) | batched / Rust, medians | batched / Rust, best runs |\n|---|---|---|---|---|---|---|---|---|"
     )
     .unwrap();
     let mut n = 0;
     for backend in ["posix", "pmem"] {
         for (name, fields, bytes, per_step) in LOADS {
             let total = fields * bytes;
-            let (mut rust, mut c) = (Vec::new(), Vec::new());
+            let (mut rust, mut c, mut cb) = (Vec::new(), Vec::new(), Vec::new());
             for rep in 0..runs {
-                for side in if rep % 2 == 0 { [0, 1] } else { [1, 0] } {
+                let order = match rep % 3 {
+                    0 => [0, 1, 2],
+                    1 => [1, 2, 0],
+                    _ => [2, 0, 1],
+                };
+                for side in order {
                     n += 1;
                     let dir = work.path().join(format!("run{n}"));
                     std::fs::create_dir(&dir).unwrap();
                     let yaml = config(backend, &dir.join("root"), total);
                     let cfg = dir.join("haar.yaml");
                     std::fs::write(&cfg, &yaml).unwrap();
-                    if side == 0 {
-                        rust.push(timed(&mut rust_cmd(&cfg), fields, bytes, per_step));
-                    } else {
-                        c.push(timed(Command::new(&exe).arg(&cfg), fields, bytes, per_step));
+                    let load = [fields, bytes, per_step].map(|v| v.to_string());
+                    match side {
+                        0 => rust.push(timed(rust_cmd(&cfg).args(&load))),
+                        1 => c.push(timed(Command::new(&exe).arg(&cfg).args(&load))),
+                        _ => cb.push(timed(
+                            Command::new(&exe).arg(&cfg).args(&load).arg("batched"),
+                        )),
                     }
                     std::fs::remove_dir_all(&dir).unwrap();
                 }
             }
-            let (r, cm) = (median(rust.clone()), median(c.clone()));
+            let (r, cm, cbm) = (median(rust.clone()), median(c.clone()), median(cb.clone()));
             let ratio = r / cm;
             let best = |v: &[f64]| v.iter().copied().fold(f64::INFINITY, f64::min);
             let best_ratio = best(&rust) / best(&c);
+            let (ratio_b, best_ratio_b) = (r / cbm, best(&rust) / best(&cb));
             let rate = |s: f64| {
                 format!(
                     "{:.2} GiB/s, {:.0} fields/s",
@@ -212,23 +224,26 @@ fn main() {
                 )
             };
             println!(
-                "{backend:5} {name:15} Rust {:.4} s ({})  C {:.4} s ({})  C/Rust {:.3} (best runs {:.3})",
+                "{backend:5} {name:15} Rust {:.4} s ({})  C {:.4} s ({})  C/Rust {:.3} (best runs {:.3})  C batched/Rust {:.3} (best runs {:.3})",
                 r,
                 rate(r),
                 cm,
                 rate(cm),
                 ratio,
-                best_ratio
+                best_ratio,
+                ratio_b,
+                best_ratio_b
             );
             writeln!(
                 md,
-                "| {backend} | {name} | {} | {} | {ratio:.3} | {best_ratio:.3} |",
+                "| {backend} | {name} | {} | {} | {ratio:.3} | {best_ratio:.3} | {} | {ratio_b:.3} | {best_ratio_b:.3} |",
                 rate(r),
-                rate(cm)
+                rate(cm),
+                rate(cbm)
             )
             .unwrap();
             json_rows.push(format!(
-                "    {{\"backend\": \"{backend}\", \"load\": \"{name}\", \"fields\": {fields}, \"bytes\": {bytes}, \"per_flush\": {per_step}, \"rust_seconds\": {rust:?}, \"c_seconds\": {c:?}, \"rust_median\": {r}, \"c_median\": {cm}, \"c_over_rust_throughput\": {ratio}, \"c_over_rust_best\": {best_ratio}}}"
+                "    {{\"backend\": \"{backend}\", \"load\": \"{name}\", \"fields\": {fields}, \"bytes\": {bytes}, \"per_flush\": {per_step}, \"rust_seconds\": {rust:?}, \"c_seconds\": {c:?}, \"rust_median\": {r}, \"c_median\": {cm}, \"c_over_rust_throughput\": {ratio}, \"c_over_rust_best\": {best_ratio}, \"c_batched_seconds\": {cb:?}, \"c_batched_median\": {cbm}, \"c_batched_over_rust_throughput\": {ratio_b}, \"c_batched_over_rust_best\": {best_ratio_b}}}"
             ));
         }
     }

@@ -387,6 +387,26 @@ int haar_flush(haar_t *h);
 // `h` and `key` are live handles; `data` is valid for reads of `len` bytes.
 int haar_archive(haar_t *h, const haar_key_t *key, const void *data, size_t len);
 
+// Sets `n` keyword=value pairs in `key` (each as `haar_key_add` does) and archives `len`
+// bytes at `data` under the result, in one call: for a producer whose fields differ in a few
+// values (levelist, step, param), one boundary crossing per field instead of `n + 1`. The
+// key keeps the values set. On an error in a pair, the pairs before it are set and nothing
+// is archived.
+//
+// Errors: as `haar_key_add` and `haar_archive`.
+//
+// # Safety
+// `h` and `key` are live handles (`key` used by this thread only); `keywords` and `values`
+// point to `n` NUL-terminated strings each (may be NULL when `n` is 0); `data` is valid for
+// reads of `len` bytes.
+int haar_archive_with(haar_t *h,
+                      haar_key_t *key,
+                      size_t n,
+                      const char *const *keywords,
+                      const char *const *values,
+                      const void *data,
+                      size_t len);
+
 // As `haar_archive`, with the key given as text: `"class=od,expver=1,stream=oper,..."`.
 //
 // # Safety

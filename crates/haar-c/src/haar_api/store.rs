@@ -68,6 +68,39 @@ impl KeyBuilder {
             .iter()
             .position(|(k, _)| unsafe { c_str_is(k, keyword) })
     }
+
+    /// `keyword=value`, appended or replacing the value (see `haar_key_add`).
+    ///
+    /// # Safety
+    /// Both are NULL or NUL-terminated strings.
+    unsafe fn set(&mut self, keyword: *const c_char, value: *const c_char) -> FfiResult<()> {
+        // SAFETY: per the caller's contract.
+        let v = unsafe { key_part(value, "value") }?;
+        if keyword.is_null() {
+            return Err(Failure::input("keyword is NULL: pass a string"));
+        }
+        // A keyword already in the key was checked when it was added.
+        // SAFETY: non-null and NUL-terminated per the caller's contract.
+        let at = match unsafe { self.find(keyword) } {
+            Some(i) => {
+                self.key.set_value_at(i, v);
+                i
+            }
+            None => {
+                // SAFETY: as above.
+                let kw = unsafe { key_part(keyword, "keyword") }?;
+                if kw.is_empty() {
+                    return Err(Failure::input(format!(
+                        "keyword is empty (value {v:?}): pass a keyword such as \"param\""
+                    )));
+                }
+                self.key.push(kw, v);
+                self.key.len() - 1
+            }
+        };
+        self.next = at + 1;
+        Ok(())
+    }
 }
 
 /// Opens `opts` into a new handle written to `out_h`.
@@ -230,6 +263,47 @@ pub unsafe extern "C" fn haar_archive(
     })
 }
 
+/// Sets `n` keyword=value pairs in `key` (each as `haar_key_add` does) and archives `len`
+/// bytes at `data` under the result, in one call: for a producer whose fields differ in a few
+/// values (levelist, step, param), one boundary crossing per field instead of `n + 1`. The
+/// key keeps the values set. On an error in a pair, the pairs before it are set and nothing
+/// is archived.
+///
+/// Errors: as `haar_key_add` and `haar_archive`.
+///
+/// # Safety
+/// `h` and `key` are live handles (`key` used by this thread only); `keywords` and `values`
+/// point to `n` NUL-terminated strings each (may be NULL when `n` is 0); `data` is valid for
+/// reads of `len` bytes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn haar_archive_with(
+    h: *mut haar_t,
+    key: *mut haar_key_t,
+    n: usize,
+    keywords: *const *const c_char,
+    values: *const *const c_char,
+    data: *const c_void,
+    len: usize,
+) -> c_int {
+    run(|| {
+        // SAFETY: per the caller's contract.
+        let opened = unsafe { handles::get(h, "h") }?;
+        let k = unsafe { handles::get_mut(key, "key") }?;
+        let data = unsafe { bytes_arg(data, len, "data") }?;
+        if n > 0 && (keywords.is_null() || values.is_null()) {
+            return Err(Failure::input(format!(
+                "keywords or values is NULL with n = {n}: pass n strings in each"
+            )));
+        }
+        for i in 0..n {
+            // SAFETY: both arrays hold `n` pointers per the caller's contract.
+            unsafe { k.set(*keywords.add(i), *values.add(i)) }?;
+        }
+        opened.lock()?.archive(&k.key, data)?;
+        Ok(HAAR_OK)
+    })
+}
+
 /// As `haar_archive`, with the key given as text: `"class=od,expver=1,stream=oper,..."`.
 ///
 /// # Safety
@@ -387,30 +461,7 @@ pub unsafe extern "C" fn haar_key_add(
     run(|| {
         // SAFETY: per the caller's contract.
         let k = unsafe { handles::get_mut(key, "key") }?;
-        let v = unsafe { key_part(value, "value") }?;
-        if keyword.is_null() {
-            return Err(Failure::input("keyword is NULL: pass a string"));
-        }
-        // A keyword already in the key was checked when it was added.
-        // SAFETY: non-null and NUL-terminated per the caller's contract.
-        let at = match unsafe { k.find(keyword) } {
-            Some(i) => {
-                k.key.set_value_at(i, v);
-                i
-            }
-            None => {
-                // SAFETY: as above.
-                let kw = unsafe { key_part(keyword, "keyword") }?;
-                if kw.is_empty() {
-                    return Err(Failure::input(format!(
-                        "keyword is empty (value {v:?}): pass a keyword such as \"param\""
-                    )));
-                }
-                k.key.push(kw, v);
-                k.key.len() - 1
-            }
-        };
-        k.next = at + 1;
+        unsafe { k.set(keyword, value) }?;
         Ok(HAAR_OK)
     })
 }
