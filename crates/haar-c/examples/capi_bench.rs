@@ -177,7 +177,7 @@ fn main() {
         md,
         "### C API (libhaar) archive+flush vs the Rust `Store`, same load, same run\n\n\
          Command: `cargo run --release -p haar-c --example capi_bench -- --runs {runs}`; host: {host}; \
-         median of {runs} runs each, alternating; /dev/shm; flush every 10th of the load.\n\n\
+         median of {runs} runs each, order rotated; /dev/shm; flush every 10th of the load.\n\n\
          C API: three `haar_key_add` and one `haar_archive` per field; C batched: one `haar_archive_with` per field (the same three values).\n\n\
          | backend | load | Rust Store (median) | C API (median) | C / Rust, medians | C / Rust, best runs | C batched (median) | batched / Rust, medians | batched / Rust, best runs |\n|---|---|---|---|---|---|---|---|---|"
     )
