@@ -1,1 +1,0 @@
-//! haar's own C ABI (`include/haar.h`).
