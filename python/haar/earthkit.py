@@ -62,13 +62,53 @@ class HaarSource(Source):
         self.config = config
 
     def mutate(self) -> Source:
-        """Retrieve the fields and hand them to earthkit-data as an in-memory GRIB list."""
+        """Retrieve the fields and hand them to earthkit-data as in-memory GRIB."""
         with FDB(self.config).retrieve(self.request) as handle:
             data = handle.read()
-        return MemorySource(data)
+        return _GribFields(data)
 
     def __repr__(self) -> str:
         return f"HaarSource({self.request!r})"
+
+
+class _GribFields(Source):
+    """Retrieved GRIB as earthkit-data's ``GribData`` (``to_fieldlist``, ``to_numpy``,
+    ``to_xarray`` …), decoded from memory: no file is written."""
+
+    path = None
+
+    def __init__(self, data: bytes) -> None:
+        super().__init__()
+        self._fields = MemorySource(data).to_fieldlist()
+
+    def to_data_object(self) -> Any:
+        """The GRIB data object earthkit-data's ``from_source`` returns."""
+        from earthkit.data.data.grib import GribData
+
+        return GribData(self)
+
+    def to_fieldlist(self, *args: Any, **kwargs: Any) -> Any:
+        """The fields as an earthkit-data GRIB field list (``sel``, ``order_by`` …)."""
+        return self._fields
+
+    def to_numpy(self, *args: Any, **kwargs: Any) -> Any:
+        """The fields' values as one numpy array."""
+        return self._fields.to_numpy(*args, **kwargs)
+
+    def to_array(self, *args: Any, **kwargs: Any) -> Any:
+        """The fields' values as an array."""
+        return self._fields.to_array(*args, **kwargs)
+
+    def to_xarray(self, *args: Any, **kwargs: Any) -> Any:
+        """The fields as an xarray dataset (earthkit-data's engine)."""
+        return self._fields.to_xarray(*args, **kwargs)
+
+    def to_pandas(self, *args: Any, **kwargs: Any) -> Any:
+        """The fields as a pandas frame."""
+        return self._fields.to_pandas(*args, **kwargs)
+
+    def __len__(self) -> int:
+        return len(self._fields)
 
 
 #: What earthkit-data's plugin loader looks up on a module.
