@@ -6,6 +6,7 @@ are read by the Rust library through ``haar._haar``, with the GIL released.
 
 from __future__ import annotations
 
+import builtins
 import io
 import json
 import os
@@ -57,6 +58,13 @@ def _selection(sel: Selection | None) -> str | dict[str, list[str]] | None:
     raise BadRequestError(
         f"selection {sel!r}: give a dict of keyword to values or a MARS string like 'class=od,param=130'"
     )
+
+
+def _required(sel: Selection) -> str | dict[str, list[str]]:
+    out = _selection(sel)
+    if out is None:
+        raise BadRequestError("a selection is required here: give a dict or a MARS string")
+    return out
 
 
 def _config(config: Config | None) -> tuple[str, str | None]:
@@ -514,7 +522,7 @@ class FDB:
         MissingError
             Some selected fields are not stored (FDB5 would return less, silently).
         """
-        return DataHandle(self._store.retrieve(_selection(selection)), _internal=True)
+        return DataHandle(self._store.retrieve(_required(selection)), _internal=True)
 
     def list(
         self,
@@ -596,7 +604,7 @@ class FDB:
         -------
         WipeReport
         """
-        dbs, fields, nbytes = self._store.wipe(_selection(selection), doit)
+        dbs, fields, nbytes = self._store.wipe(_required(selection), doit)
         return WipeReport(list(dbs), fields, nbytes, doit)
 
     def purge(self, selection: Selection | None = None, doit: bool = False) -> PurgeReport:
@@ -616,7 +624,7 @@ class FDB:
         dbs, fields, nbytes, freed = self._store.purge(_selection(selection), doit)
         return PurgeReport(dbs, fields, nbytes, freed, doit)
 
-    def stats(self, selection: Selection | None = None) -> list[StatsElement]:
+    def stats(self, selection: Selection | None = None) -> builtins.list[StatsElement]:
         """Per-database statistics.
 
         Parameters
@@ -674,4 +682,4 @@ class FDB:
         haar.TimeoutError
             `timeout` passed first; ``.missing`` lists the keys still missing.
         """
-        return self._store.wait(_selection(selection), float(timeout))
+        return self._store.wait(_required(selection), float(timeout))
