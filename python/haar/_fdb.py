@@ -38,29 +38,17 @@ Selection = Union[str, Mapping[str, Union[Value, Iterable[Value]]]]
 Config = Union[str, "os.PathLike[str]", Mapping[str, Any]]
 
 
-def _values(keyword: str, v: object) -> list[str]:
-    if isinstance(v, str):
-        return v.split("/")
-    if isinstance(v, bool) or v is None:
-        raise BadRequestError(f"selection {keyword}={v!r}: give a string, a number or a list")
-    if isinstance(v, (int, float)):
-        return [str(v)]
-    if isinstance(v, Iterable):
-        return [x for item in v for x in _values(keyword, item)]
-    raise BadRequestError(f"selection {keyword}={v!r}: give a string, a number or a list")
-
-
-def _selection(sel: Selection | None) -> str | dict[str, list[str]] | None:
-    if sel is None or isinstance(sel, str):
+def _selection(sel: Selection | None) -> Selection | None:
+    # Values are read by the extension (strings split at "/", numbers, lists): this only
+    # passes the selection on, checking its kind for a clear message.
+    if sel is None or isinstance(sel, (str, Mapping)):
         return sel
-    if isinstance(sel, Mapping):
-        return {str(k): _values(str(k), v) for k, v in sel.items()}
     raise BadRequestError(
         f"selection {sel!r}: give a dict of keyword to values or a MARS string like 'class=od,param=130'"
     )
 
 
-def _required(sel: Selection) -> str | dict[str, list[str]]:
+def _required(sel: Selection) -> Selection:
     out = _selection(sel)
     if out is None:
         raise BadRequestError("a selection is required here: give a dict or a MARS string")

@@ -4,8 +4,11 @@
 import builtins
 from typing import final
 
-_Selection = str | dict[str, list[str]] | None
-_Required = str | dict[str, list[str]]
+from collections.abc import Iterable, Mapping
+
+_Value = str | int | float
+_Required = str | Mapping[str, _Value | Iterable[_Value]]
+_Selection = _Required | None
 
 class BufferExporter:
     """Base class whose instances export ``self._buffer_info()`` read-only."""

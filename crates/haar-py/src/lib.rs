@@ -26,13 +26,13 @@ use haar::ingest::{self, IngestOptions, Input};
 use haar::watch::{self, Watcher as HaarWatcher};
 use haar::{ConfigSource, FieldStore, OpenOptions};
 use haar_core::Key;
-use haar_core::request::{Request, Values};
+use haar_core::request::{Request, Values, canonical_keyword};
 use haar_net::WaitOutcome;
 use haar_store::error::Class;
 use haar_store::{Error, FieldBytes};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList};
+use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMapping, PyString};
 
 pub mod exporter;
 
@@ -117,12 +117,57 @@ fn key_dict<'py>(py: Python<'py>, key: &Key) -> PyResult<Bound<'py, PyDict>> {
     Ok(d)
 }
 
-/// A selection from Python: a MARS string, or keyword → values (already strings; the
-/// Python layer splits `a/b` and lists). `None` selects everything.
-#[derive(FromPyObject)]
+/// A selection from Python: a MARS string, or keyword → values. `None` selects everything.
 enum Selection {
     Text(String),
-    Map(BTreeMap<String, Vec<String>>),
+    Map(Vec<(String, Vec<String>)>),
+}
+
+/// Reads a selection: a `str`, or a mapping whose values are strings (`a/b` splits), numbers
+/// or iterables of those. Done here rather than in Python: it is on every call's path.
+fn read_selection(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Selection>> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else {
+        return Ok(None);
+    };
+    if let Ok(s) = obj.cast::<PyString>() {
+        return Ok(Some(Selection::Text(s.to_str()?.to_string())));
+    }
+    let bad = |m: String| {
+        raise(
+            obj.py(),
+            Failure::Haar(Error::BadRequest {
+                request: m.clone(),
+                reason: "give a dict of keyword to value(s), values as strings, numbers or lists of them, or a MARS string like 'class=od,param=130/167'".into(),
+            }),
+        )
+    };
+    let map = obj.cast::<PyMapping>().map_err(|_| bad(format!("{obj}")))?;
+    let mut out = Vec::new();
+    for item in map.items()?.iter() {
+        let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract()?;
+        let k = k.str()?.to_str()?.to_string();
+        let mut values = Vec::new();
+        push_values(&v, &mut values, true).map_err(|_| bad(format!("{k}={v}")))?;
+        out.push((k, values));
+    }
+    Ok(Some(Selection::Map(out)))
+}
+
+fn push_values(v: &Bound<'_, PyAny>, out: &mut Vec<String>, nested: bool) -> PyResult<()> {
+    if let Ok(s) = v.cast::<PyString>() {
+        out.extend(s.to_str()?.split('/').map(str::to_string));
+    } else if v.is_none() || v.is_instance_of::<PyBool>() {
+        return Err(PyValueError::new_err("not a value"));
+    } else if v.is_instance_of::<PyInt>() || v.is_instance_of::<PyFloat>() {
+        out.push(v.str()?.to_str()?.to_string());
+    } else if nested {
+        for item in v.try_iter()? {
+            push_values(&item?, out, false)?;
+        }
+    } else {
+        return Err(PyValueError::new_err("not a value"));
+    }
+    Ok(())
 }
 
 fn request_of(sel: Option<Selection>) -> Outcome<Request> {
@@ -150,8 +195,13 @@ fn request_of(sel: Option<Selection>) -> Outcome<Request> {
                         format!("{k} has no value; leave it out to select any value"),
                     ));
                 }
-                // Through the request language, so that abbreviations, `all` and `to`/`by`
-                // mean what they mean in a MARS string.
+                // A full keyword with plain values is taken as is (the one-field retrieve
+                // path); anything else goes through the request language, so that
+                // abbreviations, `all` and `to`/`by` mean what they mean in a MARS string.
+                if is_plain(&k, &v) {
+                    r.set(k, Values::List(v));
+                    continue;
+                }
                 let text = format!("{k}={}", v.join("/"));
                 let one = Request::parse(&text).map_err(|e| bad(text.clone(), e.to_string()))?;
                 for p in one.params {
@@ -161,6 +211,19 @@ fn request_of(sel: Option<Selection>) -> Outcome<Request> {
             Ok(r)
         }
     }
+}
+
+/// A keyword already in its full lower-case form with values the request language would
+/// keep as they are.
+fn is_plain(keyword: &str, values: &[String]) -> bool {
+    let special = |v: &str| {
+        v.is_empty()
+            || ["to", "by", "all"]
+                .iter()
+                .any(|w| v.eq_ignore_ascii_case(w))
+            || v.contains(['/', ',', '=', '"', '\'', ' '])
+    };
+    canonical_keyword(keyword).is_ok_and(|c| c == keyword) && !values.iter().any(|v| special(v))
 }
 
 /// The one key a request names, if every keyword has exactly one plain value.
@@ -259,9 +322,10 @@ impl Store {
         &self,
         py: Python<'_>,
         data: &Bound<'_, PyBytes>,
-        key: Option<Selection>,
+        key: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<usize> {
         let bytes = data.as_bytes();
+        let key = read_selection(key)?;
         run(py, || {
             let mut store = self.lock()?;
             if let Some(sel) = key {
@@ -299,9 +363,10 @@ impl Store {
     /// Retrieves the fields of a selection into a [`Buffer`]: lent without a copy where the
     /// selection names one complete key and the store can lend (local pmem). Missing fields
     /// raise `haar.MissingError`.
-    fn retrieve(&self, py: Python<'_>, selection: Selection) -> PyResult<Buffer> {
+    fn retrieve(&self, py: Python<'_>, selection: &Bound<'_, PyAny>) -> PyResult<Buffer> {
+        let selection = read_selection(Some(selection))?;
         run(py, || {
-            let req = request_of(Some(selection))?;
+            let req = request_of(selection)?;
             if req.params.is_empty() {
                 return Err(Failure::Haar(Error::BadRequest {
                     request: String::new(),
@@ -309,13 +374,17 @@ impl Store {
                 }));
             }
             let store = self.lock()?;
-            if let Some(key) = single_key(&req).filter(|k| store.split(k).is_ok())
+            // One complete key: lent by the store where it can. A key the schema cannot
+            // split (a partial one) takes the general path below, which reports it properly.
+            if let Some(key) = single_key(&req)
                 && let Some(lent) = store.retrieve_lent(&key)
             {
-                return match lent? {
-                    Some((_, bytes)) => Ok(Buffer { bytes }),
-                    None => Err(missing_error(&req, &self.description, &[key])),
-                };
+                match lent {
+                    Ok(Some((_, bytes))) => return Ok(Buffer { bytes }),
+                    Ok(None) => return Err(missing_error(&req, &self.description, &[key])),
+                    Err(Error::BadKey { .. }) => {}
+                    Err(e) => return Err(e.into()),
+                }
             }
             let mut out = Vec::new();
             let report = store.retrieve(&req, &mut |_, d, _| {
@@ -337,8 +406,9 @@ impl Store {
     fn list<'py>(
         &self,
         py: Python<'py>,
-        selection: Option<Selection>,
+        selection: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Bound<'py, PyList>> {
+        let selection = read_selection(selection)?;
         let fields = run(py, || {
             let req = request_of(selection)?;
             Ok(self.lock()?.list(&req)?)
@@ -362,8 +432,9 @@ impl Store {
     fn axes(
         &self,
         py: Python<'_>,
-        selection: Option<Selection>,
+        selection: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<BTreeMap<String, Vec<String>>> {
+        let selection = read_selection(selection)?;
         run(py, || {
             let req = request_of(selection)?;
             let axes = self.lock()?.axes(&req)?;
@@ -378,11 +449,12 @@ impl Store {
     fn wipe(
         &self,
         py: Python<'_>,
-        selection: Selection,
+        selection: &Bound<'_, PyAny>,
         doit: bool,
     ) -> PyResult<(Vec<String>, usize, u64)> {
+        let selection = read_selection(Some(selection))?;
         run(py, || {
-            let req = request_of(Some(selection))?;
+            let req = request_of(selection)?;
             if req.params.is_empty() {
                 return Err(Failure::Haar(Error::BadRequest {
                     request: String::new(),
@@ -400,9 +472,10 @@ impl Store {
     fn purge(
         &self,
         py: Python<'_>,
-        selection: Option<Selection>,
+        selection: Option<&Bound<'_, PyAny>>,
         doit: bool,
     ) -> PyResult<(usize, u64, u64, u64)> {
+        let selection = read_selection(selection)?;
         run(py, || {
             let req = request_of(selection)?;
             let r = self.lock()?.purge(&req, doit)?;
@@ -421,8 +494,9 @@ impl Store {
     fn stats(
         &self,
         py: Python<'_>,
-        selection: Option<Selection>,
+        selection: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Vec<(String, u64, u64, u64, u64, Vec<String>)>> {
+        let selection = read_selection(selection)?;
         run(py, || {
             let req = request_of(selection)?;
             let s = self.lock()?.stats(&req)?;
@@ -443,7 +517,8 @@ impl Store {
 
     /// Flush events for a selection (see [`Watcher`]).
     #[pyo3(signature = (selection=None))]
-    fn watch(&self, py: Python<'_>, selection: Option<Selection>) -> PyResult<Watcher> {
+    fn watch(&self, py: Python<'_>, selection: Option<&Bound<'_, PyAny>>) -> PyResult<Watcher> {
+        let selection = read_selection(selection)?;
         run(py, || {
             let req = request_of(selection)?;
             let w = HaarWatcher::open(&self.opts, &req)?;
@@ -455,10 +530,11 @@ impl Store {
 
     /// Waits until every key of the selection is flushed; returns how many fields that is.
     /// Raises `haar.TimeoutError` naming the missing keys when `timeout` seconds pass first.
-    fn wait(&self, py: Python<'_>, selection: Selection, timeout: f64) -> PyResult<usize> {
+    fn wait(&self, py: Python<'_>, selection: &Bound<'_, PyAny>, timeout: f64) -> PyResult<usize> {
         let timeout = duration(timeout)?;
+        let selection = read_selection(Some(selection))?;
         run(py, || {
-            let req = request_of(Some(selection))?;
+            let req = request_of(selection)?;
             match watch::wait(&self.opts, &req, timeout)? {
                 WaitOutcome::Complete { fields } => Ok(fields),
                 WaitOutcome::TimedOut { missing } => Err(Failure::Timeout(
