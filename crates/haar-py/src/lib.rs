@@ -628,12 +628,83 @@ impl Buffer {
     }
 }
 
+/// Panics inside the library, as a bug would: lets the tests check that a panic reaches
+/// Python as `haar.Error`, never as `PanicException` or an abort.
+#[pyfunction]
+fn _panic_for_tests(py: Python<'_>) -> PyResult<()> {
+    run(py, || -> Outcome<()> {
+        panic!("deliberate panic for the tests")
+    })
+}
+
 /// The extension module.
 #[pymodule]
 fn _haar(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
     m.add_class::<Store>()?;
     m.add_class::<Watcher>()?;
     m.add_class::<Buffer>()?;
     m.add("BufferExporter", exporter::exporter_type(m.py())?)?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &[&str])]) -> Option<Selection> {
+        Some(Selection::Map(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.iter().map(|s| s.to_string()).collect()))
+                .collect(),
+        ))
+    }
+
+    fn request(sel: Option<Selection>) -> Request {
+        match request_of(sel) {
+            Ok(r) => r,
+            Err(_) => panic!("refused"),
+        }
+    }
+
+    #[test]
+    fn dict_and_mars_string_selections_make_the_same_request() {
+        let from_map = request(map(&[
+            ("class", &["od"]),
+            ("param", &["130", "167"]),
+            ("step", &["0", "to", "12", "by", "6"]),
+        ]));
+        let from_text = request(Some(Selection::Text(
+            "class=od,param=130/167,step=0/to/12/by/6".into(),
+        )));
+        assert_eq!(from_map, from_text);
+        assert_eq!(from_map.expand().len(), 10); // unresolved: to/by still literal
+    }
+
+    #[test]
+    fn abbreviations_go_through_the_request_language() {
+        let r = request(map(&[("levtype", &["sfc"]), ("PARAM", &["167"])]));
+        assert!(r.get("param").is_some(), "{r}");
+        assert!(!is_plain("PARAM", &["167".into()]));
+        assert!(!is_plain("step", &["all".into()]));
+        assert!(is_plain("step", &["6".into()]));
+    }
+
+    #[test]
+    fn one_key_only_when_every_keyword_has_one_plain_value() {
+        let one = request(map(&[("class", &["od"]), ("step", &["6"])]));
+        assert_eq!(single_key(&one).unwrap().to_string(), "class=od,step=6");
+        let two = request(map(&[("class", &["od"]), ("step", &["6", "12"])]));
+        assert!(single_key(&two).is_none());
+        assert!(single_key(&Request::default()).is_none());
+    }
+
+    #[test]
+    fn an_empty_value_list_is_refused_naming_the_keyword() {
+        match request_of(map(&[("param", &[])])) {
+            Err(Failure::Haar(e)) => assert!(e.to_string().contains("param has no value"), "{e}"),
+            _ => panic!("accepted"),
+        }
+    }
 }
