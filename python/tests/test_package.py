@@ -93,8 +93,8 @@ SMOKE = """
 import gc, sys, tempfile
 import haar
 assert haar.__file__.startswith(sys.argv[1]), haar.__file__
-d = tempfile.mkdtemp(dir="/dev/shm")
-fdb = haar.FDB({"backend": "pmem", "roots": [d]})
+tmp = tempfile.TemporaryDirectory(dir="/dev/shm", prefix="haar-py-abi3-")
+fdb = haar.FDB({"backend": "pmem", "roots": [tmp.name]})
 key = {"class": "od", "expver": "0001", "stream": "oper", "date": "20261121", "time": "1200",
        "domain": "g", "type": "fc", "levtype": "sfc", "step": "0", "param": "167"}
 fdb.archive(b"GRIB" + bytes(range(256)) * 8 + b"7777", identifier=key)
@@ -110,6 +110,9 @@ except TypeError:
 del h1, fdb
 gc.collect()
 assert bytes(v1) == bytes(v2)
+del v1, v2, h2
+gc.collect()
+tmp.cleanup()
 print("ok")
 """
 

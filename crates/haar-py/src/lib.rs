@@ -26,7 +26,7 @@ use haar::ingest::{self, IngestOptions, Input};
 use haar::watch::{self, Watcher as HaarWatcher};
 use haar::{ConfigSource, FieldStore, OpenOptions};
 use haar_core::Key;
-use haar_core::request::{Request, Values, canonical_keyword};
+use haar_core::request::{KEYWORDS, Request, Values, canonical_keyword};
 use haar_net::WaitOutcome;
 use haar_store::error::Class;
 use haar_store::{Error, FieldBytes};
@@ -141,14 +141,25 @@ fn read_selection(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Selection>>
             }),
         )
     };
-    let map = obj.cast::<PyMapping>().map_err(|_| bad(format!("{obj}")))?;
     let mut out = Vec::new();
-    for item in map.items()?.iter() {
-        let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract()?;
+    let mut add = |k: Bound<'_, PyAny>, v: Bound<'_, PyAny>| -> PyResult<()> {
         let k = k.str()?.to_str()?.to_string();
-        let mut values = Vec::new();
+        let mut values = Vec::with_capacity(1);
         push_values(&v, &mut values, true).map_err(|_| bad(format!("{k}={v}")))?;
         out.push((k, values));
+        Ok(())
+    };
+    // A dict (the usual case) is walked directly; any other mapping through items().
+    if let Ok(d) = obj.cast::<PyDict>() {
+        for (k, v) in d.iter() {
+            add(k, v)?;
+        }
+    } else {
+        let map = obj.cast::<PyMapping>().map_err(|_| bad(format!("{obj}")))?;
+        for item in map.items()?.iter() {
+            let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract()?;
+            add(k, v)?;
+        }
     }
     Ok(Some(Selection::Map(out)))
 }
@@ -223,7 +234,8 @@ fn is_plain(keyword: &str, values: &[String]) -> bool {
                 .any(|w| v.eq_ignore_ascii_case(w))
             || v.contains(['/', ',', '=', '"', '\'', ' '])
     };
-    canonical_keyword(keyword).is_ok_and(|c| c == keyword) && !values.iter().any(|v| special(v))
+    (KEYWORDS.contains(&keyword) || canonical_keyword(keyword).is_ok_and(|c| c == keyword))
+        && !values.iter().any(|v| special(v))
 }
 
 /// The one key a request names, if every keyword has exactly one plain value.
