@@ -93,8 +93,11 @@ for i, k in enumerate(ks):
 fdb.flush()
 archive = time.perf_counter() - t
 best = float("inf")
+reader = pyfdb.FDB(cfg)  # opened after the flush: it sees the data (FDB5 handles cache)
+for k in ks:  # steady state, as the haar side: every field touched once before timing
+    with reader.retrieve(k) as h:
+        h.read()
 for _ in range(rounds):
-    reader = pyfdb.FDB(cfg)  # a new handle sees the flushed data (FDB5 handles cache)
     t = time.perf_counter()
     total = 0
     for k in ks:
@@ -171,8 +174,13 @@ def main() -> int:
         # here): the best of each is kept.
         best_bytes = best_view = float("inf")
         rust: dict[str, float] = {}
+        # Steady state on both sides: the reader opens the store and touches every field once
+        # before the timed loops (a fresh mapping of the pool faults its pages in on first
+        # use); the Rust peer does the same pass in its own process.
+        reader = haar.FDB(config_file)
+        for k in ks:
+            memoryview(reader.retrieve(k))
         for _ in range(a.rounds):
-            reader = haar.FDB(config_file)
             t = time.perf_counter()
             total = 0
             for k in ks:
