@@ -171,3 +171,50 @@ def test_fdb5_local_toc_config_dict_is_accepted(tmp_path: object, grib: bytes) -
         with haar.FDB(cfg) as fdb:
             fdb.archive(grib)
         assert len(list(haar.FDB(cfg).list({"param": "130"}))) == 80
+
+
+def test_no_config_reads_the_environment_haar_first_then_fdb5(
+    monkeypatch: pytest.MonkeyPatch, grib: bytes
+) -> None:
+    import pathlib
+    import tempfile
+
+    with tempfile.TemporaryDirectory(dir="/dev/shm") as a, tempfile.TemporaryDirectory(dir="/dev/shm") as b:
+        haar_cfg = pathlib.Path(a) / "haar.yaml"
+        haar_cfg.write_text(f"backend: posix\nroots: [{a}]\n")
+        for var in ("HAAR_CONFIG", "FDB5_CONFIG", "FDB5_CONFIG_FILE", "FDB_HOME"):
+            monkeypatch.delenv(var, raising=False)
+        monkeypatch.setenv("HAAR_CONFIG", str(haar_cfg))
+        with haar.FDB() as fdb:
+            fdb.archive(grib)
+        assert "posix:" + a in repr(haar.FDB())
+        if not pathlib.Path("/etc/fdb/schema").exists():
+            return
+        # FDB5's own variable, with a local TOC configuration, where HAAR_CONFIG is unset
+        monkeypatch.delenv("HAAR_CONFIG")
+        monkeypatch.setenv(
+            "FDB5_CONFIG",
+            f"{{type: local, engine: toc, schema: /etc/fdb/schema, spaces: [{{handler: Default, roots: [{{path: {b}}}]}}]}}",
+        )
+        fdb5 = haar.FDB()
+        assert b in repr(fdb5) and list(fdb5.list()) == []
+        fdb5.archive(grib)
+        fdb5.flush()
+        assert len(list(haar.FDB().list({"param": "129"}))) == 80
+
+
+def test_a_failed_archive_loses_nothing_already_flushed(config: dict[str, object], grib: bytes) -> None:
+    from conftest import DATA
+
+    fdb = haar.FDB(config)
+    fdb.archive(grib)
+    fdb.flush()
+    before = [(e.combined_key(), e.length()) for e in fdb.list()]
+    with pytest.raises(haar.BadRequestError):
+        fdb.archive((DATA / "era5-levels-corrupted.grib").read_bytes())
+    with pytest.raises(haar.BadRequestError):
+        fdb.archive(grib[:1000])  # a truncated message
+    fdb.flush()
+    after = haar.FDB(config)
+    assert [(e.combined_key(), e.length()) for e in after.list()] == before
+    assert after.retrieve(FIRST).read(4) == b"GRIB"
