@@ -1,0 +1,722 @@
+//! haar's Python face: the extension module `haar._haar`, which the pure-Python package
+//! `haar` (under `python/` in the repository) wraps in pyfdb's shape.
+//!
+//! Thin by design: stores are opened by [`haar::OpenOptions`], GRIB is keyed by
+//! [`haar::ingest`], watch/wait are [`haar::watch`]; this crate only converts between Python
+//! and those calls. Every call that touches storage or the network releases the GIL
+//! ([`Python::detach`]), and every store handle sits behind a [`Mutex`] so that one `FDB`
+//! object can be shared by threads. No panic crosses into Python as a `PanicException`: every
+//! entry point runs under [`catch_unwind`] and a panic becomes `haar.Error`.
+//!
+//! The exception classes live in Python (`haar/_errors.py`, so that they can subclass both
+//! `haar.Error` and the builtin they resemble); this module looks them up when it raises.
+//!
+//! Zero copy: a retrieve of one complete key from a local store keeps the
+//! [`haar_store::FieldBytes`] that [`FieldStore::retrieve_lent`] returns (pmem: the pool
+//! mapping) inside a [`Buffer`], and [`BufferExporter`](exporter) exposes it through the
+//! buffer protocol. PyO3 offers `__getbuffer__` under the stable ABI only from Python 3.11,
+//! and the wheel is abi3 for 3.10, so that one slot is registered by hand (see [`exporter`]).
+
+use std::collections::BTreeMap;
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use haar::ingest::{self, IngestOptions, Input};
+use haar::watch::{self, Watcher as HaarWatcher};
+use haar::{ConfigSource, FieldStore, OpenOptions};
+use haar_core::Key;
+use haar_core::request::{KEYWORDS, Request, Values, canonical_keyword};
+use haar_net::WaitOutcome;
+use haar_store::error::Class;
+use haar_store::{Error, FieldBytes};
+use pyo3::exceptions::PyValueError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMapping, PyString};
+
+pub mod exporter;
+
+/// What a call into the library can end in, before it becomes a Python exception.
+enum Failure {
+    /// An error of the library, classed by [`Error::class`].
+    Haar(Error),
+    /// A wait that timed out: the message and the keys still missing.
+    Timeout(String, Vec<Key>),
+    /// Selected fields that are not stored: the message names them.
+    Missing(String),
+    /// A panic inside the library (a bug): the store handle may be unusable.
+    Panic(String),
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        Failure::Haar(e)
+    }
+}
+
+type Outcome<T> = std::result::Result<T, Failure>;
+
+/// Builds the `haar._errors` exception for `f`.
+fn raise(py: Python<'_>, f: Failure) -> PyErr {
+    let (class, message, missing) = match f {
+        Failure::Haar(e) => {
+            let class = match e.class() {
+                Class::Input => "BadRequestError",
+                Class::Missing => "MissingError",
+                Class::Storage => "StorageError",
+                _ => "Error",
+            };
+            (class, e.to_string(), None)
+        }
+        Failure::Timeout(m, keys) => ("TimeoutError", m, Some(keys)),
+        Failure::Missing(m) => ("MissingError", m, None),
+        Failure::Panic(m) => (
+            "Error",
+            format!("internal error in haar (a bug): {m}"),
+            None,
+        ),
+    };
+    let made = (|| -> PyResult<PyErr> {
+        let errors = py.import("haar._errors")?;
+        let exc = errors.getattr(class)?.call1((message.clone(),))?;
+        if let Some(keys) = missing {
+            let list = PyList::empty(py);
+            for k in &keys {
+                list.append(key_dict(py, k)?)?;
+            }
+            exc.setattr("missing", list)?;
+        }
+        Ok(PyErr::from_value(exc))
+    })();
+    made.unwrap_or_else(|e| e)
+}
+
+/// Runs `f` without the GIL, turning a panic into [`Failure::Panic`] and any failure into
+/// the matching `haar` exception.
+fn run<T: Send>(py: Python<'_>, f: impl FnOnce() -> Outcome<T> + Send) -> PyResult<T> {
+    let out = py.detach(|| match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(p) => Err(Failure::Panic(panic_text(&p))),
+    });
+    out.map_err(|f| raise(py, f))
+}
+
+fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "panic".into())
+}
+
+/// A key as a Python dict, keyword order kept.
+fn key_dict<'py>(py: Python<'py>, key: &Key) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    for (k, v) in key.iter() {
+        d.set_item(k, v)?;
+    }
+    Ok(d)
+}
+
+/// A selection from Python: a MARS string, or keyword → values. `None` selects everything.
+enum Selection {
+    Text(String),
+    Map(Vec<(String, Vec<String>)>),
+}
+
+/// Reads a selection: a `str`, or a mapping whose values are strings (`a/b` splits), numbers
+/// or iterables of those. Done here rather than in Python: it is on every call's path.
+fn read_selection(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Option<Selection>> {
+    let Some(obj) = obj.filter(|o| !o.is_none()) else {
+        return Ok(None);
+    };
+    if let Ok(s) = obj.cast::<PyString>() {
+        return Ok(Some(Selection::Text(s.to_str()?.to_string())));
+    }
+    let bad = |m: String| {
+        raise(
+            obj.py(),
+            Failure::Haar(Error::BadRequest {
+                request: m.clone(),
+                reason: "give a dict of keyword to value(s), values as strings, numbers or lists of them, or a MARS string like 'class=od,param=130/167'".into(),
+            }),
+        )
+    };
+    let mut out = Vec::new();
+    let mut add = |k: Bound<'_, PyAny>, v: Bound<'_, PyAny>| -> PyResult<()> {
+        let k = k.str()?.to_str()?.to_string();
+        let mut values = Vec::with_capacity(1);
+        push_values(&v, &mut values, true).map_err(|_| bad(format!("{k}={v}")))?;
+        out.push((k, values));
+        Ok(())
+    };
+    // A dict (the usual case) is walked directly; any other mapping through items().
+    if let Ok(d) = obj.cast::<PyDict>() {
+        for (k, v) in d.iter() {
+            add(k, v)?;
+        }
+    } else {
+        let map = obj.cast::<PyMapping>().map_err(|_| bad(format!("{obj}")))?;
+        for item in map.items()?.iter() {
+            let (k, v): (Bound<'_, PyAny>, Bound<'_, PyAny>) = item.extract()?;
+            add(k, v)?;
+        }
+    }
+    Ok(Some(Selection::Map(out)))
+}
+
+fn push_values(v: &Bound<'_, PyAny>, out: &mut Vec<String>, nested: bool) -> PyResult<()> {
+    if let Ok(s) = v.cast::<PyString>() {
+        out.extend(s.to_str()?.split('/').map(str::to_string));
+    } else if v.is_none() || v.is_instance_of::<PyBool>() {
+        return Err(PyValueError::new_err("not a value"));
+    } else if v.is_instance_of::<PyInt>() || v.is_instance_of::<PyFloat>() {
+        out.push(v.str()?.to_str()?.to_string());
+    } else if nested {
+        for item in v.try_iter()? {
+            push_values(&item?, out, false)?;
+        }
+    } else {
+        return Err(PyValueError::new_err("not a value"));
+    }
+    Ok(())
+}
+
+fn request_of(sel: Option<Selection>) -> Outcome<Request> {
+    let bad = |request: String, reason: String| {
+        Failure::Haar(Error::BadRequest {
+            request,
+            reason: reason.into(),
+        })
+    };
+    match sel {
+        None => Ok(Request::default()),
+        Some(Selection::Text(t)) => {
+            let reqs = haar::open::requests(Some(&t))?;
+            match <[Request; 1]>::try_from(reqs) {
+                Ok([r]) => Ok(r),
+                Err(v) => Err(bad(t, format!("expected one request, found {}", v.len()))),
+            }
+        }
+        Some(Selection::Map(m)) => {
+            let mut r = Request::default();
+            for (k, v) in m {
+                if v.is_empty() {
+                    return Err(bad(
+                        format!("{k}=[]"),
+                        format!("{k} has no value; leave it out to select any value"),
+                    ));
+                }
+                // A full keyword with plain values is taken as is (the one-field retrieve
+                // path); anything else goes through the request language, so that
+                // abbreviations, `all` and `to`/`by` mean what they mean in a MARS string.
+                if is_plain(&k, &v) {
+                    r.set(k, Values::List(v));
+                    continue;
+                }
+                let text = format!("{k}={}", v.join("/"));
+                let one = Request::parse(&text).map_err(|e| bad(text.clone(), e.to_string()))?;
+                for p in one.params {
+                    r.set(p.keyword, p.values);
+                }
+            }
+            Ok(r)
+        }
+    }
+}
+
+/// A keyword already in its full lower-case form with values the request language would
+/// keep as they are.
+fn is_plain(keyword: &str, values: &[String]) -> bool {
+    let special = |v: &str| {
+        v.is_empty()
+            || ["to", "by", "all"]
+                .iter()
+                .any(|w| v.eq_ignore_ascii_case(w))
+            || v.contains(['/', ',', '=', '"', '\'', ' '])
+    };
+    (KEYWORDS.contains(&keyword) || canonical_keyword(keyword).is_ok_and(|c| c == keyword))
+        && !values.iter().any(|v| special(v))
+}
+
+/// The one key a request names, if every keyword has exactly one plain value.
+fn single_key(req: &Request) -> Option<Key> {
+    let mut key = Key::new();
+    for p in &req.params {
+        match &p.values {
+            Values::List(v) if v.len() == 1 && v[0] != "to" && v[0] != "by" => {
+                key.push(p.keyword.clone(), v[0].clone())
+            }
+            _ => return None,
+        }
+    }
+    (!key.is_empty()).then_some(key)
+}
+
+fn missing_error(req: &Request, store: &str, missing: &[Key]) -> Failure {
+    let shown: Vec<String> = missing.iter().take(3).map(|k| k.to_string()).collect();
+    Failure::Missing(format!(
+        "retrieve {req} from {store}: {} field(s) not found ({}{}); list the selection to see what is stored",
+        missing.len(),
+        shown.join("; "),
+        if missing.len() > 3 { "; ..." } else { "" }
+    ))
+}
+
+/// How the configuration is given, from the Python layer.
+fn open_options(kind: &str, value: Option<String>) -> Outcome<OpenOptions> {
+    let config = match (kind, value) {
+        ("env", _) => ConfigSource::from_env(),
+        ("file", Some(p)) => ConfigSource::File(p.into()),
+        ("yaml", Some(text)) => ConfigSource::Yaml {
+            text,
+            origin: "the config given to haar.FDB".into(),
+        },
+        (k, _) => {
+            return Err(Failure::Haar(Error::Config(format!(
+                "unknown configuration kind {k:?} (env, file or yaml)"
+            ))));
+        }
+    };
+    Ok(OpenOptions {
+        config,
+        ..OpenOptions::default()
+    })
+}
+
+/// One opened store (`haar.FDB` wraps it). Shared by threads: every operation locks it, with
+/// the GIL released.
+#[pyclass(frozen, module = "haar._haar")]
+pub struct Store {
+    store: Mutex<Box<dyn FieldStore>>,
+    opts: OpenOptions,
+    description: String,
+}
+
+impl Store {
+    fn lock(&self) -> Outcome<MutexGuard<'_, Box<dyn FieldStore>>> {
+        self.store.lock().map_err(|_| {
+            Failure::Panic(format!(
+                "{}: an earlier call failed inside haar and left this handle unusable; open a new haar.FDB",
+                self.description
+            ))
+        })
+    }
+}
+
+#[pymethods]
+impl Store {
+    /// Opens the store a configuration describes: `kind` is `env`, `file` or `yaml`.
+    #[new]
+    #[pyo3(signature = (kind, value=None))]
+    fn new(py: Python<'_>, kind: &str, value: Option<String>) -> PyResult<Store> {
+        let kind = kind.to_string();
+        run(py, move || {
+            let opts = open_options(&kind, value)?;
+            let store = opts.field_store()?;
+            let description = store.describe();
+            Ok(Store {
+                store: Mutex::new(store),
+                opts,
+                description,
+            })
+        })
+    }
+
+    /// What the store is (`local posix:/data`, `remote host:port` …).
+    fn describe(&self) -> String {
+        self.description.clone()
+    }
+
+    /// Archives GRIB messages keyed by ecCodes, or `data` under `key` as given. Returns the
+    /// number of fields archived. Invisible until `flush`.
+    #[pyo3(signature = (data, key=None))]
+    fn archive(
+        &self,
+        py: Python<'_>,
+        data: &Bound<'_, PyBytes>,
+        key: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<usize> {
+        let bytes = data.as_bytes();
+        let key = read_selection(key)?;
+        run(py, || {
+            let mut store = self.lock()?;
+            if let Some(sel) = key {
+                let req = request_of(Some(sel))?;
+                let key = single_key(&req).ok_or_else(|| {
+                    Failure::Haar(Error::BadKey {
+                        key: req.to_string(),
+                        reason: "an identifier names one value per keyword".into(),
+                    })
+                })?;
+                store.archive(&key, bytes)?;
+                return Ok(1);
+            }
+            let opts = IngestOptions {
+                flush: false,
+                ..IngestOptions::default()
+            };
+            let inputs = vec![Input::buffer("the data given to archive", bytes)];
+            let report = ingest::ingest(&mut **store, inputs, &opts, &mut |_| {})?;
+            if let Some(why) = report.failed.first() {
+                return Err(Failure::Haar(Error::BadRequest {
+                    request: "archive".into(),
+                    reason: format!("nothing archived: {why}").into(),
+                }));
+            }
+            Ok(report.fields)
+        })
+    }
+
+    /// Makes every field archived through this handle durable and visible.
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        run(py, || Ok(self.lock()?.flush()?))
+    }
+
+    /// Retrieves the fields of a selection into a [`Buffer`]: lent without a copy where the
+    /// selection names one complete key and the store can lend (local pmem). Missing fields
+    /// raise `haar.MissingError`.
+    fn retrieve(&self, py: Python<'_>, selection: &Bound<'_, PyAny>) -> PyResult<Buffer> {
+        let selection = read_selection(Some(selection))?;
+        run(py, || {
+            let req = request_of(selection)?;
+            if req.params.is_empty() {
+                return Err(Failure::Haar(Error::BadRequest {
+                    request: String::new(),
+                    reason: "an empty selection retrieves everything; name the fields".into(),
+                }));
+            }
+            let store = self.lock()?;
+            // One complete key: lent by the store where it can. A key the schema cannot
+            // split (a partial one) takes the general path below, which reports it properly.
+            if let Some(key) = single_key(&req)
+                && let Some(lent) = store.retrieve_lent(&key)
+            {
+                match lent {
+                    Ok(Some((_, bytes))) => return Ok(Buffer { bytes }),
+                    Ok(None) => return Err(missing_error(&req, &self.description, &[key])),
+                    Err(Error::BadKey { .. }) => {}
+                    Err(e) => return Err(e.into()),
+                }
+            }
+            let mut out = Vec::new();
+            let report = store.retrieve(&req, &mut |_, d, _| {
+                out.extend_from_slice(d);
+                Ok(())
+            })?;
+            if !report.missing.is_empty() {
+                return Err(missing_error(&req, &self.description, &report.missing));
+            }
+            Ok(Buffer {
+                bytes: FieldBytes::Owned(out),
+            })
+        })
+    }
+
+    /// Flushed fields matching a selection: `(db, index, datum, object, offset, length)`
+    /// tuples, keys as dicts, sorted by key.
+    #[pyo3(signature = (selection=None))]
+    fn list<'py>(
+        &self,
+        py: Python<'py>,
+        selection: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let selection = read_selection(selection)?;
+        let fields = run(py, || {
+            let req = request_of(selection)?;
+            Ok(self.lock()?.list(&req)?)
+        })?;
+        let out = PyList::empty(py);
+        for f in &fields {
+            out.append((
+                key_dict(py, &f.db)?,
+                key_dict(py, &f.index)?,
+                key_dict(py, &f.datum)?,
+                f.data.object,
+                f.data.offset,
+                f.data.length,
+            ))?;
+        }
+        Ok(out)
+    }
+
+    /// Values present per keyword among the fields matching a selection.
+    #[pyo3(signature = (selection=None))]
+    fn axes(
+        &self,
+        py: Python<'_>,
+        selection: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<BTreeMap<String, Vec<String>>> {
+        let selection = read_selection(selection)?;
+        run(py, || {
+            let req = request_of(selection)?;
+            let axes = self.lock()?.axes(&req)?;
+            Ok(axes
+                .into_iter()
+                .map(|(k, v)| (k, v.into_iter().collect()))
+                .collect())
+        })
+    }
+
+    /// Removes fields (a dry run unless `doit`): `(databases removed, fields, bytes)`.
+    fn wipe(
+        &self,
+        py: Python<'_>,
+        selection: &Bound<'_, PyAny>,
+        doit: bool,
+    ) -> PyResult<(Vec<String>, usize, u64)> {
+        let selection = read_selection(Some(selection))?;
+        run(py, || {
+            let req = request_of(selection)?;
+            if req.params.is_empty() {
+                return Err(Failure::Haar(Error::BadRequest {
+                    request: String::new(),
+                    reason: "an empty selection would wipe everything; name what to wipe".into(),
+                }));
+            }
+            let r = self.lock()?.wipe(&req, doit)?;
+            Ok((r.databases, r.fields, r.bytes))
+        })
+    }
+
+    /// Drops masked and wiped fields (a dry run unless `doit`):
+    /// `(databases, dropped fields, dropped bytes, freed bytes)`.
+    #[pyo3(signature = (selection=None, doit=false))]
+    fn purge(
+        &self,
+        py: Python<'_>,
+        selection: Option<&Bound<'_, PyAny>>,
+        doit: bool,
+    ) -> PyResult<(usize, u64, u64, u64)> {
+        let selection = read_selection(selection)?;
+        run(py, || {
+            let req = request_of(selection)?;
+            let r = self.lock()?.purge(&req, doit)?;
+            Ok((
+                r.databases,
+                r.dropped_fields,
+                r.dropped_bytes,
+                r.freed_bytes,
+            ))
+        })
+    }
+
+    /// Per-database statistics: `(db, fields, bytes, dead fields, dead bytes, problems)`.
+    #[pyo3(signature = (selection=None))]
+    #[allow(clippy::type_complexity)]
+    fn stats(
+        &self,
+        py: Python<'_>,
+        selection: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Vec<(String, u64, u64, u64, u64, Vec<String>)>> {
+        let selection = read_selection(selection)?;
+        run(py, || {
+            let req = request_of(selection)?;
+            let s = self.lock()?.stats(&req)?;
+            Ok(s.into_iter()
+                .map(|d| {
+                    (
+                        d.db,
+                        d.fields,
+                        d.bytes,
+                        d.dead_fields,
+                        d.dead_bytes,
+                        d.problems,
+                    )
+                })
+                .collect())
+        })
+    }
+
+    /// Flush events for a selection (see [`Watcher`]).
+    #[pyo3(signature = (selection=None))]
+    fn watch(&self, py: Python<'_>, selection: Option<&Bound<'_, PyAny>>) -> PyResult<Watcher> {
+        let selection = read_selection(selection)?;
+        run(py, || {
+            let req = request_of(selection)?;
+            let w = HaarWatcher::open(&self.opts, &req)?;
+            Ok(Watcher {
+                inner: Mutex::new(w),
+            })
+        })
+    }
+
+    /// Waits until every key of the selection is flushed; returns how many fields that is.
+    /// Raises `haar.TimeoutError` naming the missing keys when `timeout` seconds pass first.
+    fn wait(&self, py: Python<'_>, selection: &Bound<'_, PyAny>, timeout: f64) -> PyResult<usize> {
+        let timeout = duration(timeout)?;
+        let selection = read_selection(Some(selection))?;
+        run(py, || {
+            let req = request_of(selection)?;
+            match watch::wait(&self.opts, &req, timeout)? {
+                WaitOutcome::Complete { fields } => Ok(fields),
+                WaitOutcome::TimedOut { missing } => Err(Failure::Timeout(
+                    watch::timed_out(&req, &missing).to_string(),
+                    missing,
+                )),
+            }
+        })
+    }
+}
+
+fn duration(seconds: f64) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(seconds)
+        .map_err(|_| PyValueError::new_err(format!("timeout {seconds}: give seconds, >= 0")))
+}
+
+/// A stream of flush events for a selection ([`haar::watch::Watcher`]).
+#[pyclass(frozen, module = "haar._haar")]
+pub struct Watcher {
+    inner: Mutex<HaarWatcher>,
+}
+
+#[pymethods]
+impl Watcher {
+    /// The next event as `(key, length, origin)`, waiting at most `timeout` seconds (`None`:
+    /// no limit); `None` when the time passes first.
+    #[pyo3(signature = (timeout=None))]
+    #[allow(clippy::type_complexity)]
+    fn next<'py>(
+        &self,
+        py: Python<'py>,
+        timeout: Option<f64>,
+    ) -> PyResult<Option<(Bound<'py, PyDict>, u64, String)>> {
+        let limit = timeout.map(duration).transpose()?;
+        // Waits in slices so that Ctrl-C (a signal checked with the GIL) stops a wait with no
+        // limit.
+        let slice = Duration::from_millis(200);
+        let end = limit.map(|l| Instant::now() + l);
+        loop {
+            let until = match end {
+                Some(e) => e.min(Instant::now() + slice),
+                None => Instant::now() + slice,
+            };
+            let got = run(py, || {
+                let mut w = self.inner.lock().map_err(|_| {
+                    Failure::Panic("this watcher failed earlier; open a new one".into())
+                })?;
+                w.next_before(until).transpose().map_err(Failure::from)
+            })?;
+            if let Some(ev) = got {
+                return Ok(Some((key_dict(py, &ev.key)?, ev.length, ev.origin)));
+            }
+            if end.is_some_and(|e| Instant::now() >= e) {
+                return Ok(None);
+            }
+            py.check_signals()?;
+        }
+    }
+}
+
+/// Retrieved bytes: owned, or lent by the store (pmem: the pool mapping, kept mapped by this
+/// object). Read-only; exposed through the buffer protocol by `haar.DataHandle`.
+#[pyclass(frozen, module = "haar._haar")]
+pub struct Buffer {
+    bytes: FieldBytes,
+}
+
+#[pymethods]
+impl Buffer {
+    fn __len__(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Whether the bytes are lent by the store (no copy was made).
+    #[getter]
+    fn lent(&self) -> bool {
+        matches!(self.bytes, FieldBytes::Lent { .. })
+    }
+
+    /// `(self, address, length)`: what the buffer protocol exports.
+    fn buffer_info(slf: &Bound<'_, Self>) -> (Py<Buffer>, usize, usize) {
+        let b = &slf.get().bytes;
+        (slf.clone().unbind(), b.as_ptr() as usize, b.len())
+    }
+
+    /// A copy of `start..end` (clamped) as `bytes`.
+    fn slice<'py>(&self, py: Python<'py>, start: usize, end: usize) -> Bound<'py, PyBytes> {
+        let end = end.min(self.bytes.len());
+        let start = start.min(end);
+        PyBytes::new(py, &self.bytes[start..end])
+    }
+}
+
+/// Panics inside the library, as a bug would: lets the tests check that a panic reaches
+/// Python as `haar.Error`, never as `PanicException` or an abort.
+#[pyfunction]
+fn _panic_for_tests(py: Python<'_>) -> PyResult<()> {
+    run(py, || -> Outcome<()> {
+        panic!("deliberate panic for the tests")
+    })
+}
+
+/// The extension module.
+#[pymodule]
+fn _haar(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
+    m.add_class::<Store>()?;
+    m.add_class::<Watcher>()?;
+    m.add_class::<Buffer>()?;
+    m.add("BufferExporter", exporter::exporter_type(m.py())?)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn map(pairs: &[(&str, &[&str])]) -> Option<Selection> {
+        Some(Selection::Map(
+            pairs
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.iter().map(|s| s.to_string()).collect()))
+                .collect(),
+        ))
+    }
+
+    fn request(sel: Option<Selection>) -> Request {
+        match request_of(sel) {
+            Ok(r) => r,
+            Err(_) => panic!("refused"),
+        }
+    }
+
+    #[test]
+    fn dict_and_mars_string_selections_make_the_same_request() {
+        let from_map = request(map(&[
+            ("class", &["od"]),
+            ("param", &["130", "167"]),
+            ("step", &["0", "to", "12", "by", "6"]),
+        ]));
+        let from_text = request(Some(Selection::Text(
+            "class=od,param=130/167,step=0/to/12/by/6".into(),
+        )));
+        assert_eq!(from_map, from_text);
+        assert_eq!(from_map.expand().len(), 10); // unresolved: to/by still literal
+    }
+
+    #[test]
+    fn abbreviations_go_through_the_request_language() {
+        let r = request(map(&[("levtype", &["sfc"]), ("PARAM", &["167"])]));
+        assert!(r.get("param").is_some(), "{r}");
+        assert!(!is_plain("PARAM", &["167".into()]));
+        assert!(!is_plain("step", &["all".into()]));
+        assert!(is_plain("step", &["6".into()]));
+    }
+
+    #[test]
+    fn one_key_only_when_every_keyword_has_one_plain_value() {
+        let one = request(map(&[("class", &["od"]), ("step", &["6"])]));
+        assert_eq!(single_key(&one).unwrap().to_string(), "class=od,step=6");
+        let two = request(map(&[("class", &["od"]), ("step", &["6", "12"])]));
+        assert!(single_key(&two).is_none());
+        assert!(single_key(&Request::default()).is_none());
+    }
+
+    #[test]
+    fn an_empty_value_list_is_refused_naming_the_keyword() {
+        match request_of(map(&[("param", &[])])) {
+            Err(Failure::Haar(e)) => assert!(e.to_string().contains("param has no value"), "{e}"),
+            _ => panic!("accepted"),
+        }
+    }
+}
