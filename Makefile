@@ -7,7 +7,7 @@ PREFIX ?= /usr/local
 MANDIR ?= $(PREFIX)/share/man
 DOCS   := target/docs
 
-.PHONY: setup build peer run test lint unit crash fuzz bench install-docs clean c
+.PHONY: setup build peer run test lint unit crash fuzz bench install-docs clean c python pytest
 
 setup:
 	@scripts/setup.sh
@@ -47,12 +47,23 @@ c: setup
 	cp $(C_LIB)/libhaar_c.so $(C_OUT)/lib/libhaar.so
 	cp $(C_LIB)/libhaar_c.a $(C_OUT)/lib/libhaar.a
 	cp $(C_LIB)/libhaar_c.so $(C_OUT)/lib/libfdb5.so
-	cp crates/haar-c/include/haar.h $(C_OUT)/include/
+	cp crates/haar-c/include/haar.h fortran/haar.f90 $(C_OUT)/include/
 
 fuzz:
 	@if [ -x scripts/fuzz-smoke.sh ]; then scripts/fuzz-smoke.sh 20; fi
 
-test: setup lint unit fuzz
+# The Python package: `pip install ./python` builds its abi3 wheel with maturin; pytest runs
+# from outside python/ so that the installed package (with its compiled part) is imported,
+# with the haar binary for the tests against a real server.
+python: setup
+	python3 -m pip install --quiet ./python 2>/dev/null \
+	  || python3 -m pip install --quiet --break-system-packages ./python
+
+pytest: python
+	$(CARGO) build --release -p haar-cli
+	cd /tmp && HAAR_BIN=$(abspath $(HAAR)) python3 -m pytest -q $(CURDIR)/python/tests
+
+test: setup lint unit pytest fuzz
 
 # The full benchmark, writing docs/benchmarks.md.
 bench: build peer

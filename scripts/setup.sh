@@ -44,3 +44,6 @@ python3 -c 'import pyfdb, fdb5lib' >/dev/null 2>&1 \
   || { echo "setup: pip install pyfdb==5.25.0.33" >&2; pip_install pyfdb==5.25.0.33; }
 python3 -c 'import maturin' >/dev/null 2>&1 || command -v maturin >/dev/null 2>&1 \
   || { echo "setup: pip install maturin" >&2; pip_install maturin; }
+# The Python package's tests: pytest, and mypy for its type-stub check.
+python3 -c 'import pytest, mypy' >/dev/null 2>&1 \
+  || { echo "setup: pip install pytest mypy" >&2; pip_install pytest mypy; }
