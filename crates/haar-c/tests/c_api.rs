@@ -23,15 +23,19 @@ fn profile_dir() -> PathBuf {
     exe.parent().unwrap().parent().unwrap().to_path_buf()
 }
 
-/// The directory holding `libhaar_c.so`.
+/// The directory holding `libhaar_c.so`: the profile directory after `cargo build`, else
+/// `deps/`, where `cargo test` leaves the cdylib it builds for these tests.
 fn lib_dir() -> PathBuf {
     let dir = profile_dir();
-    assert!(
-        dir.join("libhaar_c.so").is_file(),
-        "{}/libhaar_c.so is missing: run `cargo build --release -p haar-c` first",
-        dir.display()
-    );
-    dir
+    [dir.clone(), dir.join("deps")]
+        .into_iter()
+        .find(|d| d.join("libhaar_c.so").is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "{}/libhaar_c.so is missing: run `cargo build --release -p haar-c` first",
+                dir.display()
+            )
+        })
 }
 
 /// Compiles `tests/c/<name>.c` into `out` and returns the executable.

@@ -9,15 +9,20 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+/// The directory holding `libhaar_c.so`: the profile directory after `cargo build`, else
+/// `deps/`, where `cargo test` leaves the cdylib it builds for these tests.
 fn lib_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
-    assert!(
-        dir.join("libhaar_c.so").is_file(),
-        "{}/libhaar_c.so is missing: run `cargo build --release -p haar-c` first",
-        dir.display()
-    );
-    dir
+    [dir.clone(), dir.join("deps")]
+        .into_iter()
+        .find(|d| d.join("libhaar_c.so").is_file())
+        .unwrap_or_else(|| {
+            panic!(
+                "{}/libhaar_c.so is missing: run `cargo build --release -p haar-c` first",
+                dir.display()
+            )
+        })
 }
 
 fn build_producer(out: &Path) -> PathBuf {
