@@ -87,11 +87,15 @@ cfg = {"type": "local", "engine": "toc", "schema": "/etc/fdb/schema",
 fdb = pyfdb.FDB(cfg)
 ks = keys(n)
 base = noise(size)
-t = time.perf_counter()
+archive = 0.0
 for i, k in enumerate(ks):
-    fdb.archive(field(i, size, base), identifier=k)
+    data = field(i, size, base)
+    t = time.perf_counter()
+    fdb.archive(data, identifier=k)
+    archive += time.perf_counter() - t
+t = time.perf_counter()
 fdb.flush()
-archive = time.perf_counter() - t
+archive += time.perf_counter() - t
 best = float("inf")
 reader = pyfdb.FDB(cfg)  # opened after the flush: it sees the data (FDB5 handles cache)
 for k in ks:  # steady state, as the haar side: every field touched once before timing
@@ -161,11 +165,16 @@ def main() -> int:
         config_file = work / "haar.yaml"
         config_file.write_text(f"backend: {a.backend}\nroots: [{store}]\n")
         fdb = haar.FDB(config_file)
-        t = time.perf_counter()
+        # Only the archive calls and the flush are timed (making each field's bytes is not).
+        haar_archive = 0.0
         for i, k in enumerate(ks):
-            fdb.archive(field(i, size, base), identifier=k)
+            data = field(i, size, base)
+            t = time.perf_counter()
+            fdb.archive(data, identifier=k)
+            haar_archive += time.perf_counter() - t
+        t = time.perf_counter()
         fdb.flush()
-        haar_archive = time.perf_counter() - t
+        haar_archive += time.perf_counter() - t
         assert fdb.retrieve(ks[-1]).read() == field(n - 1, size, base)
 
         key_file = work / "keys.txt"
