@@ -95,6 +95,23 @@ typedef struct {
   uint64_t freed_bytes;
 } haar_purge_report_t;
 
+// What `haar_stats` counts over the databases a request selects.
+typedef struct {
+  // Databases selected (each counted once, also when several servers hold parts of it).
+  size_t databases;
+  // Live fields.
+  uint64_t fields;
+  // Bytes of the live fields.
+  uint64_t bytes;
+  // Masked or wiped fields still occupying storage (what `haar_purge` drops).
+  uint64_t dead_fields;
+  // Bytes of those.
+  uint64_t dead_bytes;
+  // Damaged segments found while counting (their messages are not kept here: `haar info`
+  // names them).
+  size_t problems;
+} haar_stats_t;
+
 // Called by `haar_watch` once per flushed field: `ctx` as given, the field's full key as
 // text, its length in bytes, and where it was flushed (server address or store). The strings
 // are valid during the call only. Return 0 to go on, nonzero to stop the watch.
@@ -133,6 +150,15 @@ int haar_wipe(haar_t *h, const char *request, int doit, haar_wipe_report_t *repo
 // `h` is a live handle; `request` is NULL or NUL-terminated; `report` is NULL or valid for
 // writes.
 int haar_purge(haar_t *h, const char *request, int doit, haar_purge_report_t *report);
+
+// Counts the databases matching `request` (NULL: all): live fields and bytes, and the dead
+// ones `haar_purge` would drop, summed into `*stats` (set to zeros first; must not be NULL).
+//
+// Errors: `HAAR_ERR_INPUT` (bad handle, request or NULL `stats`), `HAAR_ERR_STORAGE`.
+//
+// # Safety
+// `h` is a live handle; `request` is NULL or NUL-terminated; `stats` is valid for writes.
+int haar_stats(haar_t *h, const char *request, haar_stats_t *stats);
 
 // Blocks until every field `request` names is flushed (the "step complete" trigger) or
 // `timeout_s` seconds pass. `request` must name every keyword's values explicitly (no

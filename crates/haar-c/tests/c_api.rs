@@ -23,13 +23,19 @@ fn profile_dir() -> PathBuf {
     exe.parent().unwrap().parent().unwrap().to_path_buf()
 }
 
-/// The directory holding `libhaar_c.so`: the profile directory after `cargo build`, else
-/// `deps/`, where `cargo test` leaves the cdylib it builds for these tests.
+/// The directory holding the newest `libhaar_c.so`: `deps/`, where `cargo test` leaves the
+/// cdylib it builds for these tests, or the profile directory after a later `cargo build`.
 fn lib_dir() -> PathBuf {
     let dir = profile_dir();
     [dir.clone(), dir.join("deps")]
         .into_iter()
-        .find(|d| d.join("libhaar_c.so").is_file())
+        .filter(|d| d.join("libhaar_c.so").is_file())
+        .max_by_key(|d| {
+            d.join("libhaar_c.so")
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+        })
         .unwrap_or_else(|| {
             panic!(
                 "{}/libhaar_c.so is missing: run `cargo build --release -p haar-c` first",
@@ -49,6 +55,9 @@ fn compile(name: &str, out: &Path) -> PathBuf {
         .arg(crate_dir.join(format!("tests/c/{name}.c")))
         .arg("-L")
         .arg(&lib)
+        // RPATH, not RUNPATH: it wins over the LD_LIBRARY_PATH cargo sets (which may name an
+        // older libhaar_c.so in the profile directory).
+        .arg("-Wl,--disable-new-dtags")
         .arg(format!("-Wl,-rpath,{}", lib.display()))
         .args(["-lhaar_c", "-lpthread", "-o"])
         .arg(&exe)

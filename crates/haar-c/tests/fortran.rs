@@ -9,14 +9,20 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The directory holding `libhaar_c.so`: the profile directory after `cargo build`, else
-/// `deps/`, where `cargo test` leaves the cdylib it builds for these tests.
+/// The directory holding the newest `libhaar_c.so`: `deps/`, where `cargo test` leaves the
+/// cdylib it builds for these tests, or the profile directory after a later `cargo build`.
 fn lib_dir() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
     [dir.clone(), dir.join("deps")]
         .into_iter()
-        .find(|d| d.join("libhaar_c.so").is_file())
+        .filter(|d| d.join("libhaar_c.so").is_file())
+        .max_by_key(|d| {
+            d.join("libhaar_c.so")
+                .metadata()
+                .and_then(|m| m.modified())
+                .ok()
+        })
         .unwrap_or_else(|| {
             panic!(
                 "{}/libhaar_c.so is missing: run `cargo build --release -p haar-c` first",
@@ -36,6 +42,9 @@ fn build_producer(out: &Path) -> PathBuf {
         .arg(fortran.join("examples/producer.f90"))
         .arg("-L")
         .arg(&lib)
+        // RPATH, not RUNPATH: it wins over the LD_LIBRARY_PATH cargo sets (which may name an
+        // older libhaar_c.so in the profile directory).
+        .arg("-Wl,--disable-new-dtags")
         .arg(format!("-Wl,-rpath,{}", lib.display()))
         .args(["-lhaar_c", "-o"])
         .arg(&exe)

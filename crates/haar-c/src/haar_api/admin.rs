@@ -41,6 +41,26 @@ pub struct haar_purge_report_t {
     pub freed_bytes: u64,
 }
 
+/// What `haar_stats` counts over the databases a request selects.
+#[repr(C)]
+#[allow(non_camel_case_types)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct haar_stats_t {
+    /// Databases selected (each counted once, also when several servers hold parts of it).
+    pub databases: usize,
+    /// Live fields.
+    pub fields: u64,
+    /// Bytes of the live fields.
+    pub bytes: u64,
+    /// Masked or wiped fields still occupying storage (what `haar_purge` drops).
+    pub dead_fields: u64,
+    /// Bytes of those.
+    pub dead_bytes: u64,
+    /// Damaged segments found while counting (their messages are not kept here: `haar info`
+    /// names them).
+    pub problems: usize,
+}
+
 /// A request that must be given (wipe, wait, watch): NULL is refused rather than meaning
 /// "everything".
 ///
@@ -122,6 +142,47 @@ pub unsafe extern "C" fn haar_purge(
         }
         // SAFETY: per the caller's contract.
         unsafe { put(report, total) };
+        Ok(HAAR_OK)
+    })
+}
+
+/// Counts the databases matching `request` (NULL: all): live fields and bytes, and the dead
+/// ones `haar_purge` would drop, summed into `*stats` (set to zeros first; must not be NULL).
+///
+/// Errors: `HAAR_ERR_INPUT` (bad handle, request or NULL `stats`), `HAAR_ERR_STORAGE`.
+///
+/// # Safety
+/// `h` is a live handle; `request` is NULL or NUL-terminated; `stats` is valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn haar_stats(
+    h: *mut haar_t,
+    request: *const c_char,
+    stats: *mut haar_stats_t,
+) -> c_int {
+    run(|| {
+        if stats.is_null() {
+            return Err(Failure::input("stats is NULL: pass a haar_stats_t to fill"));
+        }
+        // SAFETY: per the caller's contract.
+        unsafe { put(stats, haar_stats_t::default()) };
+        let opened = unsafe { handles::get(h, "h") }?;
+        let reqs = unsafe { requests_arg(request) }?;
+        let mut total = haar_stats_t::default();
+        let mut databases = std::collections::HashSet::new();
+        let store = opened.lock()?;
+        for req in &reqs {
+            for db in store.stats(req)? {
+                databases.insert(db.db);
+                total.fields += db.fields;
+                total.bytes += db.bytes;
+                total.dead_fields += db.dead_fields;
+                total.dead_bytes += db.dead_bytes;
+                total.problems += db.problems.len();
+            }
+        }
+        total.databases = databases.len();
+        // SAFETY: per the caller's contract.
+        unsafe { put(stats, total) };
         Ok(HAAR_OK)
     })
 }

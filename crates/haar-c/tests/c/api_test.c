@@ -449,6 +449,13 @@ int main(int argc, char **argv) {
         CHECK(wr.fields == 2 && wr.bytes == 2000, "wiped %zu fields %llu bytes", wr.fields,
               (unsigned long long)wr.bytes);
         CHECK(count_list(h, "class=od,expver=1,date=20261121") == 5, "2 wiped");
+        haar_stats_t st;
+        OK(haar_stats(h, "class=od,expver=1,date=20261121", &st));
+        CHECK(st.databases == 1 && st.fields == 5 && st.dead_fields == 2 && st.dead_bytes == 2000,
+              "stats: %zu dbs, %llu live, %llu dead (%llu bytes)", st.databases,
+              (unsigned long long)st.fields, (unsigned long long)st.dead_fields,
+              (unsigned long long)st.dead_bytes);
+        FAILS(haar_stats(h, NULL, NULL), HAAR_ERR_INPUT, "stats is NULL");
         haar_purge_report_t pr;
         OK(haar_purge(h, NULL, 0, &pr));
         CHECK(pr.dropped_fields == 2, "purge dry run would drop 2, says %llu", (unsigned long long)pr.dropped_fields);
@@ -456,6 +463,10 @@ int main(int argc, char **argv) {
         CHECK(pr.dropped_fields == 2, "purge dropped %llu", (unsigned long long)pr.dropped_fields);
         OK(haar_purge(h, NULL, 0, &pr));
         CHECK(pr.dropped_fields == 0, "nothing left to purge");
+        OK(haar_stats(h, "class=od,expver=1,date=20261121", &st));
+        CHECK(st.fields == 5 && st.dead_fields == 0 && st.problems == 0,
+              "after purge: %llu live, %llu dead", (unsigned long long)st.fields,
+              (unsigned long long)st.dead_fields);
         CHECK(count_list(h, "class=od,expver=1,date=20261121") == 5, "5 left");
         /* The other fields read back intact after the purge. */
         char req[300];
