@@ -12,37 +12,13 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+mod cdylib;
+use cdylib::{lib_dir, profile_dir};
+
 const GRIB2: &str = "/usr/share/eccodes/samples/gg_sfc_grib2.tmpl";
 /// The shared secret of the test server and its clients.
 const TOKEN: &str = "c-api-test-token";
 const GRIB1: &str = "/usr/share/eccodes/samples/GRIB1.tmpl";
-
-/// The target profile directory (`.../release`) this test runs from.
-fn profile_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    exe.parent().unwrap().parent().unwrap().to_path_buf()
-}
-
-/// The directory holding the newest `libhaar_c.so`: `deps/`, where `cargo test` leaves the
-/// cdylib it builds for these tests, or the profile directory after a later `cargo build`.
-fn lib_dir() -> PathBuf {
-    let dir = profile_dir();
-    [dir.clone(), dir.join("deps")]
-        .into_iter()
-        .filter(|d| d.join("libhaar_c.so").is_file())
-        .max_by_key(|d| {
-            d.join("libhaar_c.so")
-                .metadata()
-                .and_then(|m| m.modified())
-                .ok()
-        })
-        .unwrap_or_else(|| {
-            panic!(
-                "{}/libhaar_c.so is missing: run `cargo build --release -p haar-c` first",
-                dir.display()
-            )
-        })
-}
 
 /// Compiles `tests/c/<name>.c` into `out` and returns the executable.
 fn compile(name: &str, out: &Path) -> PathBuf {

@@ -9,27 +9,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-/// The directory holding the newest `libhaar_c.so`: `deps/`, where `cargo test` leaves the
-/// cdylib it builds for these tests, or the profile directory after a later `cargo build`.
-fn lib_dir() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().unwrap().parent().unwrap().to_path_buf();
-    [dir.clone(), dir.join("deps")]
-        .into_iter()
-        .filter(|d| d.join("libhaar_c.so").is_file())
-        .max_by_key(|d| {
-            d.join("libhaar_c.so")
-                .metadata()
-                .and_then(|m| m.modified())
-                .ok()
-        })
-        .unwrap_or_else(|| {
-            panic!(
-                "{}/libhaar_c.so is missing: run `cargo build --release -p haar-c` first",
-                dir.display()
-            )
-        })
-}
+mod cdylib;
+use cdylib::lib_dir;
 
 fn build_producer(out: &Path) -> PathBuf {
     let fortran = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fortran");

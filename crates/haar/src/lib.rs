@@ -38,6 +38,7 @@
 pub mod import;
 pub mod ingest;
 pub mod open;
+pub mod read;
 pub mod serve;
 pub mod watch;
 

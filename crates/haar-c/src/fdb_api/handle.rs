@@ -10,7 +10,7 @@ use std::ffi::{c_char, c_int};
 use haar::ingest::{self, IngestOptions, Input};
 use haar::{ConfigSource, FieldStore, OpenOptions};
 use haar_core::Key;
-use haar_core::request::{Request, Values};
+use haar_core::request::Request;
 use haar_core::schema::SplitKey;
 use haar_store::backend::FieldBytes;
 use haar_store::{
@@ -350,9 +350,7 @@ pub unsafe extern "C" fn fdb_retrieve(
 /// The bytes of the fields of `req`, borrowed from the store for one complete key where it
 /// lends them.
 fn retrieve(store: &dyn FieldStore, req: &Request) -> FfiResult<FieldBytes> {
-    if let Some(key) = single_key(req)
-        && let Some(Ok(Some((_, bytes)))) = store.retrieve_lent(&key)
-    {
+    if let Some(bytes) = haar::read::lent_one(store, req) {
         return Ok(bytes);
     }
     // Anything else (several fields, ranges, a key the store cannot lend, a miss) goes the
@@ -380,18 +378,6 @@ fn retrieve(store: &dyn FieldStore, req: &Request) -> FfiResult<FieldBytes> {
         return Err(Failure::missing(m));
     }
     Ok(FieldBytes::Owned(out))
-}
-
-/// The key a request names when every entry has exactly one plain value.
-fn single_key(req: &Request) -> Option<Key> {
-    let mut key = Key::new();
-    for p in &req.params {
-        match &p.values {
-            Values::List(v) if v.len() == 1 => key.push(p.keyword.clone(), v[0].clone()),
-            _ => return None,
-        }
-    }
-    Some(key)
 }
 
 /// Deletes a handle: flushes what it archived (as FDB5 does when an FDB object goes away),

@@ -7,7 +7,7 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use haar_core::request::{Request, Values};
+use haar_core::request::Request;
 use haar_store::{FieldBytes, FieldStore};
 
 use super::handles::{self, Shell, impl_handle};
@@ -26,29 +26,11 @@ pub struct Reader {
 pub struct haar_reader_t(Shell<Reader>);
 impl_handle!(haar_reader_t, Reader, 0x6861_6172_5f72_6472);
 
-/// The one field `req` names, lent by the store, when the store can lend and the request
-/// names exactly one complete key that is flushed; `None` sends the caller the general way
-/// (which also reports what is missing).
-fn lent_one(store: &dyn FieldStore, req: &Request) -> Option<FieldBytes> {
-    if req.params.iter().any(|p| matches!(p.values, Values::All)) {
-        return None;
-    }
-    let (resolved, _ignored) = store.options().resolve(req).ok()?;
-    if resolved.count() != 1 {
-        return None;
-    }
-    let key = resolved.expand().pop()?;
-    match store.retrieve_lent(&key)? {
-        Ok(Some((_, bytes))) => Some(bytes),
-        _ => None,
-    }
-}
-
 /// Every field of `reqs`, concatenated in request order; missing fields are an error naming
 /// them.
 fn retrieve_all(store: &dyn FieldStore, reqs: &[Request]) -> FfiResult<FieldBytes> {
     if let [req] = reqs
-        && let Some(bytes) = lent_one(store, req)
+        && let Some(bytes) = haar::read::lent_one(store, req)
     {
         return Ok(bytes);
     }
