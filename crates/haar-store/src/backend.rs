@@ -8,6 +8,7 @@
 use std::collections::HashSet;
 use std::fmt;
 use std::ops::Deref;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use haar_core::Key;
@@ -62,6 +63,13 @@ pub trait Backend: Send + Sync {
 
     /// What this backend can do beyond the core contract.
     fn capabilities(&self) -> Capabilities;
+
+    /// The directory that holds the catalogue runs and manifest of `db` (design §3.1), or
+    /// `None` when the backend keeps none (memory) or `db` does not exist. The directory
+    /// itself may not exist yet.
+    fn catalogue_dir(&self, _db: &Key) -> Result<Option<PathBuf>> {
+        Ok(None)
+    }
 
     /// Backend-specific facts for `haar info` (sizes, paths, persistence mode).
     fn info(&self) -> serde_json::Value;
@@ -121,6 +129,18 @@ pub trait DbReader: Send {
 
     /// A name for the location of `data`, for error messages.
     fn locate(&self, data: &DataRef) -> String;
+
+    /// The log position just after the last commit [`DbReader::poll`] returned (design
+    /// §3.1): posix, a byte offset in `toc`; pmem, a global slot index.
+    fn position(&self) -> u64;
+
+    /// Moves the reader to `position`, which a reader of the same log (same
+    /// [`DbReader::log_id`]) returned: the next poll returns the commits after it.
+    fn seek(&mut self, position: u64);
+
+    /// The identity of the log that positions refer to (posix: the inode of `toc`, which a
+    /// wipe or purge replaces; pmem: the inode of the pool file).
+    fn log_id(&self) -> u64;
 }
 
 /// Memory a backend can lend field bytes from (a pool mapping). Published ranges are

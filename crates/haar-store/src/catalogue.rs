@@ -1,57 +1,181 @@
-//! The reader-side catalogue of one database: its commit log applied in order (masking by
-//! re-archive, tombstones, snapshots), and verified reads of the fields it indexes.
+//! The reader-side catalogue of one database (design §3.1): the runs its manifest names plus
+//! an overlay of the commits after the manifest's position, and verified reads of the fields
+//! they index. Also the merge that writes runs and publishes manifests.
 //!
-//! Owns the in-memory view and the checksum check on every read. It must not write: commits
-//! and purges are the [`crate::Store`]'s.
+//! Owns the view, its fallbacks (a damaged or stale run or manifest is ignored and the log
+//! replayed) and the checksum check on every read. Readers never write; only [`merge`] does,
+//! under the catalogue's merge lock.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::fs::{self, OpenOptions};
 use std::io;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
 
 use haar_core::Key;
+use haar_core::request::{Request, Values};
 
-use crate::backend::{Committed, DbReader, FieldBytes};
+use crate::backend::{Backend, Committed, DbReader, FieldBytes};
 use crate::error::{Error, Result};
 use crate::format::{self, DataRef, Entry};
+use crate::run::{self, Dead, FLAG_BASE, Manifest, Run, RunRef, Slot};
 
-/// Reader-side view of one database: the commit log applied in order.
+/// When and how runs are merged (design §3.1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct MergePolicy {
+    /// Entries committed after the manifest's position that make a merge worth it; a
+    /// reader's overlay holds at most about this many (twice, before it reloads).
+    pub threshold: usize,
+    /// Runs of one level that are merged into one run of the next level.
+    pub fanout: usize,
+    /// Merge in a background thread of the writing process after flushes.
+    pub background: bool,
+}
+
+impl Default for MergePolicy {
+    fn default() -> Self {
+        MergePolicy {
+            threshold: 8192,
+            fanout: 8,
+            background: true,
+        }
+    }
+}
+
+/// The value of `keyword` in the first of `parts` that has it.
+fn part_get<'a>(parts: &[&'a Key], keyword: &str) -> Option<&'a str> {
+    parts.iter().find_map(|k| k.get(keyword))
+}
+
+/// Does the key made of `parts` satisfy every parameter of `req`? With `complete`, a
+/// parameter whose keyword the key lacks fails unless it allows the empty value or `all`.
+pub(crate) fn matches_parts(req: &Request, parts: &[&Key], complete: bool) -> bool {
+    req.params
+        .iter()
+        .all(|p| match part_get(parts, &p.keyword) {
+            Some(v) => match &p.values {
+                Values::All => true,
+                Values::List(list) => list.iter().any(|x| x == v),
+            },
+            None => {
+                !complete
+                    || matches!(&p.values, Values::All)
+                    || matches!(&p.values, Values::List(l) if l.iter().any(String::is_empty))
+            }
+        })
+}
+
+/// The whole state of a database, for statistics and purge: O(fields).
+pub(crate) struct Full {
+    pub(crate) fields: HashMap<(Key, Key), DataRef>,
+    pub(crate) dead: Dead,
+}
+
+/// Identity of a manifest file: a publish renames a new file into place.
+type Stamp = (u64, i64, i64);
+
+fn stamp(path: &Path) -> Option<Stamp> {
+    fs::metadata(path)
+        .ok()
+        .map(|m| (m.ino(), m.mtime(), m.mtime_nsec()))
+}
+
+/// Reader-side view of one database.
 pub(crate) struct Catalogue {
     pub(crate) reader: Box<dyn DbReader>,
-    pub(crate) fields: HashMap<(Key, Key), DataRef>,
-    pub(crate) dead_fields: u64,
-    pub(crate) dead_bytes: u64,
-    /// Dead bytes per data object (for purge).
-    pub(crate) dead_by_object: HashMap<u64, u64>,
+    dir: Option<PathBuf>,
+    /// Oldest first.
+    runs: Vec<Run>,
+    stamp: Option<Stamp>,
+    overlay: HashMap<(Key, Key), Slot>,
+    overlay_dead: Dead,
+    /// Entries applied to the overlay since the runs were loaded.
+    applied: usize,
     pub(crate) problems: Vec<String>,
+    threshold: usize,
+}
+
+/// Loads the manifest of `dir` and its runs if they belong to the log `log_id`; `Ok(None)`
+/// when there is no manifest, `Err(text)` when it or a run cannot be used.
+fn load(dir: &Path, log_id: u64) -> std::result::Result<Option<(Manifest, Vec<Run>)>, String> {
+    let path = dir.join(run::MANIFEST_FILE);
+    let bytes = match fs::read(&path) {
+        Ok(b) => b,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(format!("{}: {e}", path.display())),
+    };
+    let m = Manifest::decode(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    if m.log_id != log_id {
+        // Written for a log since replaced (wipe, purge): stale, not damaged.
+        return Ok(None);
+    }
+    let mut runs = Vec::with_capacity(m.runs.len());
+    for rr in &m.runs {
+        runs.push(Run::open(dir, rr).map_err(|e| e.to_string())?);
+    }
+    Ok(Some((m, runs)))
 }
 
 impl Catalogue {
-    pub(crate) fn new(reader: Box<dyn DbReader>) -> Self {
-        Catalogue {
-            reader,
-            fields: HashMap::new(),
-            dead_fields: 0,
-            dead_bytes: 0,
-            dead_by_object: HashMap::new(),
-            problems: Vec::new(),
+    /// Opens the catalogue of `db` over `reader` (positioned at the start of the log): the
+    /// manifest's runs, then the commits after its position.
+    pub(crate) fn open(
+        backend: &dyn Backend,
+        db: &Key,
+        mut reader: Box<dyn DbReader>,
+        threshold: usize,
+    ) -> Result<Catalogue> {
+        let dir = backend.catalogue_dir(db)?;
+        let mut problems = Vec::new();
+        let mut runs = Vec::new();
+        let mut st = None;
+        if let Some(dir) = &dir {
+            // A merge may replace a run between reading the manifest and opening it: retry.
+            for attempt in 0..3 {
+                st = stamp(&dir.join(run::MANIFEST_FILE));
+                match load(dir, reader.log_id()) {
+                    Ok(None) => break,
+                    Ok(Some((m, r))) => {
+                        reader.seek(m.position);
+                        problems = m.problems;
+                        runs = r;
+                        break;
+                    }
+                    Err(e) if attempt == 2 => {
+                        problems.push(format!(
+                            "catalogue {e}; the commit log was replayed instead"
+                        ));
+                        st = None;
+                    }
+                    Err(_) => {}
+                }
+            }
         }
+        let mut cat = Catalogue {
+            reader,
+            dir,
+            runs,
+            stamp: st,
+            overlay: HashMap::new(),
+            overlay_dead: Dead::default(),
+            applied: 0,
+            problems,
+            threshold,
+        };
+        cat.apply_new(db)?;
+        Ok(cat)
     }
 
     fn reset(&mut self) {
-        self.fields.clear();
-        self.dead_fields = 0;
-        self.dead_bytes = 0;
-        self.dead_by_object.clear();
+        self.runs.clear();
+        self.overlay.clear();
+        self.overlay_dead = Dead::default();
         self.problems.clear();
     }
 
-    fn kill(&mut self, old: DataRef) {
-        self.dead_fields += 1;
-        self.dead_bytes += old.length;
-        *self.dead_by_object.entry(old.object).or_default() += old.length;
-    }
-
-    /// Applies every segment committed since the last refresh.
-    pub(crate) fn refresh(&mut self, db: &Key) -> Result<()> {
+    /// Applies every segment committed since the last poll to the overlay.
+    fn apply_new(&mut self, db: &Key) -> Result<()> {
         for c in self.reader.poll()? {
             match c {
                 Committed::Wiped => self.reset(),
@@ -68,18 +192,14 @@ impl Catalogue {
                         if seg.is_snapshot() {
                             self.reset();
                         }
+                        self.applied += seg.entries.len();
                         for e in seg.entries {
-                            match e {
-                                Entry::Field { index, datum, data } => {
-                                    if let Some(old) = self.fields.insert((index, datum), data) {
-                                        self.kill(old);
-                                    }
-                                }
-                                Entry::Tombstone { index, datum } => {
-                                    if let Some(old) = self.fields.remove(&(index, datum)) {
-                                        self.kill(old);
-                                    }
-                                }
+                            let (k, slot) = match e {
+                                Entry::Field { index, datum, data } => ((index, datum), Some(data)),
+                                Entry::Tombstone { index, datum } => ((index, datum), None),
+                            };
+                            if let Some(Some(old)) = self.overlay.insert(k, slot) {
+                                self.overlay_dead.kill(&old);
                             }
                         }
                     }
@@ -89,18 +209,147 @@ impl Catalogue {
         Ok(())
     }
 
+    /// Brings the view up to date: new commits, or the manifest published since (when the
+    /// overlay has grown past twice the merge threshold).
+    pub(crate) fn refresh(&mut self, backend: &dyn Backend, db: &Key) -> Result<()> {
+        self.apply_new(db)?;
+        if self.applied > 2 * self.threshold
+            && let Some(dir) = &self.dir
+            && stamp(&dir.join(run::MANIFEST_FILE)) != self.stamp
+            && let Some(reader) = backend.open_reader(db)?
+        {
+            *self = Catalogue::open(backend, db, reader, self.threshold)?;
+        }
+        Ok(())
+    }
+
+    /// Drops the runs after `e` (a damaged run) and replays the whole log instead.
+    fn fall_back(&mut self, backend: &dyn Backend, db: &Key, e: &Error) -> Result<()> {
+        let Some(reader) = backend.open_reader(db)? else {
+            self.reset();
+            return Ok(());
+        };
+        self.reader = reader;
+        self.dir = None;
+        self.reset();
+        self.applied = 0;
+        self.apply_new(db)?;
+        self.problems.push(format!(
+            "catalogue {e}; the commit log was replayed instead"
+        ));
+        Ok(())
+    }
+
+    fn lookup_runs(&self, index: &Key, datum: &Key) -> Result<Option<DataRef>> {
+        if let Some(slot) = self.overlay.get(&(index.clone(), datum.clone())) {
+            return Ok(*slot);
+        }
+        for r in self.runs.iter().rev() {
+            if let Some(slot) = r.lookup(index, datum)? {
+                return Ok(slot);
+            }
+        }
+        Ok(None)
+    }
+
+    /// Where the field (index, datum) is, if it is there.
+    pub(crate) fn lookup(
+        &mut self,
+        backend: &dyn Backend,
+        db: &Key,
+        index: &Key,
+        datum: &Key,
+    ) -> Result<Option<DataRef>> {
+        match self.lookup_runs(index, datum) {
+            Err(e @ Error::Corrupt { .. }) => {
+                self.fall_back(backend, db, &e)?;
+                self.lookup_runs(index, datum)
+            }
+            other => other,
+        }
+    }
+
+    fn list_runs(&self, db: &Key, req: &Request) -> Result<Vec<(Key, Key, DataRef)>> {
+        let mut m: BTreeMap<(Key, Key), Slot> = BTreeMap::new();
+        for r in &self.runs {
+            r.scan(db, req, &mut |i, d, s| {
+                m.insert((i.clone(), d), s);
+            })?;
+        }
+        for ((i, d), s) in &self.overlay {
+            if matches_parts(req, &[db, i, d], true) {
+                m.insert((i.clone(), d.clone()), *s);
+            }
+        }
+        Ok(m.into_iter()
+            .filter_map(|((i, d), s)| s.map(|r| (i, d, r)))
+            .filter(|(i, d, _)| matches_parts(req, &[db, i, d], true))
+            .collect())
+    }
+
+    /// Every field matching `req` (resolved), sorted by (index, datum).
+    pub(crate) fn list(
+        &mut self,
+        backend: &dyn Backend,
+        db: &Key,
+        req: &Request,
+    ) -> Result<Vec<(Key, Key, DataRef)>> {
+        match self.list_runs(db, req) {
+            Err(e @ Error::Corrupt { .. }) => {
+                self.fall_back(backend, db, &e)?;
+                self.list_runs(db, req)
+            }
+            other => other,
+        }
+    }
+
+    fn full_runs(&self) -> Result<Full> {
+        let mut fields: HashMap<(Key, Key), DataRef> = HashMap::new();
+        let mut dead = Dead::default();
+        let apply = |fields: &mut HashMap<(Key, Key), DataRef>, dead: &mut Dead, k, s| {
+            let old = match s {
+                Some(r) => fields.insert(k, r),
+                None => fields.remove(&k),
+            };
+            if let Some(old) = old {
+                dead.kill(&old);
+            }
+        };
+        for r in &self.runs {
+            dead.add(&r.dead);
+            r.for_each(&mut |i, d, s| apply(&mut fields, &mut dead, (i.clone(), d), s))?;
+        }
+        for (k, s) in &self.overlay {
+            apply(&mut fields, &mut dead, k.clone(), *s);
+        }
+        dead.add(&self.overlay_dead);
+        Ok(Full { fields, dead })
+    }
+
+    /// The whole state (statistics, purge).
+    pub(crate) fn full(&mut self, backend: &dyn Backend, db: &Key) -> Result<Full> {
+        match self.full_runs() {
+            Err(e @ Error::Corrupt { .. }) => {
+                self.fall_back(backend, db, &e)?;
+                self.full_runs()
+            }
+            other => other,
+        }
+    }
+
     /// The verified bytes of one field and their CRC-32C, lent by the backend where it can (no
     /// copy), else read into `scratch`; `None` if the field is not there. A vanished file (concurrent purge) is
     /// retried once after a refresh.
     pub(crate) fn fetch(
         &mut self,
+        backend: &dyn Backend,
         db: &Key,
         index: &Key,
         datum: &Key,
         mut scratch: Vec<u8>,
     ) -> Result<Option<(FieldBytes, u32)>> {
         for attempt in 0..2 {
-            let Some(data) = self.fields.get(&(index.clone(), datum.clone())).copied() else {
+            let Some(data) = self.lookup(backend, db, index, datum)? else {
                 return Ok(None);
             };
             match self.reader.read_bytes(&data, scratch) {
@@ -114,7 +363,7 @@ impl Catalogue {
                 Err(Error::Io { source, .. })
                     if attempt == 0 && source.kind() == io::ErrorKind::NotFound =>
                 {
-                    self.refresh(db)?;
+                    self.refresh(backend, db)?;
                     scratch = Vec::new();
                 }
                 Err(e) => return Err(e),
@@ -140,4 +389,176 @@ impl Catalogue {
             "other fields are unaffected",
         )
     }
+}
+
+/// What a [`merge`] did.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case", tag = "outcome")]
+pub enum MergeOutcome {
+    /// The backend keeps no catalogue runs (memory).
+    Unsupported,
+    /// Another process is merging this database.
+    Busy,
+    /// The database does not exist.
+    Gone,
+    /// Too few new entries to be worth a merge.
+    Nothing {
+        /// Entries after the manifest's position.
+        tail: usize,
+    },
+    /// Stopped on request (the store is closing); nothing was published.
+    Stopped,
+    /// A manifest was published.
+    Published {
+        /// Entries of the tail written as a new run.
+        tail: usize,
+        /// Runs the manifest names now.
+        runs: usize,
+        /// Entries in them.
+        entries: u64,
+    },
+}
+
+/// Merges the commits of `db` since its manifest's position into runs and publishes a new
+/// manifest (design §3.1). With `full`, everything is merged into one run whatever the
+/// policy says. Never changes the commit log; a merger killed at any point leaves the
+/// previous manifest intact.
+pub fn merge(
+    backend: &dyn Backend,
+    db: &Key,
+    policy: &MergePolicy,
+    stop: &AtomicBool,
+    full: bool,
+) -> Result<MergeOutcome> {
+    let Some(dir) = backend.catalogue_dir(db)? else {
+        return Ok(MergeOutcome::Unsupported);
+    };
+    match fs::create_dir(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(MergeOutcome::Gone),
+        Err(e) => return Err(Error::io("create", &dir, e)),
+    }
+    let lock_path = dir.join(run::LOCK_FILE);
+    let lock = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock_path)
+        .map_err(|e| Error::io("open", &lock_path, e))?;
+    if crate::posix::flock(&lock, libc::LOCK_EX | libc::LOCK_NB).is_err() {
+        return Ok(MergeOutcome::Busy);
+    }
+    let Some(mut reader) = backend.open_reader(db)? else {
+        return Ok(MergeOutcome::Gone);
+    };
+    let (mut manifest, mut runs) = match load(&dir, reader.log_id()) {
+        Ok(Some((m, r))) => {
+            reader.seek(m.position);
+            (m, r)
+        }
+        // No usable manifest: everything is tail.
+        Ok(None) | Err(_) => (Manifest::default(), Vec::new()),
+    };
+    let mut tail: HashMap<(Key, Key), Slot> = HashMap::new();
+    let mut tail_dead = Dead::default();
+    let mut tail_n = 0usize;
+    let mut reset = false;
+    let mut problems = std::mem::take(&mut manifest.problems);
+    for c in reader.poll()? {
+        let seg = match c {
+            Committed::Wiped => None,
+            Committed::Unreadable { origin, detail } => {
+                problems.push(format!("{origin}: {detail}"));
+                continue;
+            }
+            Committed::Segment { bytes, origin } => match format::decode_segment(&bytes) {
+                Ok(seg) if &seg.db == db => Some(seg),
+                Ok(seg) => {
+                    problems.push(format!(
+                        "{origin}: index segment names database {}, expected {db}",
+                        seg.db
+                    ));
+                    continue;
+                }
+                Err(e) => {
+                    problems.push(format!("{origin}: index segment: {e}"));
+                    continue;
+                }
+            },
+        };
+        if seg.as_ref().is_none_or(|s| s.is_snapshot()) {
+            reset = true;
+            tail.clear();
+            tail_dead = Dead::default();
+            problems.clear();
+            runs.clear();
+            manifest.runs.clear();
+        }
+        for e in seg.map(|s| s.entries).unwrap_or_default() {
+            tail_n += 1;
+            let (k, slot) = match e {
+                Entry::Field { index, datum, data } => ((index, datum), Some(data)),
+                Entry::Tombstone { index, datum } => ((index, datum), None),
+            };
+            if let Some(Some(old)) = tail.insert(k, slot) {
+                tail_dead.kill(&old);
+            }
+        }
+    }
+    if !full && !reset && tail_n < policy.threshold {
+        return Ok(MergeOutcome::Nothing { tail: tail_n });
+    }
+    let mut refs: Vec<RunRef> = manifest.runs.clone();
+    if !tail.is_empty() || tail_dead.fields > 0 {
+        let flags = if refs.is_empty() { FLAG_BASE } else { 0 };
+        let rr = run::write_map(&dir, &tail, flags, 0, &tail_dead)?;
+        runs.push(Run::open(&dir, &rr)?);
+        refs.push(rr);
+    }
+    drop(tail);
+    loop {
+        let n = refs.len();
+        let k = if full {
+            if n <= 1 { 0 } else { n }
+        } else {
+            let level = refs.last().map_or(0, |r| r.level);
+            let same = refs.iter().rev().take_while(|r| r.level == level).count();
+            if same >= policy.fanout.max(2) {
+                same
+            } else {
+                0
+            }
+        };
+        if k == 0 {
+            break;
+        }
+        let level = refs[n - k..].iter().map(|r| r.level).max().unwrap_or(0) + 1;
+        let inputs: Vec<&Run> = runs[n - k..].iter().collect();
+        let rr = match run::merge_runs(&dir, &inputs, k == n, level, stop)? {
+            Ok(rr) => rr,
+            Err(run::Stopped) => return Ok(MergeOutcome::Stopped),
+        };
+        runs.truncate(n - k);
+        refs.truncate(n - k);
+        runs.push(Run::open(&dir, &rr)?);
+        refs.push(rr);
+    }
+    let entries = runs.iter().map(|r| r.n_entries).sum();
+    let new = Manifest {
+        log_id: reader.log_id(),
+        position: reader.position(),
+        generation: manifest.generation + 1,
+        runs: refs,
+        problems,
+    };
+    run::write_atomic(&dir, run::MANIFEST_FILE, &new.encode())?;
+    let keep: HashSet<u64> = new.runs.iter().map(|r| r.id).collect();
+    let _ = run::remove_unreferenced(&dir, &keep);
+    drop(lock);
+    Ok(MergeOutcome::Published {
+        tail: tail_n,
+        runs: new.runs.len(),
+        entries,
+    })
 }

@@ -92,6 +92,7 @@ impl DistStore {
             opts: StoreOptions {
                 schema,
                 context: ctx,
+                merge: Default::default(),
             },
         })
     }
@@ -463,6 +464,7 @@ impl SelectStore {
             opts: StoreOptions {
                 schema,
                 context: ctx,
+                merge: Default::default(),
             },
         })
     }

@@ -160,4 +160,13 @@ impl DbReader for FaultyReader {
     fn locate(&self, data: &DataRef) -> String {
         self.inner.locate(data)
     }
+    fn position(&self) -> u64 {
+        self.inner.position()
+    }
+    fn seek(&mut self, position: u64) {
+        self.inner.seek(position)
+    }
+    fn log_id(&self) -> u64 {
+        self.inner.log_id()
+    }
 }

@@ -18,11 +18,13 @@ pub mod frontend;
 pub mod memory;
 pub mod pmem;
 pub mod posix;
+mod run;
 pub mod store;
 
 pub use backend::{
     Backend, Capabilities, Committed, DbReader, DbWriter, Exclusive, FieldBytes, LendBytes,
 };
+pub use catalogue::{MergeOutcome, MergePolicy, merge};
 pub use config::{BackendKind, Config, FrontendConfig, Route};
 pub use error::{Class, Error, LaneFailures, Reason, Result};
 pub use frontend::{Event, FieldStore, Sink};

@@ -292,6 +292,18 @@ impl DbReader for MemoryReader {
         Ok(out)
     }
 
+    fn position(&self) -> u64 {
+        self.next as u64
+    }
+
+    fn seek(&mut self, position: u64) {
+        self.next = position as usize;
+    }
+
+    fn log_id(&self) -> u64 {
+        self.generation
+    }
+
     fn read(&self, data: &DataRef, out: &mut Vec<u8>) -> Result<()> {
         let dbs = self.dbs.lock().unwrap();
         let bytes = dbs

@@ -33,6 +33,10 @@ pub struct PosixBackend {
     fsync: FsyncPolicy,
 }
 
+/// The catalogue directory of a database (design §3.1), inside its directory (posix) or
+/// under the root (pmem).
+pub const CATALOGUE_DIR: &str = "catalogue";
+
 pub(crate) fn random_u64() -> u64 {
     let mut b = [0u8; 8];
     // SAFETY: getrandom writes at most b.len() bytes into the buffer we own.
@@ -234,6 +238,10 @@ impl Backend for PosixBackend {
             self.fsync,
             false,
         )?))
+    }
+
+    fn catalogue_dir(&self, db: &Key) -> Result<Option<PathBuf>> {
+        Ok(self.find(db)?.map(|d| d.join(CATALOGUE_DIR)))
     }
 
     fn open_reader(&self, db: &Key) -> Result<Option<Box<dyn DbReader>>> {
@@ -641,6 +649,18 @@ impl DbReader for PosixReader {
         }
         self.pos = end;
         Ok(out)
+    }
+
+    fn position(&self) -> u64 {
+        self.pos
+    }
+
+    fn seek(&mut self, position: u64) {
+        self.pos = position.max(TOC_RECORD as u64);
+    }
+
+    fn log_id(&self) -> u64 {
+        self.ino
     }
 
     fn read(&self, data: &DataRef, out: &mut Vec<u8>) -> Result<()> {

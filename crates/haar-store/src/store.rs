@@ -6,7 +6,8 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io;
-use std::sync::{Arc, Mutex};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, mpsc};
 
 use haar_core::Key;
 use haar_core::request::{Request, Values};
@@ -14,7 +15,7 @@ use haar_core::schema::{Schema, SplitKey, Splitter};
 use haar_core::value::Context;
 
 use crate::backend::{Backend, DbWriter, FieldBytes};
-use crate::catalogue::Catalogue;
+use crate::catalogue::{Catalogue, MergeOutcome, MergePolicy};
 use crate::error::{Error, Result};
 use crate::format::{self, DataRef, Entry, FLAG_SNAPSHOT, SegmentBuilder};
 
@@ -103,6 +104,62 @@ struct PendingDb {
     writer: Box<dyn DbWriter>,
     builder: SegmentBuilder,
     sequence: u64,
+    /// Entries committed since a merge was last asked for.
+    since_merge: usize,
+}
+
+/// The background thread that merges catalogue runs after flushes (design §3.1).
+struct Merger {
+    tx: Option<mpsc::Sender<Key>>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Merger {
+    fn start(backend: Arc<dyn Backend>, policy: MergePolicy) -> Merger {
+        let (tx, rx) = mpsc::channel::<Key>();
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("haar-merge".into())
+            .spawn(move || {
+                while let Ok(db) = rx.recv() {
+                    // Coalesce requests that queued up meanwhile.
+                    let mut dbs = vec![db];
+                    dbs.extend(rx.try_iter());
+                    dbs.sort();
+                    dbs.dedup();
+                    for db in dbs {
+                        if flag.load(Ordering::Relaxed) {
+                            return;
+                        }
+                        if let Err(e) = crate::catalogue::merge(&*backend, &db, &policy, &flag, false)
+                        {
+                            // Reads stay correct (they replay the log); say why they are slower.
+                            eprintln!(
+                                "haar: merging the catalogue of database {db} failed: {e} (reads stay correct and replay the commit log; the next flush retries)"
+                            );
+                        }
+                    }
+                }
+            })
+            .ok();
+        Merger {
+            tx: thread.as_ref().map(|_| tx),
+            stop,
+            thread,
+        }
+    }
+}
+
+impl Drop for Merger {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        self.tx = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 /// Options for opening a [`Store`].
@@ -112,6 +169,8 @@ pub struct StoreOptions {
     pub schema: Arc<Schema>,
     /// Clock and parameter table for value normalisation.
     pub context: Context,
+    /// When the catalogue's runs are merged (design §3.1).
+    pub merge: MergePolicy,
 }
 
 impl StoreOptions {
@@ -150,6 +209,7 @@ impl Default for StoreOptions {
         StoreOptions {
             schema: Arc::new(Schema::builtin().clone()),
             context: Context::now(),
+            merge: MergePolicy::default(),
         }
     }
 }
@@ -177,6 +237,8 @@ pub struct Store {
     opts: StoreOptions,
     pending: HashMap<Key, PendingDb>,
     catalogues: Mutex<HashMap<Key, Catalogue>>,
+    /// Started at the first flush that asks for a merge.
+    merger: Option<Merger>,
     /// Splits archived keys; reuses the last split when only datum-like values change. Boxed:
     /// it is large and used once per archive, through one pointer.
     splitter: Box<Splitter>,
@@ -229,6 +291,7 @@ fn archive_parts(
         writer,
         builder,
         sequence: 0,
+        since_merge: 0,
     });
     append_field(p, split, data, crc)
 }
@@ -285,6 +348,7 @@ impl Store {
             opts,
             pending: HashMap::new(),
             catalogues: Mutex::new(HashMap::new()),
+            merger: None,
         }
     }
 
@@ -354,8 +418,34 @@ impl Store {
                 return Err(annotate_flush(e, &db, n));
             }
             p.sequence += 1;
+            p.since_merge += n;
+            if p.since_merge >= self.opts.merge.threshold && self.opts.merge.background {
+                p.since_merge = 0;
+                let backend = self.backend.clone();
+                let policy = self.opts.merge;
+                let m = self
+                    .merger
+                    .get_or_insert_with(|| Merger::start(backend, policy));
+                if let Some(tx) = &m.tx {
+                    let _ = tx.send(db.clone());
+                }
+            }
         }
         Ok(())
+    }
+
+    /// Merges the catalogue runs of every database matching `req` now (design §3.1): with
+    /// `full`, into one run each; otherwise as the merge policy says. Returns what was done
+    /// per database. Background merging after flushes does the same without being asked.
+    pub fn compact(&self, req: &Request, full: bool) -> Result<Vec<(Key, MergeOutcome)>> {
+        let (resolved, _) = self.resolve(req)?;
+        let stop = AtomicBool::new(false);
+        let mut out = Vec::new();
+        for db in self.candidate_dbs(&resolved)? {
+            let o = crate::catalogue::merge(&*self.backend, &db, &self.opts.merge, &stop, full)?;
+            out.push((db, o));
+        }
+        Ok(out)
     }
 
     /// Fields archived but not yet flushed.
@@ -412,17 +502,18 @@ impl Store {
         f: impl FnOnce(&mut Catalogue) -> Result<T>,
     ) -> Result<Option<T>> {
         let mut cats = self.catalogues.lock().unwrap();
-        if !cats.contains_key(db) {
+        if let Some(cat) = cats.get_mut(db) {
+            cat.refresh(&*self.backend, db)?;
+        } else {
             match self.backend.open_reader(db)? {
                 Some(r) => {
-                    cats.insert(db.clone(), Catalogue::new(r));
+                    let cat = Catalogue::open(&*self.backend, db, r, self.opts.merge.threshold)?;
+                    cats.insert(db.clone(), cat);
                 }
                 None => return Ok(None),
             }
         }
-        let cat = cats.get_mut(db).unwrap();
-        cat.refresh(db)?;
-        f(cat).map(Some)
+        f(cats.get_mut(db).unwrap()).map(Some)
     }
 
     /// Databases whose key is compatible with `req` (resolved).
@@ -443,19 +534,14 @@ impl Store {
         let mut out = Vec::new();
         for db in self.candidate_dbs(req)? {
             self.with_catalogue(&db, |cat| {
-                let mut fields: Vec<Field> = cat
-                    .fields
-                    .iter()
-                    .filter(|((i, d), _)| matches(req, &db.joined(i).joined(d), true))
-                    .map(|((i, d), r)| Field {
+                out.extend(cat.list(&*self.backend, &db, req)?.into_iter().map(
+                    |(index, datum, data)| Field {
                         db: db.clone(),
-                        index: i.clone(),
-                        datum: d.clone(),
-                        data: *r,
-                    })
-                    .collect();
-                fields.sort_by(|a, b| (&a.index, &a.datum).cmp(&(&b.index, &b.datum)));
-                out.extend(fields);
+                        index,
+                        datum,
+                        data,
+                    },
+                ));
                 Ok(())
             })?;
         }
@@ -559,7 +645,9 @@ impl Store {
         scratch: Vec<u8>,
     ) -> Result<Option<(FieldBytes, u32)>> {
         Ok(self
-            .with_catalogue(db, |cat| cat.fetch(db, index, datum, scratch))?
+            .with_catalogue(db, |cat| {
+                cat.fetch(&*self.backend, db, index, datum, scratch)
+            })?
             .flatten())
     }
 
@@ -711,8 +799,11 @@ impl Store {
         let mut report = PurgeReport::default();
         for db in self.candidate_dbs(&resolved)? {
             report.databases += 1;
-            let Some((dead_fields, dead_bytes)) =
-                self.with_catalogue(&db, |c| Ok((c.dead_fields, c.dead_bytes)))?
+            let backend = self.backend.clone();
+            let Some((dead_fields, dead_bytes)) = self.with_catalogue(&db, |c| {
+                let full = c.full(&*backend, &db)?;
+                Ok((full.dead.fields, full.dead.bytes))
+            })?
             else {
                 continue;
             };
@@ -728,8 +819,8 @@ impl Store {
                 db: db.to_string(),
                 detail: "wiped during purge".into(),
             })?;
-            let mut cat = Catalogue::new(reader);
-            cat.refresh(&db)?;
+            let mut cat = Catalogue::open(&*self.backend, &db, reader, self.opts.merge.threshold)?;
+            let full = cat.full(&*self.backend, &db)?;
             let mut writer = ex.snapshot_writer()?;
             let mut b =
                 SegmentBuilder::new(FLAG_SNAPSHOT, writer.id(), 0, &db).map_err(|reason| {
@@ -741,13 +832,13 @@ impl Store {
             let copy = self.backend.capabilities().reclaims_space;
             let mut live = HashSet::new();
             live.insert(writer.id());
-            let mut entries: Vec<(&(Key, Key), &DataRef)> = cat.fields.iter().collect();
+            let mut entries: Vec<(&(Key, Key), &DataRef)> = full.fields.iter().collect();
             entries.sort_by_key(|(_, r)| (r.object, r.offset));
             let mut buf = Vec::new();
             let mut moved = Vec::new();
             for ((index, datum), data) in entries {
                 let mut r = *data;
-                if copy && cat.dead_by_object.get(&data.object).copied().unwrap_or(0) > 0 {
+                if copy && full.dead.by_object.get(&data.object).copied().unwrap_or(0) > 0 {
                     buf.clear();
                     cat.reader.read(data, &mut buf)?;
                     r = writer.append(&buf)?;
@@ -766,7 +857,17 @@ impl Store {
             writer.commit(&b.finish())?;
             drop(writer);
             report.freed_bytes += ex.reclaim(&live)?;
+            drop(ex);
             self.catalogues.lock().unwrap().remove(&db);
+            // The snapshot starts a new base: merge it now rather than make every reader
+            // replay it. A failure only leaves reads slower.
+            let _ = crate::catalogue::merge(
+                &*self.backend,
+                &db,
+                &self.opts.merge,
+                &AtomicBool::new(false),
+                true,
+            );
         }
         Ok(report)
     }
@@ -777,12 +878,13 @@ impl Store {
         let mut out = Vec::new();
         for db in self.candidate_dbs(&resolved)? {
             if let Some(s) = self.with_catalogue(&db, |c| {
+                let full = c.full(&*self.backend, &db)?;
                 Ok(DbStats {
                     db: db.to_string(),
-                    fields: c.fields.len() as u64,
-                    bytes: c.fields.values().map(|r| r.length).sum(),
-                    dead_fields: c.dead_fields,
-                    dead_bytes: c.dead_bytes,
+                    fields: full.fields.len() as u64,
+                    bytes: full.fields.values().map(|r| r.length).sum(),
+                    dead_fields: full.dead.fields,
+                    dead_bytes: full.dead.bytes,
                     problems: c.problems.clone(),
                 })
             })? {

@@ -32,7 +32,17 @@ fn open(kind: &str, root: std::path::PathBuf) -> Store {
         ),
         other => panic!("unknown backend {other}"),
     };
-    Store::with_options(backend, StoreOptions::default())
+    // Merge after nearly every flush, and into deeper levels often, so that kills also land
+    // while runs are written and manifests published (design §3.1).
+    let opts = StoreOptions {
+        merge: haar_store::MergePolicy {
+            threshold: 10,
+            fanout: 2,
+            background: true,
+        },
+        ..StoreOptions::default()
+    };
+    Store::with_options(backend, opts)
 }
 
 fn reader(a: &[String]) {

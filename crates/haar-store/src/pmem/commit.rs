@@ -312,6 +312,8 @@ pub(super) struct PmemReader {
     pub(super) db: Key,
     pub(super) db_hash: u64,
     pub(super) next: u64,
+    /// The pool file's inode (the log id).
+    pub(super) ino: u64,
 }
 
 impl DbReader for PmemReader {
@@ -354,5 +356,17 @@ impl DbReader for PmemReader {
 
     fn locate(&self, data: &DataRef) -> String {
         format!("{} @ {}", self.pool.path.display(), data.offset)
+    }
+
+    fn position(&self) -> u64 {
+        self.next
+    }
+
+    fn seek(&mut self, position: u64) {
+        self.next = position;
+    }
+
+    fn log_id(&self) -> u64 {
+        self.ino
     }
 }

@@ -17,6 +17,7 @@ mod pool;
 
 use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -96,6 +97,10 @@ pub struct PmemBackend {
     pool: Arc<Pool>,
     lock_dir: PathBuf,
     huge_pages: bool,
+    /// `<root>/catalogue`: one directory per database (design §3.1).
+    cat_dir: PathBuf,
+    /// Inode of the pool file: the log id of every database's commit log.
+    ino: u64,
 }
 
 impl PmemBackend {
@@ -105,11 +110,18 @@ impl PmemBackend {
         let lock_dir = root.join("locks");
         fs::create_dir_all(&lock_dir).map_err(|e| Error::io("create", &lock_dir, e))?;
         let path = root.join(POOL_FILE);
+        let pool = Arc::new(Pool::open(path.clone(), &opts)?);
+        let ino = fs::metadata(&path)
+            .map_err(|e| Error::io("stat", &path, e))?
+            .ino();
         let backend = PmemBackend {
-            pool: Arc::new(Pool::open(path, &opts)?),
+            pool,
             lock_dir,
             huge_pages: opts.huge_pages,
+            cat_dir: root.join(crate::posix::CATALOGUE_DIR),
+            ino,
         };
+        backend.upgrade()?;
         if opts.prefault == Prefault::Open {
             backend
                 .pool
@@ -141,6 +153,98 @@ impl PmemBackend {
             self.pool.map.use_huge_pages(top as usize, len);
         }
         Ok(())
+    }
+
+    /// Creates `<root>/catalogue` with one directory per database found in the pool, if it
+    /// does not exist yet (a pool written before it existed, or a new pool).
+    fn upgrade(&self) -> Result<()> {
+        if self.cat_dir.exists() {
+            return Ok(());
+        }
+        let root = self.cat_dir.parent().expect("catalogue dir has a parent");
+        let tmp = root.join(format!(
+            ".catalogue.tmp-{:016x}",
+            crate::posix::random_u64()
+        ));
+        fs::create_dir(&tmp).map_err(|e| Error::io("create", &tmp, e))?;
+        let made = self
+            .scan_databases()
+            .and_then(|dbs| dbs.iter().try_for_each(|db| Self::make_db_dir(&tmp, db)));
+        let made = made.and_then(|_| match fs::rename(&tmp, &self.cat_dir) {
+            Ok(()) => Ok(()),
+            // Another process upgraded first: use theirs.
+            Err(_) if self.cat_dir.exists() => Ok(()),
+            Err(e) => Err(Error::io("rename", &self.cat_dir, e)),
+        });
+        let _ = fs::remove_dir_all(&tmp);
+        made
+    }
+
+    /// Creates `<parent>/<db dir name>/db.key` (atomically) unless it exists.
+    fn make_db_dir(parent: &Path, db: &Key) -> Result<()> {
+        let dir = parent.join(format::db_dir_name(db));
+        if dir.join("db.key").exists() {
+            return Ok(());
+        }
+        match fs::create_dir(&dir) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => return Err(Error::io("create", &dir, e)),
+        }
+        let bytes = format::encode_db_key_file(db).map_err(|reason| Error::BadKey {
+            key: db.to_string(),
+            reason: reason.into(),
+        })?;
+        crate::run::write_atomic(&dir, "db.key", &bytes)
+    }
+
+    /// The database `db` if its catalogue directory names it.
+    fn known(&self, db: &Key) -> Result<bool> {
+        let path = self.cat_dir.join(format::db_dir_name(db)).join("db.key");
+        match fs::read(&path) {
+            Ok(bytes) => {
+                let stored = format::decode_db_key_file(&bytes).map_err(|e| Error::Corrupt {
+                    what: "database key",
+                    path: path.clone(),
+                    detail: e.to_string(),
+                })?;
+                if &stored != db {
+                    return Err(Error::Corrupt {
+                        what: "database key",
+                        path,
+                        detail: format!("holds {stored}, expected {db} (name collision)"),
+                    });
+                }
+                Ok(true)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(Error::io("read", &path, e)),
+        }
+    }
+
+    /// Every database committed to the pool, found by reading the commit log (O(commits);
+    /// used once, to create the catalogue directories of a pool written without them).
+    fn scan_databases(&self) -> Result<Vec<Key>> {
+        let mut cache = self.pool.dbs.lock().unwrap();
+        let (scanned, ref mut dbs) = *cache;
+        let mut found = Vec::new();
+        let next = self.pool.walk(scanned, |_, off| found.push(off));
+        for off in found {
+            if let Ok(Some(bytes)) = self.pool.record(off, None)
+                && let Ok(seg) = format::decode_segment(&bytes)
+            {
+                // A snapshot with no entries is a wipe: the database is gone.
+                let alive = !(seg.is_snapshot() && seg.entries.is_empty());
+                dbs.insert(seg.db, alive);
+            }
+        }
+        cache.0 = next;
+        Ok(cache
+            .1
+            .iter()
+            .filter(|(_, alive)| **alive)
+            .map(|(k, _)| k.clone())
+            .collect())
     }
 
     fn lock_file(&self, db: &Key) -> Result<File> {
@@ -189,7 +293,10 @@ impl Backend for PmemBackend {
 
     fn open_writer(&self, db: &Key) -> Result<Box<dyn DbWriter>> {
         let lock = self.try_lock(db, libc::LOCK_SH, "a wipe or purge holds it")?;
-        Ok(Box::new(self.writer(db, Some(lock))?))
+        let w = self.writer(db, Some(lock))?;
+        // Before the first commit, so that the directories list every database.
+        Self::make_db_dir(&self.cat_dir, db)?;
+        Ok(Box::new(w))
     }
 
     fn open_reader(&self, db: &Key) -> Result<Option<Box<dyn DbReader>>> {
@@ -198,7 +305,7 @@ impl Backend for PmemBackend {
             key: db.to_string(),
             reason: reason.into(),
         })?;
-        if !self.databases()?.contains(db) {
+        if !self.known(db)? {
             return Ok(None);
         }
         Ok(Some(Box::new(PmemReader {
@@ -206,30 +313,33 @@ impl Backend for PmemBackend {
             db: db.clone(),
             db_hash: format::fnv1a64(&key),
             next: 0,
+            ino: self.ino,
         })))
     }
 
+    fn catalogue_dir(&self, db: &Key) -> Result<Option<PathBuf>> {
+        Ok(self
+            .known(db)?
+            .then(|| self.cat_dir.join(format::db_dir_name(db))))
+    }
+
     fn databases(&self) -> Result<Vec<Key>> {
-        let mut cache = self.pool.dbs.lock().unwrap();
-        let (scanned, ref mut dbs) = *cache;
-        let mut found = Vec::new();
-        let next = self.pool.walk(scanned, |_, off| found.push(off));
-        for off in found {
-            if let Ok(Some(bytes)) = self.pool.record(off, None)
-                && let Ok(seg) = format::decode_segment(&bytes)
+        let rd = match fs::read_dir(&self.cat_dir) {
+            Ok(rd) => rd,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io("list", &self.cat_dir, e)),
+        };
+        let mut out = Vec::new();
+        for ent in rd {
+            let ent = ent.map_err(|e| Error::io("list", &self.cat_dir, e))?;
+            // A directory without a readable db.key is being created or wiped: skipped.
+            if let Ok(bytes) = fs::read(ent.path().join("db.key"))
+                && let Ok(key) = format::decode_db_key_file(&bytes)
             {
-                // A snapshot with no entries is a wipe: the database is gone.
-                let alive = !(seg.is_snapshot() && seg.entries.is_empty());
-                dbs.insert(seg.db, alive);
+                out.push(key);
             }
         }
-        cache.0 = next;
-        Ok(cache
-            .1
-            .iter()
-            .filter(|(_, alive)| **alive)
-            .map(|(k, _)| k.clone())
-            .collect())
+        Ok(out)
     }
 
     fn wipe_database(&self, db: &Key) -> Result<()> {
@@ -242,7 +352,14 @@ impl Backend for PmemBackend {
                     reason: reason.into(),
                 }
             })?;
-        w.commit(&b.finish())
+        w.commit(&b.finish())?;
+        // After the empty snapshot is committed: a crash in between leaves an empty database.
+        let dir = self.cat_dir.join(format::db_dir_name(db));
+        match fs::remove_dir_all(&dir) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(Error::io("remove", &dir, e)),
+        }
     }
 
     fn exclusive(&self, db: &Key) -> Result<Box<dyn Exclusive>> {
@@ -252,6 +369,8 @@ impl Backend for PmemBackend {
                 pool: self.pool.clone(),
                 lock_dir: self.lock_dir.clone(),
                 huge_pages: self.huge_pages,
+                cat_dir: self.cat_dir.clone(),
+                ino: self.ino,
             },
             db: db.clone(),
             _lock: lock,
