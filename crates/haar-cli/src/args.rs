@@ -288,6 +288,7 @@ impl Command {
             | Command::Wipe(ModifyArgs { open, .. })
             | Command::Purge(ModifyArgs { open, .. })
             | Command::Info(InfoArgs { open, .. })
+            | Command::Compact(CompactArgs { open, .. })
             | Command::Hammer(HammerArgs { open, .. })
             | Command::WorkloadWorker(WorkerArgs { open, .. }) => open.onto(o),
             Command::Schema(SchemaArgs { store, .. })
@@ -339,6 +340,17 @@ pub enum Command {
     Purge(ModifyArgs),
     /// Show the backend, the databases and their fields, live and dead bytes, and problems.
     Info(InfoArgs),
+    /// Merge the catalogue runs of the local databases matching a request now (all when none
+    /// is given).
+    ///
+    /// Each database keeps its index as sorted runs named by a manifest, so that opening it,
+    /// retrieving a key and listing a request cost O(log N) and O(result) (design §3.1).
+    /// Writers merge in the background after their flushes; run this after a store was
+    /// written by an older haar (it upgrades nothing else: old stores stay readable as they
+    /// are), or with --full to leave one run per database. Readers and writers may run
+    /// meanwhile. Exit 0 also when another process is merging a database (reported as
+    /// busy).
+    Compact(CompactArgs),
     /// Print the schema in use, or check a schema file.
     Schema(SchemaArgs),
     /// Measure archive/retrieve throughput and latency against raw limits measured in the
@@ -468,6 +480,21 @@ pub struct ModifyArgs {
     #[arg(long)]
     pub doit: bool,
     /// JSON report.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub open: OpenArgs,
+}
+
+/// `haar compact`.
+#[derive(Debug, Args)]
+pub struct CompactArgs {
+    /// Restrict to databases matching this request.
+    pub request: Option<String>,
+    /// Merge everything into one run per database, whatever the merge policy says.
+    #[arg(long)]
+    pub full: bool,
+    /// JSON output: one object per database with its outcome.
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]

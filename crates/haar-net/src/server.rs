@@ -60,6 +60,7 @@ impl Target {
             options: StoreOptions {
                 schema: Arc::new(store.schema().clone()),
                 context: store.context().clone(),
+                merge: store.options().merge,
             },
         }
     }

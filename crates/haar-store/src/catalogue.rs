@@ -7,6 +7,8 @@
 //! under the catalogue's merge lock.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+
+use rustc_hash::FxHashMap;
 use std::fs::{self, OpenOptions};
 use std::io;
 use std::os::unix::fs::MetadataExt;
@@ -18,7 +20,7 @@ use haar_core::request::{Request, Values};
 
 use crate::backend::{Backend, Committed, DbReader, FieldBytes};
 use crate::error::{Error, Result};
-use crate::format::{self, DataRef, Entry};
+use crate::format::{self, DataRef};
 use crate::run::{self, Dead, FLAG_BASE, Manifest, Run, RunRef, Slot};
 
 /// When and how runs are merged (design §3.1).
@@ -34,11 +36,17 @@ pub struct MergePolicy {
 }
 
 impl Default for MergePolicy {
+    /// Threshold 8,192 and fanout 8, merging in the background; `HAAR_MERGE_THRESHOLD`
+    /// overrides the threshold, and `HAAR_MERGE_THRESHOLD=0` turns background merging off
+    /// (for measurements; `haar compact` still merges).
     fn default() -> Self {
+        let env = std::env::var("HAAR_MERGE_THRESHOLD")
+            .ok()
+            .and_then(|v| v.parse::<usize>().ok());
         MergePolicy {
-            threshold: 8192,
+            threshold: env.filter(|&t| t > 0).unwrap_or(8192),
             fanout: 8,
-            background: true,
+            background: env != Some(0),
         }
     }
 }
@@ -72,6 +80,44 @@ pub(crate) struct Full {
     pub(crate) dead: Dead,
 }
 
+/// Encoded entry keys ([`format::RawEntry::key`]) → their state.
+pub(crate) type Overlay = FxHashMap<Box<[u8]>, Slot>;
+
+/// Applies the entries of one segment to `map`, counting the entries they mask in `dead`.
+fn apply_raw(map: &mut Overlay, dead: &mut Dead, seg: &format::RawSegment<'_>) {
+    for e in &seg.entries {
+        let old = match map.get_mut(e.key) {
+            Some(s) => std::mem::replace(s, e.slot),
+            None => {
+                map.insert(e.key.into(), e.slot);
+                None
+            }
+        };
+        if let Some(old) = old {
+            dead.kill(&old);
+        }
+    }
+}
+
+/// Does the encoded entry key `raw` of database `db` satisfy `req` (complete match)?
+fn matches_raw(req: &Request, db: &Key, raw: &[u8]) -> bool {
+    let (index, datum) = format::raw_parts(raw);
+    req.params.iter().all(|p| {
+        let v = db.get(&p.keyword).or_else(|| {
+            index
+                .clone()
+                .chain(datum.clone())
+                .find(|(k, _)| *k == p.keyword)
+                .map(|(_, v)| v)
+        });
+        match (v, &p.values) {
+            (_, Values::All) => true,
+            (Some(v), Values::List(l)) => l.iter().any(|x| x == v),
+            (None, Values::List(l)) => l.iter().any(String::is_empty),
+        }
+    })
+}
+
 /// Identity of a manifest file: a publish renames a new file into place.
 type Stamp = (u64, i64, i64);
 
@@ -88,7 +134,8 @@ pub(crate) struct Catalogue {
     /// Oldest first.
     runs: Vec<Run>,
     stamp: Option<Stamp>,
-    overlay: HashMap<(Key, Key), Slot>,
+    /// Encoded (index, datum) key → state, for the commits after the manifest's position.
+    overlay: Overlay,
     overlay_dead: Dead,
     /// Entries applied to the overlay since the runs were loaded.
     applied: usize,
@@ -157,7 +204,7 @@ impl Catalogue {
             dir,
             runs,
             stamp: st,
-            overlay: HashMap::new(),
+            overlay: Overlay::default(),
             overlay_dead: Dead::default(),
             applied: 0,
             problems,
@@ -182,7 +229,7 @@ impl Catalogue {
                 Committed::Unreadable { origin, detail } => {
                     self.problems.push(format!("{origin}: {detail}"))
                 }
-                Committed::Segment { bytes, origin } => match format::decode_segment(&bytes) {
+                Committed::Segment { bytes, origin } => match format::decode_segment_raw(&bytes) {
                     Err(e) => self.problems.push(format!("{origin}: index segment: {e}")),
                     Ok(seg) if &seg.db != db => self.problems.push(format!(
                         "{origin}: index segment names database {}, expected {db}",
@@ -193,15 +240,7 @@ impl Catalogue {
                             self.reset();
                         }
                         self.applied += seg.entries.len();
-                        for e in seg.entries {
-                            let (k, slot) = match e {
-                                Entry::Field { index, datum, data } => ((index, datum), Some(data)),
-                                Entry::Tombstone { index, datum } => ((index, datum), None),
-                            };
-                            if let Some(Some(old)) = self.overlay.insert(k, slot) {
-                                self.overlay_dead.kill(&old);
-                            }
-                        }
+                        apply_raw(&mut self.overlay, &mut self.overlay_dead, &seg);
                     }
                 },
             }
@@ -241,7 +280,9 @@ impl Catalogue {
     }
 
     fn lookup_runs(&self, index: &Key, datum: &Key) -> Result<Option<DataRef>> {
-        if let Some(slot) = self.overlay.get(&(index.clone(), datum.clone())) {
+        if !self.overlay.is_empty()
+            && let Some(slot) = self.overlay.get(&format::raw_key(index, datum)[..])
+        {
             return Ok(*slot);
         }
         for r in self.runs.iter().rev() {
@@ -276,9 +317,9 @@ impl Catalogue {
                 m.insert((i.clone(), d), s);
             })?;
         }
-        for ((i, d), s) in &self.overlay {
-            if matches_parts(req, &[db, i, d], true) {
-                m.insert((i.clone(), d.clone()), *s);
+        for (raw, s) in &self.overlay {
+            if matches_raw(req, db, raw) {
+                m.insert(format::raw_keys(raw), *s);
             }
         }
         Ok(m.into_iter()
@@ -319,8 +360,8 @@ impl Catalogue {
             dead.add(&r.dead);
             r.for_each(&mut |i, d, s| apply(&mut fields, &mut dead, (i.clone(), d), s))?;
         }
-        for (k, s) in &self.overlay {
-            apply(&mut fields, &mut dead, k.clone(), *s);
+        for (raw, s) in &self.overlay {
+            apply(&mut fields, &mut dead, format::raw_keys(raw), *s);
         }
         dead.add(&self.overlay_dead);
         Ok(Full { fields, dead })
@@ -460,19 +501,20 @@ pub fn merge(
         // No usable manifest: everything is tail.
         Ok(None) | Err(_) => (Manifest::default(), Vec::new()),
     };
-    let mut tail: HashMap<(Key, Key), Slot> = HashMap::new();
+    let mut tail = Overlay::default();
     let mut tail_dead = Dead::default();
     let mut tail_n = 0usize;
     let mut reset = false;
     let mut problems = std::mem::take(&mut manifest.problems);
-    for c in reader.poll()? {
+    let commits = reader.poll()?;
+    for c in &commits {
         let seg = match c {
             Committed::Wiped => None,
             Committed::Unreadable { origin, detail } => {
                 problems.push(format!("{origin}: {detail}"));
                 continue;
             }
-            Committed::Segment { bytes, origin } => match format::decode_segment(&bytes) {
+            Committed::Segment { bytes, origin } => match format::decode_segment_raw(bytes) {
                 Ok(seg) if &seg.db == db => Some(seg),
                 Ok(seg) => {
                     problems.push(format!(
@@ -495,15 +537,9 @@ pub fn merge(
             runs.clear();
             manifest.runs.clear();
         }
-        for e in seg.map(|s| s.entries).unwrap_or_default() {
-            tail_n += 1;
-            let (k, slot) = match e {
-                Entry::Field { index, datum, data } => ((index, datum), Some(data)),
-                Entry::Tombstone { index, datum } => ((index, datum), None),
-            };
-            if let Some(Some(old)) = tail.insert(k, slot) {
-                tail_dead.kill(&old);
-            }
+        if let Some(seg) = seg {
+            tail_n += seg.entries.len();
+            apply_raw(&mut tail, &mut tail_dead, &seg);
         }
     }
     if !full && !reset && tail_n < policy.threshold {
@@ -517,6 +553,7 @@ pub fn merge(
         refs.push(rr);
     }
     drop(tail);
+    drop(commits);
     loop {
         let n = refs.len();
         let k = if full {

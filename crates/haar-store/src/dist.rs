@@ -420,6 +420,16 @@ impl FieldStore for DistStore {
         }
         Ok(out)
     }
+
+    fn problems(&self, req: &Request) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        for lane in &self.lanes {
+            for p in lane.store.problems(req)? {
+                out.push(format!("{p} (lane {})", lane.name));
+            }
+        }
+        Ok(out)
+    }
 }
 
 fn add_wipe(total: &mut WipeReport, r: WipeReport) {
@@ -574,6 +584,14 @@ impl FieldStore for SelectStore {
         let mut out = Vec::new();
         for (_, s) in self.overlapping(req) {
             out.extend(s.stats(req)?);
+        }
+        Ok(out)
+    }
+
+    fn problems(&self, req: &Request) -> Result<Vec<String>> {
+        let mut out = Vec::new();
+        for (_, s) in self.overlapping(req) {
+            out.extend(s.problems(req)?);
         }
         Ok(out)
     }

@@ -136,6 +136,174 @@ impl<'a> Cursor<'a> {
     pub(crate) fn remaining(&self) -> usize {
         self.buf.len() - self.pos
     }
+    pub(crate) fn pos(&self) -> usize {
+        self.pos
+    }
+}
+
+/// Checks one encoded key (the rules of [`decode_key`]) and moves past it, without
+/// building it.
+fn skip_key(c: &mut Cursor<'_>) -> Result<(), DecodeError> {
+    let n = c.u16()? as usize;
+    if n > MAX_PAIRS {
+        return Err(DecodeError::Invalid("too many key pairs"));
+    }
+    let start = c.pos();
+    for i in 0..n {
+        let kl = c.u16()? as usize;
+        if kl > MAX_KEYWORD_LEN {
+            return Err(DecodeError::Invalid("keyword too long"));
+        }
+        let k = c.take(kl)?;
+        std::str::from_utf8(k).map_err(|_| DecodeError::Invalid("keyword not UTF-8"))?;
+        let vl = c.u32()? as usize;
+        if vl > MAX_VALUE_LEN {
+            return Err(DecodeError::Invalid("value too long"));
+        }
+        std::str::from_utf8(c.take(vl)?).map_err(|_| DecodeError::Invalid("value not UTF-8"))?;
+        // Keys are short: a quadratic duplicate check over the pairs already read.
+        if i > 0
+            && RawPairs::new_body(&c.buf[start..c.pos()], i)
+                .take(i)
+                .any(|(x, _)| x.as_bytes() == k)
+        {
+            return Err(DecodeError::Invalid("duplicate keyword"));
+        }
+    }
+    Ok(())
+}
+
+/// The pairs of an encoded key (design §3) already checked by [`decode_segment_raw`],
+/// without allocating. Stops at the end of the key; [`RawPairs::rest`] is what follows.
+#[derive(Clone)]
+pub(crate) struct RawPairs<'a> {
+    buf: &'a [u8],
+    left: usize,
+}
+
+impl<'a> RawPairs<'a> {
+    /// The pairs of the key at the start of `enc`.
+    pub(crate) fn new(enc: &'a [u8]) -> RawPairs<'a> {
+        let n = enc
+            .get(0..2)
+            .map_or(0, |b| u16::from_le_bytes([b[0], b[1]]));
+        RawPairs {
+            buf: enc.get(2..).unwrap_or_default(),
+            left: n as usize,
+        }
+    }
+
+    fn new_body(body: &'a [u8], n: usize) -> RawPairs<'a> {
+        RawPairs { buf: body, left: n }
+    }
+
+    /// The bytes after the key (all pairs must have been read).
+    pub(crate) fn rest(mut self) -> &'a [u8] {
+        while self.next().is_some() {}
+        self.buf
+    }
+}
+
+impl<'a> Iterator for RawPairs<'a> {
+    type Item = (&'a str, &'a str);
+
+    fn next(&mut self) -> Option<(&'a str, &'a str)> {
+        if self.left == 0 {
+            return None;
+        }
+        let b = self.buf;
+        let kl = u16::from_le_bytes(b.get(0..2)?.try_into().ok()?) as usize;
+        let k = b.get(2..2 + kl)?;
+        let vl = u32::from_le_bytes(b.get(2 + kl..6 + kl)?.try_into().ok()?) as usize;
+        let v = b.get(6 + kl..6 + kl + vl)?;
+        self.buf = &b[6 + kl + vl..];
+        self.left -= 1;
+        Some((
+            std::str::from_utf8(k).unwrap_or_default(),
+            std::str::from_utf8(v).unwrap_or_default(),
+        ))
+    }
+}
+
+/// One entry of a segment as encoded: `key` is the index key's encoding followed by the
+/// datum key's (both self-delimiting), `slot` the field's location or `None` (tombstone).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct RawEntry<'a> {
+    pub(crate) key: &'a [u8],
+    pub(crate) slot: Option<DataRef>,
+}
+
+/// A segment decoded without building its entries' keys (catalogue replay and merges).
+pub(crate) struct RawSegment<'a> {
+    pub(crate) flags: u16,
+    pub(crate) db: Key,
+    pub(crate) entries: Vec<RawEntry<'a>>,
+}
+
+impl RawSegment<'_> {
+    pub(crate) fn is_snapshot(&self) -> bool {
+        self.flags & FLAG_SNAPSHOT != 0
+    }
+}
+
+/// [`decode_segment`] with every check, but entries left encoded.
+pub(crate) fn decode_segment_raw(buf: &[u8]) -> Result<RawSegment<'_>, DecodeError> {
+    let (flags, n, mut c) = segment_body(buf)?;
+    let db = decode_key(&mut c)?;
+    let mut entries = Vec::with_capacity(n.min(c.remaining() / 8));
+    for _ in 0..n {
+        let kind = c.u8()?;
+        let start = c.pos();
+        skip_key(&mut c)?;
+        skip_key(&mut c)?;
+        let key = &c.buf[start..c.pos()];
+        let data = decode_ref(&mut c)?;
+        let slot = match kind {
+            1 => Some(data),
+            2 if data == DataRef::default() => None,
+            2 => {
+                return Err(DecodeError::Invalid(
+                    "tombstone with a non-zero data reference",
+                ));
+            }
+            _ => return Err(DecodeError::Invalid("unknown entry kind")),
+        };
+        entries.push(RawEntry { key, slot });
+    }
+    if c.remaining() != 0 {
+        return Err(DecodeError::Invalid("trailing bytes in segment"));
+    }
+    Ok(RawSegment { flags, db, entries })
+}
+
+/// The index and datum keys of an encoded entry key.
+pub(crate) fn raw_parts(key: &[u8]) -> (RawPairs<'_>, RawPairs<'_>) {
+    let rest = RawPairs::new(key).rest();
+    (RawPairs::new(key), RawPairs::new(rest))
+}
+
+/// The encoded entry key of (index, datum), as [`RawEntry::key`] holds it.
+pub(crate) fn raw_key(index: &Key, datum: &Key) -> Vec<u8> {
+    let mut out = Vec::with_capacity(64);
+    // Keys in the catalogue were checked when archived; an unencodable one matches nothing.
+    if encode_key(index, &mut out).is_err() || encode_key(datum, &mut out).is_err() {
+        out.clear();
+    }
+    out
+}
+
+/// Builds the keys of an encoded entry key.
+pub(crate) fn raw_keys(key: &[u8]) -> (Key, Key) {
+    let (i, d) = raw_parts(key);
+    let mut index = Key::new();
+    for (k, v) in i {
+        index.push(k, v);
+    }
+    let mut datum = Key::new();
+    for (k, v) in d {
+        datum.push(k, v);
+    }
+    (index, datum)
 }
 
 /// Checks a key against the encoding limits without encoding it.
@@ -332,6 +500,41 @@ impl SegmentBuilder {
 pub fn segment_crc(encoded: &[u8]) -> u32 {
     let n = encoded.len();
     u32::from_le_bytes(encoded[n - 4..].try_into().unwrap())
+}
+
+/// Checks a segment's magic, crc, version and length; returns its flags, entry count and a
+/// cursor at its database key.
+fn segment_body(buf: &[u8]) -> Result<(u16, usize, Cursor<'_>), DecodeError> {
+    if buf.len() < SEGMENT_HEADER + 4 {
+        return Err(DecodeError::Truncated(buf.len()));
+    }
+    let magic: [u8; 4] = buf[0..4].try_into().unwrap();
+    if &magic != SEGMENT_MAGIC {
+        return Err(DecodeError::BadMagic(magic));
+    }
+    let (body, crc) = buf.split_at(buf.len() - 4);
+    let stored = u32::from_le_bytes(crc.try_into().unwrap());
+    let computed = crc32c::crc32c(body);
+    if stored != computed {
+        return Err(DecodeError::Checksum { stored, computed });
+    }
+    let mut c = Cursor::new(body);
+    c.take(4)?;
+    let version = c.u16()?;
+    if version != SEGMENT_VERSION {
+        return Err(DecodeError::Version(version));
+    }
+    let flags = c.u16()?;
+    let _writer = c.u64()?;
+    let _sequence = c.u64()?;
+    let n = c.u32()? as usize;
+    let body_len = c.u32()? as usize;
+    if body_len != c.remaining() {
+        return Err(DecodeError::Invalid(
+            "body length does not match segment length",
+        ));
+    }
+    Ok((flags, n, c))
 }
 
 /// Decodes and verifies an index segment.

@@ -120,6 +120,23 @@ pub trait FieldStore: Send {
 
     /// Per-database statistics for databases matching `req`.
     fn stats(&self, req: &Request) -> Result<Vec<DbStats>>;
+
+    /// Damage found in the databases matching `req` (corrupt index segments, unusable
+    /// catalogue runs), each prefixed with its database: what [`FieldStore::stats`] reports
+    /// as `problems`, without counting every field (a local store answers from its
+    /// catalogue in O(runs)).
+    fn problems(&self, req: &Request) -> Result<Vec<String>> {
+        Ok(self
+            .stats(req)?
+            .into_iter()
+            .flat_map(|s| {
+                let db = s.db;
+                s.problems
+                    .into_iter()
+                    .map(move |p| format!("database {db}: {p}"))
+            })
+            .collect())
+    }
 }
 
 /// The values present per keyword among `fields` (empty values left out).
@@ -190,5 +207,8 @@ impl FieldStore for Store {
     }
     fn stats(&self, req: &Request) -> Result<Vec<DbStats>> {
         Store::stats(self, req)
+    }
+    fn problems(&self, req: &Request) -> Result<Vec<String>> {
+        Store::problems(self, req)
     }
 }

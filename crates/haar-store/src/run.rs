@@ -810,50 +810,99 @@ fn new_id() -> u64 {
     crate::posix::random_u64()
 }
 
-/// Writes the entries of `map` (a database's state over part of its log) as a run.
-/// Tombstones are dropped when `flags` has [`FLAG_BASE`].
+/// Writes the entries of `map` (encoded entry keys → state: a database's state over part of
+/// its log) as a run. Tombstones are dropped when `flags` has [`FLAG_BASE`].
 pub(crate) fn write_map(
     dir: &Path,
-    map: &HashMap<(Key, Key), Slot>,
+    map: &crate::catalogue::Overlay,
     flags: u16,
     level: u32,
     dead: &Dead,
 ) -> Result<RunRef> {
+    use rustc_hash::FxHashMap;
     let base = flags & FLAG_BASE != 0;
-    let mut values: BTreeSet<&str> = BTreeSet::new();
-    // (index, datum keywords) → its entries.
-    type Groups<'a> = BTreeMap<(&'a Key, Vec<&'a str>), Vec<(&'a Key, &'a Slot)>>;
-    let mut groups: Groups<'_> = BTreeMap::new();
-    for ((index, datum), slot) in map {
+    /// Entries of one (index key, datum keywords): values flat, `nk` per row.
+    struct G<'a> {
+        index: &'a [u8],
+        keywords: Vec<&'a str>,
+        values: Vec<&'a str>,
+        slots: Vec<&'a Slot>,
+    }
+    // One pass, no allocation per entry: groups are found by (encoded index key, a hash of
+    // the datum's keywords) and confirmed by comparing the keywords.
+    let mut groups: Vec<G<'_>> = Vec::new();
+    let mut by_key: FxHashMap<(&[u8], u64), Vec<usize>> = FxHashMap::default();
+    let mut distinct: FxHashMap<&str, u32> = FxHashMap::default();
+    for (raw, slot) in map {
         if base && slot.is_none() {
             continue;
         }
-        values.extend(datum.iter().map(|(_, v)| v));
-        groups
-            .entry((index, datum.iter().map(|(k, _)| k).collect()))
-            .or_default()
-            .push((datum, slot));
+        let (index, datum) = format::raw_parts(raw);
+        let rest = index.rest();
+        let index = &raw[..raw.len() - rest.len()];
+        let sig = datum.clone().fold(0xcbf2_9ce4_8422_2325u64, |h, (k, _)| {
+            k.bytes()
+                .fold(h, |h, b| (h ^ b as u64).wrapping_mul(0x100_0000_01b3))
+                .wrapping_mul(31)
+        });
+        let cands = by_key.entry((index, sig)).or_default();
+        let gi = match cands.iter().copied().find(|&gi| {
+            groups[gi]
+                .keywords
+                .iter()
+                .copied()
+                .eq(datum.clone().map(|(k, _)| k))
+        }) {
+            Some(gi) => gi,
+            None => {
+                groups.push(G {
+                    index,
+                    keywords: datum.clone().map(|(k, _)| k).collect(),
+                    values: Vec::new(),
+                    slots: Vec::new(),
+                });
+                cands.push(groups.len() - 1);
+                groups.len() - 1
+            }
+        };
+        let g = &mut groups[gi];
+        for (_, v) in datum {
+            distinct.entry(v).or_insert(0);
+            g.values.push(v);
+        }
+        g.slots.push(slot);
     }
-    let dict: Vec<String> = values.iter().map(|v| v.to_string()).collect();
-    let ids: HashMap<&str, u32> = values
+    let mut dict: Vec<&str> = distinct.keys().copied().collect();
+    dict.sort_unstable();
+    for (i, v) in dict.iter().enumerate() {
+        distinct.insert(v, i as u32);
+    }
+    // Groups in (index key, keywords) order: decode each index key once.
+    let mut ordered: Vec<(Key, Vec<String>, &G<'_>)> = groups
         .iter()
-        .enumerate()
-        .map(|(i, v)| (*v, i as u32))
+        .map(|g| {
+            let mut index = Key::new();
+            for (k, v) in format::RawPairs::new(g.index) {
+                index.push(k, v);
+            }
+            (index, g.keywords.iter().map(|k| k.to_string()).collect(), g)
+        })
         .collect();
-    let mut w = RunWriter::create(dir, new_id(), dict)?;
-    let mut rows: Vec<(Vec<u32>, &Slot)> = Vec::new();
-    for ((index, kws), entries) in groups {
-        let kws: Vec<String> = kws.iter().map(|k| k.to_string()).collect();
-        w.group(index, &kws);
-        rows.clear();
-        rows.extend(
-            entries
-                .into_iter()
-                .map(|(d, s)| (d.iter().map(|(_, v)| ids[v]).collect(), s)),
-        );
-        rows.sort_unstable_by(|a, b| a.0.cmp(&b.0));
-        for (ids, slot) in &rows {
-            w.push(ids, slot)?;
+    ordered.sort_by(|a, b| (&a.0, &a.1).cmp(&(&b.0, &b.1)));
+    let mut w = RunWriter::create(dir, new_id(), dict.iter().map(|v| v.to_string()).collect())?;
+    let mut ids: Vec<u32> = Vec::new();
+    let mut order: Vec<usize> = Vec::new();
+    for (index, kws, g) in ordered {
+        w.group(&index, &kws);
+        let nk = kws.len();
+        ids.clear();
+        ids.extend(g.values.iter().map(|v| distinct[v]));
+        order.clear();
+        order.extend(0..g.slots.len());
+        let row = |r: usize| &ids[r * nk..(r + 1) * nk];
+        order.sort_unstable_by(|&a, &b| row(a).cmp(row(b)));
+        for &r in &order {
+            w.push(row(r), g.slots[r])?;
         }
     }
     w.finish(flags, level, dead)

@@ -6,7 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, mpsc};
 
 use haar_core::Key;
@@ -111,15 +111,14 @@ struct PendingDb {
 /// The background thread that merges catalogue runs after flushes (design §3.1).
 struct Merger {
     tx: Option<mpsc::Sender<Key>>,
-    stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Merger {
     fn start(backend: Arc<dyn Backend>, policy: MergePolicy) -> Merger {
         let (tx, rx) = mpsc::channel::<Key>();
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
+        // Never set: a closing store finishes the merges it asked for.
+        let flag = AtomicBool::new(false);
         let thread = std::thread::Builder::new()
             .name("haar-merge".into())
             .spawn(move || {
@@ -130,9 +129,6 @@ impl Merger {
                     dbs.sort();
                     dbs.dedup();
                     for db in dbs {
-                        if flag.load(Ordering::Relaxed) {
-                            return;
-                        }
                         if let Err(e) = crate::catalogue::merge(&*backend, &db, &policy, &flag, false)
                         {
                             // Reads stay correct (they replay the log); say why they are slower.
@@ -146,15 +142,15 @@ impl Merger {
             .ok();
         Merger {
             tx: thread.as_ref().map(|_| tx),
-            stop,
             thread,
         }
     }
 }
 
 impl Drop for Merger {
+    /// Finishes the merges already asked for (the data is committed; this keeps the next
+    /// reader's tail short), then ends the thread.
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
         self.tx = None;
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -870,6 +866,19 @@ impl Store {
             );
         }
         Ok(report)
+    }
+
+    /// The damage found in the databases matching `req` (as [`Store::stats`] reports it),
+    /// each prefixed with its database; costs O(runs), not O(fields).
+    pub fn problems(&self, req: &Request) -> Result<Vec<String>> {
+        let (resolved, _) = self.resolve(req)?;
+        let mut out = Vec::new();
+        for db in self.candidate_dbs(&resolved)? {
+            if let Some(p) = self.with_catalogue(&db, |c| Ok(c.problems.clone()))? {
+                out.extend(p.into_iter().map(|p| format!("database {db}: {p}")));
+            }
+        }
+        Ok(out)
     }
 
     /// Statistics for every database matching `req`.

@@ -129,6 +129,10 @@ fn run(kind: &str) {
         }
     }
     verify(kind, &root, &acked);
+    assert!(
+        manifests(&root) > 0,
+        "{kind}: the writers published no catalogue manifest, so no kill hit a merge"
+    );
     eprintln!(
         "crash test {kind}: {killed_mid} writer processes killed before finishing; acks seen per kill: {acks_at_kill:?}"
     );
@@ -141,6 +145,25 @@ fn run(kind: &str) {
         landed_mid_run > trials() / 4,
         "too few kills landed between flushes ({landed_mid_run}); the test is not testing"
     );
+}
+
+/// Catalogue manifests under `dir` (design §3.1): the writers merge after nearly every
+/// flush, so kills also land during merges.
+fn manifests(dir: &std::path::Path) -> usize {
+    std::fs::read_dir(dir)
+        .map(|rd| {
+            rd.flatten()
+                .map(|e| {
+                    let p = e.path();
+                    if p.is_dir() {
+                        manifests(&p)
+                    } else {
+                        usize::from(p.file_name().is_some_and(|n| n == "manifest"))
+                    }
+                })
+                .sum()
+        })
+        .unwrap_or(0)
 }
 
 fn verify(kind: &str, root: &std::path::Path, acked: &BTreeMap<u32, i64>) {

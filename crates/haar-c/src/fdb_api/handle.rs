@@ -309,6 +309,9 @@ impl FieldStore for Checked<'_> {
     fn stats(&self, req: &Request) -> haar::Result<Vec<DbStats>> {
         self.inner.stats(req)
     }
+    fn problems(&self, req: &Request) -> Result<Vec<String>> {
+        self.inner.problems(req)
+    }
 }
 
 /// Makes every field archived through `fdb` durable and visible to every reader (atomically

@@ -15,8 +15,8 @@ use serde_json::json;
 
 use crate::Failure;
 use crate::args::{
-    AxesArgs, Cli, Command, Generate, GenerateArgs, InfoArgs, ListArgs, ModifyArgs, RetrieveArgs,
-    SchemaArgs,
+    AxesArgs, Cli, Command, CompactArgs, Generate, GenerateArgs, InfoArgs, ListArgs, ModifyArgs,
+    RetrieveArgs, SchemaArgs,
 };
 use crate::open;
 
@@ -30,6 +30,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Wipe(a) => wipe(&cli, a),
         Command::Purge(a) => purge(&cli, a),
         Command::Info(a) => info(&cli, a),
+        Command::Compact(a) => compact(&cli, a),
         Command::Schema(a) => schema(&cli, a),
         Command::Bench(a) => workloads::bench(a),
         Command::ImportFdb5(a) => import::run(&cli, a),
@@ -93,13 +94,7 @@ fn list(cli: &Cli, a: &ListArgs) -> Result<(), Failure> {
     let mut json_items = Vec::new();
     let mut problems = Vec::new();
     for req in open::requests(a.request.as_deref())? {
-        for s in store.stats(&req)? {
-            problems.extend(
-                s.problems
-                    .into_iter()
-                    .map(|p| format!("database {}: {p}", s.db)),
-            );
-        }
+        problems.extend(store.problems(&req)?);
         for f in store.list(&req)? {
             if a.json {
                 let mut item = json!({
@@ -317,6 +312,45 @@ fn purge(cli: &Cli, a: &ModifyArgs) -> Result<(), Failure> {
         )?;
         if !a.doit {
             outln!("(dry run: add --doit to purge)")?;
+        }
+    }
+    Ok(())
+}
+
+fn compact(cli: &Cli, a: &CompactArgs) -> Result<(), Failure> {
+    if open::open_options(cli).servers.is_some() {
+        return Err(Failure::usage(
+            "haar compact works on a local store: run it on the server's node with its --root (servers also merge in the background after flushes)",
+        ));
+    }
+    let store = open::store(cli)?;
+    for req in open::requests(a.request.as_deref())? {
+        for (db, outcome) in store.compact(&req, a.full)? {
+            if a.json {
+                outln!("{}", json!({"db": db.to_string(), "result": outcome}))?;
+                continue;
+            }
+            let what = match outcome {
+                haar_store::MergeOutcome::Published {
+                    tail,
+                    runs,
+                    entries,
+                } => format!(
+                    "merged {tail} new entr{}; {runs} run(s) hold {entries} entr{}",
+                    if tail == 1 { "y" } else { "ies" },
+                    if entries == 1 { "y" } else { "ies" }
+                ),
+                haar_store::MergeOutcome::Nothing { tail } => {
+                    format!("up to date ({tail} entries since the last merge)")
+                }
+                haar_store::MergeOutcome::Busy => "busy: another process is merging it".into(),
+                haar_store::MergeOutcome::Gone => "gone: wiped meanwhile".into(),
+                haar_store::MergeOutcome::Stopped => "stopped".into(),
+                haar_store::MergeOutcome::Unsupported => {
+                    "this backend keeps no catalogue runs".into()
+                }
+            };
+            outln!("{db}: {what}")?;
         }
     }
     Ok(())
