@@ -6,7 +6,7 @@
 //! replayed) and the checksum check on every read. Readers never write; only [`merge`] does,
 //! under the catalogue's merge lock.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{HashMap, HashSet};
 
 use rustc_hash::FxHashMap;
 use std::fs::{self, OpenOptions};
@@ -49,29 +49,6 @@ impl Default for MergePolicy {
             background: env != Some(0),
         }
     }
-}
-
-/// The value of `keyword` in the first of `parts` that has it.
-fn part_get<'a>(parts: &[&'a Key], keyword: &str) -> Option<&'a str> {
-    parts.iter().find_map(|k| k.get(keyword))
-}
-
-/// Does the key made of `parts` satisfy every parameter of `req`? With `complete`, a
-/// parameter whose keyword the key lacks fails unless it allows the empty value or `all`.
-pub(crate) fn matches_parts(req: &Request, parts: &[&Key], complete: bool) -> bool {
-    req.params
-        .iter()
-        .all(|p| match part_get(parts, &p.keyword) {
-            Some(v) => match &p.values {
-                Values::All => true,
-                Values::List(list) => list.iter().any(|x| x == v),
-            },
-            None => {
-                !complete
-                    || matches!(&p.values, Values::All)
-                    || matches!(&p.values, Values::List(l) if l.iter().any(String::is_empty))
-            }
-        })
 }
 
 /// The whole state of a database, for statistics and purge: O(fields).
@@ -311,20 +288,48 @@ impl Catalogue {
     }
 
     fn list_runs(&self, db: &Key, req: &Request) -> Result<Vec<(Key, Key, DataRef)>> {
-        let mut m: BTreeMap<(Key, Key), Slot> = BTreeMap::new();
+        // Matches per source (runs oldest first, then the overlay); each source's are exact.
+        let mut sources: Vec<Vec<(Key, Key, Slot)>> = Vec::new();
         for r in &self.runs {
-            r.scan(db, req, &mut |i, d, s| {
-                m.insert((i.clone(), d), s);
-            })?;
-        }
-        for (raw, s) in &self.overlay {
-            if matches_raw(req, db, raw) {
-                m.insert(format::raw_keys(raw), *s);
+            let mut v = Vec::new();
+            r.scan(db, req, &mut |i, d, s| v.push((i.clone(), d, s)))?;
+            if !v.is_empty() {
+                sources.push(v);
             }
         }
-        Ok(m.into_iter()
-            .filter_map(|((i, d), s)| s.map(|r| (i, d, r)))
-            .filter(|(i, d, _)| matches_parts(req, &[db, i, d], true))
+        let v: Vec<(Key, Key, Slot)> = (self.overlay.iter())
+            .filter(|(raw, _)| matches_raw(req, db, raw))
+            .map(|(raw, s)| {
+                let (i, d) = format::raw_keys(raw);
+                (i, d, *s)
+            })
+            .collect();
+        if !v.is_empty() {
+            sources.push(v);
+        }
+        let by_key = |a: &(Key, Key, Slot), b: &(Key, Key, Slot)| (&a.0, &a.1).cmp(&(&b.0, &b.1));
+        let merged = if sources.len() <= 1 {
+            // The common case (a step's fields sit in one run): already in order unless
+            // several keyword lists share an index key.
+            let mut v = sources.pop().unwrap_or_default();
+            if !v.is_sorted_by(|a, b| by_key(a, b).is_le()) {
+                v.sort_by(by_key);
+            }
+            v
+        } else {
+            // Newest source first among equal keys, then keep the first of each key.
+            let mut all: Vec<(usize, (Key, Key, Slot))> = sources
+                .into_iter()
+                .enumerate()
+                .flat_map(|(rank, v)| v.into_iter().map(move |e| (rank, e)))
+                .collect();
+            all.sort_by(|a, b| by_key(&a.1, &b.1).then(b.0.cmp(&a.0)));
+            all.dedup_by(|later, first| by_key(&later.1, &first.1).is_eq());
+            all.into_iter().map(|(_, e)| e).collect()
+        };
+        Ok(merged
+            .into_iter()
+            .filter_map(|(i, d, s)| s.map(|r| (i, d, r)))
             .collect())
     }
 

@@ -538,8 +538,9 @@ impl Run {
 
     /// Hands every entry of the run that may match `req` (resolved) in database `db` to
     /// `emit`: groups whose index key contradicts the request are skipped, and datum values
-    /// the request lists narrow each group by binary search. Never misses a match; the
-    /// caller applies the exact test.
+    /// the request lists narrow each group by binary search; the others are filtered by id.
+    /// Exact: an entry is handed over if and only if its key (with `db`) matches `req` as a
+    /// complete key.
     pub(crate) fn scan(
         &self,
         db: &Key,
