@@ -684,3 +684,67 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
     }
     out
 }
+
+/// `haar compact`: merging changes no answer, reports what it did (text and JSON), and a
+/// second run finds nothing new; on both persistent backends.
+#[test]
+fn compact_merges_without_changing_any_answer() {
+    for backend in ["posix", "pmem"] {
+        let tmp = if backend == "pmem" {
+            tempfile::tempdir_in("/dev/shm").unwrap()
+        } else {
+            tempfile::tempdir().unwrap()
+        };
+        let root = tmp.path().join("store");
+        for step in [0u32, 6, 12, 18] {
+            archive_raw(
+                &root,
+                backend,
+                tmp.path(),
+                step,
+                "167",
+                format!("b{step}").as_bytes(),
+            );
+        }
+        let before = ok(&haar(&root, backend, &["list", DB]));
+        assert_eq!(before.lines().count(), 4, "{before}");
+        // Below the merge threshold: the policy leaves it, --full merges anyway.
+        let o = ok(&haar(&root, backend, &["compact", DB, "--json"]));
+        let v: serde_json::Value = serde_json::from_str(o.trim()).unwrap();
+        assert_eq!(v["result"]["outcome"], "nothing", "{o}");
+        assert_eq!(v["result"]["tail"], 4, "{o}");
+        let o = ok(&haar(&root, backend, &["compact", "--full"]));
+        assert!(
+            o.contains("merged 4 new entries; 1 run(s) hold 4 entries"),
+            "{backend}: {o}"
+        );
+        assert_eq!(
+            ok(&haar(&root, backend, &["list", DB])),
+            before,
+            "{backend}"
+        );
+        let out = tmp.path().join("out.bin");
+        ok(&haar(
+            &root,
+            backend,
+            &[
+                "retrieve",
+                &format!("{DB},type=fc,levtype=sfc,step=12,param=167"),
+                "-o",
+                out.to_str().unwrap(),
+            ],
+        ));
+        assert_eq!(std::fs::read(&out).unwrap(), b"b12", "{backend}");
+        let o = ok(&haar(&root, backend, &["compact", "--json"]));
+        let v: serde_json::Value = serde_json::from_str(o.trim()).unwrap();
+        assert_eq!(v["result"]["tail"], 0, "{backend}: {o}");
+        // A server's store is compacted on its node.
+        let o = haar(&root, backend, &["--servers", "127.0.0.1:1", "compact"]);
+        assert_eq!(code(&o), 1, "{}", stderr(&o));
+        assert!(
+            stderr(&o).contains("on the server's node"),
+            "{}",
+            stderr(&o)
+        );
+    }
+}
