@@ -379,3 +379,52 @@ fn a_fresh_reader_replays_only_the_tail() {
     let r = fresh.retrieve_keys(&keys, |_, _, _| Ok(())).unwrap();
     assert_eq!(r.found, keys.len());
 }
+
+#[test]
+fn a_pmem_pool_written_before_catalogue_directories_is_upgraded_on_open() {
+    let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+    let root = dir.path().to_path_buf();
+    let make = || Arc::new(PmemBackend::open(&root, pmem_options()).unwrap()) as Arc<dyn Backend>;
+    let mut s = store(&make());
+    let mut keys = Vec::new();
+    for date in DATES {
+        for step in 0..3 {
+            let k = key(date, false, step, 1, "130");
+            s.archive(&k, &bytes(&k, 1)).unwrap();
+            keys.push(k);
+        }
+        s.flush().unwrap();
+    }
+    drop(s);
+    // What a pool written by an older haar looks like: no catalogue directory at all.
+    std::fs::remove_dir_all(root.join("catalogue")).unwrap();
+    let fresh = store(&make());
+    assert!(
+        root.join("catalogue").is_dir(),
+        "opening creates the directories"
+    );
+    let mut dbs: Vec<String> = fresh
+        .backend()
+        .databases()
+        .unwrap()
+        .iter()
+        .map(|k| k.to_string())
+        .collect();
+    dbs.sort();
+    assert_eq!(dbs.len(), 2, "{dbs:?}");
+    let mut n = 0;
+    fresh
+        .retrieve_keys(&keys, |k, b, _| {
+            assert_eq!(b, &bytes(k, 1)[..]);
+            n += 1;
+            Ok(())
+        })
+        .unwrap();
+    assert_eq!(n, keys.len());
+    // A whole-database wipe removes its directory: the database is gone for new readers.
+    let mut w = store(&make());
+    w.wipe(&db_request(DATES[0]), true).unwrap();
+    let dbs = store(&make()).backend().databases().unwrap();
+    assert_eq!(dbs.len(), 1, "{dbs:?}");
+    assert_eq!(dbs[0].get("date"), Some(DATES[1]));
+}
