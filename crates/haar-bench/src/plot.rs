@@ -197,8 +197,10 @@ pub struct LogPanel {
 /// The powers of ten from below `lo` to above `hi` (the decades a log axis spans), at least
 /// one decade.
 fn decades(lo: f64, hi: f64) -> (i32, i32) {
-    let a = lo.log10().floor() as i32;
-    let b = (hi.log10().ceil() as i32).max(a + 1);
+    // A hair's tolerance: 1,001,196 fields (10^6 rounded up to whole member-steps) sits on
+    // the 10^6 line, not a decade below the next.
+    let a = (lo.log10() + 0.01).floor() as i32;
+    let b = ((hi.log10() - 0.01).ceil() as i32).max(a + 1);
     (a, b)
 }
 
@@ -395,5 +397,6 @@ mod tests {
             ("1e5".into(), "0.1".into(), "100".into())
         );
         assert_eq!(decades(0.5, 0.6), (-1, 0));
+        assert_eq!(decades(100_284.0, 1_001_196.0), (5, 6));
     }
 }

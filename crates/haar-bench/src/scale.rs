@@ -926,6 +926,7 @@ pub fn run(o: &Options) -> Result<(), Error> {
 }
 
 fn run_in(o: &Options, dir: &Path) -> Result<(), Error> {
+    let load_start = loadavg();
     let haar_root = dir.join("haar");
     let fdb5_root = dir.join("fdb5");
     let exe = std::env::current_exe().map_err(io("cannot find the haar executable"))?;
@@ -1064,6 +1065,7 @@ fn run_in(o: &Options, dir: &Path) -> Result<(), Error> {
 
     let report = json!({
         "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "loadavg": { "start": load_start, "end": loadavg() },
         "machine": crate::bench::machine_description(),
         "backend": o.backend,
         "root": dir.display().to_string(),
@@ -1105,6 +1107,14 @@ fn run_in(o: &Options, dir: &Path) -> Result<(), Error> {
         png.display()
     );
     Ok(())
+}
+
+/// The host's load averages (`/proc/loadavg`'s first three figures): this benchmark shares
+/// its host, and a busy one shows here.
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
 }
 
 fn f(v: &Value) -> f64 {
@@ -1292,8 +1302,10 @@ fn render(r: &Value) -> String {
         },
     ));
     s.push_str(&format!(
-        "p50 of {} runs after one untimed warm-up (RSS: the largest); `speed-up`: FDB5's cost ÷ haar's (archive: haar's rate ÷ FDB5's)\n\n",
-        r["runs"]
+        "p50 of {} runs after one untimed warm-up (RSS: the largest); `speed-up`: FDB5's cost ÷ haar's (archive: haar's rate ÷ FDB5's); host load average {} at the start, {} at the end\n\n",
+        r["runs"],
+        r["loadavg"]["start"].as_str().unwrap_or("?"),
+        r["loadavg"]["end"].as_str().unwrap_or("?"),
     ));
     s.push_str("| fields | store | archive fields/s | open + 1st read ms | list ms | retrieve ms | list CLI ms | retrieve CLI ms | retrieve CLI RSS MB | store MB |\n");
     s.push_str("|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
@@ -1367,6 +1379,8 @@ fn markdown(r: &Value, table: &str) -> String {
          - *CLI*: a fresh process, wall from spawn to reap with its output read: `haar list`,\n\
            `haar retrieve` (stdout) beside FDB5's `fdb-list` and `fdb-read` (to a file) from the\n\
            same wheel; *RSS*: `ru_maxrss` of that process (`wait4`), in MB (10^6 bytes).\n\
+         - *store MB*: blocks allocated under the store's directory (haar on pmem: the pool\n\
+           file, which the backend provisions 1 GiB at a time).\n\
          - Which member-steps and fields are measured is drawn at random among those filled;\n\
            both stores get the same draws. Every read is checked (length, field number).\n\n\
          ![cost against size](scale.png)\n\n{}\n",
@@ -1414,16 +1428,16 @@ fn plot(r: &Value, path: &Path) -> Result<(), String> {
             title: "Peak RSS of a one-off CLI retrieve".into(),
             ylabel: "MB".into(),
             series: vec![
-                series("haar", "retrieve_cli_rss_mb", "haar retrieve"),
-                series("fdb5", "retrieve_cli_rss_mb", "FDB5 fdb-read"),
+                series("haar", "retrieve_cli_rss_mb", "haar CLI"),
+                series("fdb5", "retrieve_cli_rss_mb", "FDB5 CLI"),
             ],
         },
         LogPanel {
             title: "Archive rate reaching each size".into(),
             ylabel: "fields/s".into(),
             series: vec![
-                series("haar", "archive_fields_per_s", "haar"),
-                series("fdb5", "archive_fields_per_s", "FDB5"),
+                series("haar", "archive_fields_per_s", "haar in-process"),
+                series("fdb5", "archive_fields_per_s", "FDB5 in-process"),
             ],
         },
     ];
