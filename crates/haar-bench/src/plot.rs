@@ -192,6 +192,8 @@ pub struct LogPanel {
     pub ylabel: String,
     /// Its lines; points with x or y not positive are left out.
     pub series: Vec<Series>,
+    /// A target drawn as a dashed horizontal line with its label (`≤ 20 ms`).
+    pub target: Option<(f64, String)>,
 }
 
 /// The powers of ten from below `lo` to above `hi` (the decades a log axis spans), at least
@@ -263,9 +265,19 @@ pub fn scale_png(path: &std::path::Path, title: &str, panels: &[LogPanel]) -> Re
             pts.iter().map(|q| q.0).fold(f64::INFINITY, f64::min),
             pts.iter().map(|q| q.0).fold(0.0, f64::max),
         );
+        let target = p.target.as_ref().filter(|t| t.0 > 0.0 && t.0.is_finite());
+        // Room below a line on a decade and above the highest line, for the legend.
         let (y0, y1) = decades(
-            pts.iter().map(|q| q.1).fold(f64::INFINITY, f64::min),
-            pts.iter().map(|q| q.1).fold(0.0, f64::max),
+            0.9 * pts
+                .iter()
+                .map(|q| q.1)
+                .chain(target.map(|t| t.0))
+                .fold(f64::INFINITY, f64::min),
+            10.0 * pts
+                .iter()
+                .map(|q| q.1)
+                .chain(target.map(|t| t.0))
+                .fold(0.0, f64::max),
         );
         let px = |x: f64| {
             left + ((x.log10() - x0 as f64) / (x1 - x0) as f64 * (right - left) as f64) as i32
@@ -328,6 +340,19 @@ pub fn scale_png(path: &std::path::Path, title: &str, panels: &[LogPanel]) -> Re
             true,
         )
         .map_err(err)?;
+        if let Some((t, text)) = target {
+            let y = py(*t);
+            let mut x = left;
+            while x < right {
+                root.draw(&PathElement::new(
+                    vec![(x, y), ((x + 8).min(right), y)],
+                    ShapeStyle::from(&dark).stroke_width(2),
+                ))
+                .map_err(err)?;
+                x += 14;
+            }
+            label(&root, text, (right - 4, y - 10), SMALL, &dark, RIGHT, false).map_err(err)?;
+        }
         for (k, s) in p.series.iter().enumerate() {
             let c = color(&s.name);
             let line: Vec<(i32, i32)> = s
@@ -378,6 +403,7 @@ mod tests {
         let panel = |t: &str| LogPanel {
             title: t.into(),
             ylabel: "ms".into(),
+            target: Some((20.0, "target ≤ 20 ms".into())),
             series: vec![
                 Series {
                     name: "haar".into(),

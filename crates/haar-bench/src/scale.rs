@@ -1407,6 +1407,7 @@ fn plot(r: &Value, path: &Path) -> Result<(), String> {
         LogPanel {
             title: "List of 1,644 fields".into(),
             ylabel: "ms".into(),
+            target: Some((10.0, "target ≤ 10 ms at 10^6".into())),
             series: vec![
                 series("haar", "list_ms", "haar in-process"),
                 series("haar", "list_cli_ms", "haar CLI"),
@@ -1417,6 +1418,7 @@ fn plot(r: &Value, path: &Path) -> Result<(), String> {
         LogPanel {
             title: "Retrieve one field".into(),
             ylabel: "ms".into(),
+            target: Some((20.0, "target (CLI) ≤ 20 ms at 10^6".into())),
             series: vec![
                 series("haar", "open_ms", "haar fresh handle"),
                 series("haar", "retrieve_cli_ms", "haar CLI"),
@@ -1427,6 +1429,7 @@ fn plot(r: &Value, path: &Path) -> Result<(), String> {
         LogPanel {
             title: "Peak RSS of a one-off CLI retrieve".into(),
             ylabel: "MB".into(),
+            target: Some((50.0, "target ≤ 50 MB at 10^6".into())),
             series: vec![
                 series("haar", "retrieve_cli_rss_mb", "haar CLI"),
                 series("fdb5", "retrieve_cli_rss_mb", "FDB5 CLI"),
@@ -1435,6 +1438,7 @@ fn plot(r: &Value, path: &Path) -> Result<(), String> {
         LogPanel {
             title: "Archive rate reaching each size".into(),
             ylabel: "fields/s".into(),
+            target: None,
             series: vec![
                 series("haar", "archive_fields_per_s", "haar in-process"),
                 series("fdb5", "archive_fields_per_s", "FDB5 in-process"),
