@@ -135,6 +135,51 @@ fn scale_mode_measures_both_stores_at_every_size_and_saves_json_markdown_and_plo
     assert!(empty(root.path()), "the run's stores were left behind");
 }
 
+#[test]
+fn scale_mode_runs_on_the_posix_backend_too() {
+    let root = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let json = out.path().join("posix.json");
+    let stdout = haar_ok([
+        "bench".as_ref(),
+        "--scale".as_ref(),
+        "--backend".as_ref(),
+        "posix".as_ref(),
+        "--sizes".as_ref(),
+        "1000,3000".as_ref(),
+        "--field-bytes".as_ref(),
+        "16".as_ref(),
+        "--runs".as_ref(),
+        "1".as_ref(),
+        "--no-fdb5".as_ref(),
+        "--root".as_ref(),
+        root.path().as_os_str(),
+        "--out".as_ref(),
+        out.path().as_os_str(),
+        "--json".as_ref(),
+        json.as_os_str(),
+        "--quiet".as_ref(),
+    ]);
+    assert!(stdout.contains("FDB5 not run: --no-fdb5 given"), "{stdout}");
+    let r: Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(r["backend"], "posix");
+    assert!(
+        r["haar"].as_str().unwrap().contains("posix"),
+        "{}",
+        r["haar"]
+    );
+    for row in r["sizes"].as_array().unwrap() {
+        check_side(row, "haar");
+        assert!(row["fdb5"].is_null());
+    }
+    assert!(
+        !out.path().join("scale.json").exists(),
+        "--json names the file"
+    );
+    assert!(out.path().join("scale.png").exists());
+    assert!(empty(root.path()));
+}
+
 fn empty(dir: &Path) -> bool {
     std::fs::read_dir(dir).unwrap().next().is_none()
 }
