@@ -18,7 +18,9 @@
 //!
 //! What FDB5's C API does not offer through this adapter fails with [`StoreError::Config`] naming
 //! the operation: wipe, purge, stats, and listing a request that does not give every keyword
-//! its values (`fdb_list` is not used: its C signature differs between FDB5 5.10 and 5.11+).
+//! its values ([`FieldStore::list`] does not use `fdb_list`: its C signature differs between
+//! FDB5 5.10 and 5.11+). [`Fdb5Store::list_count`] does, where the library is 5.11 or later
+//! (the `fdb5lib` wheel's 5.25, named by [`LIB_ENV`]), for the scale benchmark.
 //!
 //! Every `unsafe` of haar's access to FDB5 is in this module; each says why it is sound.
 //! Owns FDB5's C API and its set-up (a self-contained root); must not know any workload.
@@ -59,28 +61,91 @@ struct Api {
     datareader_read: unsafe extern "C" fn(H, *mut c_void, c_long, *mut c_long) -> c_int,
     datareader_close: unsafe extern "C" fn(H) -> c_int,
     delete_datareader: unsafe extern "C" fn(H) -> c_int,
+    /// `fdb_list` and its iterator as FDB5 5.11 and later declare them; `None` where the
+    /// library lacks them.
+    list: Option<ListApi>,
 }
 
+/// FDB5's listing (5.11+: `fdb_list(fdb, req, &it, duplicates, depth)`). FDB5 5.10 declares
+/// `fdb_list` with other arguments under the same name, so [`Fdb5Store::open`] drops this
+/// where the library reports a version before 5.11.
+struct ListApi {
+    list: unsafe extern "C" fn(H, H, *mut H, bool, c_int) -> c_int,
+    next: unsafe extern "C" fn(H) -> c_int,
+    attrs: unsafe extern "C" fn(H, *mut *const c_char, *mut usize, *mut usize) -> c_int,
+    delete: unsafe extern "C" fn(H) -> c_int,
+}
+
+/// `fdb_listiterator_next`'s return at the end of a listing (`FDB_ITERATION_COMPLETE`).
+const ITERATION_COMPLETE: c_int = 3;
+
 const LIBS: [&str; 2] = ["libfdb5.so.0d", "libfdb5.so"];
+
+/// Names the FDB5 library to load instead of the system's (a path, e.g. the `fdb5lib`
+/// wheel's `lib64/libfdb5.so`; its companions must be on `LD_LIBRARY_PATH`).
+pub const LIB_ENV: &str = "HAAR_FDB5_LIB";
 
 // Each transmute's target type is the `Api` field it initialises, spelled out there.
 #[allow(clippy::missing_transmute_annotations)]
 fn load() -> Result<Api, String> {
-    let mut lib = std::ptr::null_mut();
-    for name in LIBS {
+    let open = |name: &str| {
         let c = CString::new(name).expect("no NUL");
         // SAFETY: dlopen with a valid C string; the library stays loaded for the process.
-        lib = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) };
-        if !lib.is_null() {
-            break;
+        unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_NOW | libc::RTLD_GLOBAL) }
+    };
+    let lib = match std::env::var(LIB_ENV).ok().filter(|v| !v.is_empty()) {
+        Some(path) => {
+            let lib = open(&path);
+            if lib.is_null() {
+                // SAFETY: dlerror returns a thread-local C string or NULL.
+                let why = unsafe {
+                    let e = libc::dlerror();
+                    if e.is_null() {
+                        String::new()
+                    } else {
+                        CStr::from_ptr(e).to_string_lossy().into_owned()
+                    }
+                };
+                return Err(format!("cannot load {path} (${LIB_ENV}): {why}"));
+            }
+            lib
         }
-    }
+        None => LIBS
+            .iter()
+            .map(|name| open(name))
+            .find(|l| !l.is_null())
+            .unwrap_or(std::ptr::null_mut()),
+    };
     if lib.is_null() {
         return Err(
             "the FDB5 library (libfdb5.so) is not installed: apt-get install fdb5 libfdb5-dev"
                 .into(),
         );
     }
+    let optional = |name: &str| {
+        let c = CString::new(name).expect("no NUL");
+        // SAFETY: dlsym on a handle from dlopen.
+        unsafe { libc::dlsym(lib, c.as_ptr()) }
+    };
+    let list = [
+        "fdb_list",
+        "fdb_listiterator_next",
+        "fdb_listiterator_attrs",
+        "fdb_delete_listiterator",
+    ]
+    .map(optional);
+    let list = (!list.iter().any(|p| p.is_null())).then(|| {
+        // SAFETY: the symbols' C signatures (FDB5 5.11+, fdb5/api/fdb_c.h) are the fields'
+        // types; `open` drops these for older libraries, whose `fdb_list` differs.
+        unsafe {
+            ListApi {
+                list: std::mem::transmute::<*mut c_void, _>(list[0]),
+                next: std::mem::transmute::<*mut c_void, _>(list[1]),
+                attrs: std::mem::transmute::<*mut c_void, _>(list[2]),
+                delete: std::mem::transmute::<*mut c_void, _>(list[3]),
+            }
+        }
+    });
     macro_rules! sym {
         ($name:literal) => {{
             let c = CString::new($name).expect("no NUL");
@@ -114,6 +179,7 @@ fn load() -> Result<Api, String> {
         datareader_read: sym!("fdb_datareader_read"),
         datareader_close: sym!("fdb_datareader_close"),
         delete_datareader: sym!("fdb_delete_datareader"),
+        list,
     })
 }
 
@@ -122,17 +188,21 @@ pub fn available() -> bool {
     load().is_ok() && Path::new("/etc/fdb/schema").exists()
 }
 
-/// Prepares a self-contained FDB5 under `root` (config, schema copy, empty dbnames, `db/`)
+/// Prepares a self-contained FDB5 under `root` (config, schema, empty dbnames, `db/`)
 /// and returns the environment its processes need.
 pub fn setup_root(root: &Path) -> Result<Vec<(String, String)>, Error> {
     let io = |what: &str, p: &Path| io(format!("FDB5 set-up: cannot {what} {}", p.display()));
     let db = root.join("db");
     std::fs::create_dir_all(&db).map_err(io("create", &db))?;
     let schema = root.join("schema");
-    std::fs::copy("/etc/fdb/schema", &schema).map_err(io(
-        "copy /etc/fdb/schema (is the fdb5 package installed?) to",
-        &schema,
-    ))?;
+    // FDB5's default schema where FDB5 is installed system-wide; else (PyPI's wheel ships
+    // none) haar's built-in schema, which is FDB5's default.
+    if Path::new("/etc/fdb/schema").exists() {
+        std::fs::copy("/etc/fdb/schema", &schema)
+            .map_err(io("copy /etc/fdb/schema to", &schema))?;
+    } else {
+        std::fs::write(&schema, haar_core::schema::BUILTIN_SCHEMA).map_err(io("write", &schema))?;
+    }
     let dbnames = root.join("dbnames");
     std::fs::write(&dbnames, "").map_err(io("write", &dbnames))?;
     let config = root.join("fdb5-config.yaml");
@@ -205,6 +275,9 @@ impl Fdb5Store {
             if !v.is_null() {
                 f.version = CStr::from_ptr(v).to_string_lossy().into_owned();
             }
+        }
+        if !lists_with_depth(&f.version) {
+            f.api.list = None;
         }
         f.writer = f.new_handle()?;
         f.reader.get_mut().handle = f.new_handle()?;
@@ -367,6 +440,114 @@ impl Fdb5Store {
             sink(key, data, None)?;
         }
         Ok(())
+    }
+}
+
+/// Whether FDB5 `version` (`5.25.0`) declares `fdb_list` with `duplicates` and `depth`
+/// (5.11 and later).
+fn lists_with_depth(version: &str) -> bool {
+    let mut parts = version.split('.').map(|p| p.parse::<u32>().unwrap_or(0));
+    let (major, minor) = (parts.next().unwrap_or(0), parts.next().unwrap_or(0));
+    (major, minor) >= (5, 11)
+}
+
+/// What the benchmarks time beyond [`FieldStore`]: FDB5's own listing, and reads through a
+/// handle made for the one read.
+impl Fdb5Store {
+    /// FDB5's version as `fdb_version` reports it (`5.25.0`).
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// Replaces the reader handle with a new one, which sees everything flushed so far.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] if FDB5 cannot make a handle.
+    pub fn renew_reader(&self) -> Result<(), StoreError> {
+        let fresh = self.new_handle()?;
+        let old = std::mem::replace(&mut self.reader.borrow_mut().handle, fresh);
+        self.delete_handle(old);
+        Ok(())
+    }
+
+    /// Reads the field of `key` into `buf` through the reader handle; returns its length, 0
+    /// when FDB5 has no such field.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] naming the FDB5 call that failed.
+    pub fn read_warm(&self, key: &Key, buf: &mut Vec<u8>) -> Result<usize, StoreError> {
+        let handle = self.reader.borrow().handle;
+        self.read(handle, key, buf)
+    }
+
+    /// Makes a new FDB5 handle, reads the field of `key` into `buf` through it (the
+    /// handle's first lookup opens the database), and deletes the handle: what a fresh reader
+    /// pays for one field. Returns the length, 0 when FDB5 has no such field.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] naming the FDB5 call that failed.
+    pub fn read_fresh(&self, key: &Key, buf: &mut Vec<u8>) -> Result<usize, StoreError> {
+        let handle = self.new_handle()?;
+        let n = self.read(handle, key, buf);
+        self.delete_handle(handle);
+        n
+    }
+
+    /// Lists `request` (keyword → values, as `fdb_request_add` takes them) with FDB5's
+    /// `fdb_list` (no duplicates, full depth) through the reader handle, reading every
+    /// element's location (`fdb_listiterator_attrs`) as a caller would; returns the number
+    /// of fields listed.
+    ///
+    /// # Errors
+    /// [`StoreError::Config`] where the library has no `fdb_list` of 5.11 or later;
+    /// [`StoreError::Io`] naming the FDB5 call that failed.
+    pub fn list_count(&self, request: &[(String, Vec<String>)]) -> Result<usize, StoreError> {
+        let Some(l) = &self.api.list else {
+            return Err(unsupported(&format!(
+                "fdb_list in FDB5 {} (the 5.11+ signature is needed)",
+                self.version
+            )));
+        };
+        let strings: Vec<(CString, Vec<CString>)> = request
+            .iter()
+            .map(|(k, vs)| (cstr(k), vs.iter().map(|v| cstr(v)).collect()))
+            .collect();
+        let handle = self.reader.borrow().handle;
+        // SAFETY: pointers come from CStrings that outlive the calls; the request and the
+        // iterator are freed here on every path.
+        unsafe {
+            let mut req = std::ptr::null_mut();
+            self.check("fdb_new_request", (self.api.new_request)(&mut req))?;
+            for (k, vs) in &strings {
+                let ptrs: Vec<*const c_char> = vs.iter().map(|v| v.as_ptr()).collect();
+                let rc =
+                    (self.api.request_add)(req, k.as_ptr(), ptrs.as_ptr(), ptrs.len() as c_int);
+                if rc != 0 {
+                    (self.api.delete_request)(req);
+                    return Err(self.error("fdb_request_add", rc));
+                }
+            }
+            let mut it = std::ptr::null_mut();
+            let rc = (l.list)(handle, req, &mut it, false, 3);
+            (self.api.delete_request)(req);
+            self.check("fdb_list", rc)?;
+            let mut n = 0;
+            let result = loop {
+                match (l.next)(it) {
+                    0 => {}
+                    ITERATION_COMPLETE => break Ok(n),
+                    rc => break Err(self.error("fdb_listiterator_next", rc)),
+                }
+                let (mut uri, mut off, mut len) = (std::ptr::null(), 0usize, 0usize);
+                let rc = (l.attrs)(it, &mut uri, &mut off, &mut len);
+                if rc != 0 {
+                    break Err(self.error("fdb_listiterator_attrs", rc));
+                }
+                n += usize::from(len > 0 && !uri.is_null());
+            };
+            (l.delete)(it);
+            result
+        }
     }
 }
 

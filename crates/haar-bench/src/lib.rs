@@ -7,12 +7,14 @@
 //!   shared POSIX directory, on haar servers and on the real FDB5.
 //! - [`bench`](mod@bench): `haar bench`, the store's figures beside raw limits and FDB5 measured in the
 //!   same run (local, network and GRIB sections).
+//! - [`scale`]: `haar bench --scale`, the cost of archive, open, list and retrieve against
+//!   the number of fields in one database, beside the real FDB5 in the same run.
 //! - [`fdb5`]: the real FDB5 (its C API, loaded at run time) as one more store.
 //!
 //! Shared parts: the synthetic field payload ([`field`], docs/design.md §10.2), the key layout
 //! ([`layout`]), worker processes ([`procs`], [`worker`]), opening the store under test and
 //! learning when fields are flushed ([`target`]), order statistics ([`stats`]), the progress
-//! bar ([`progress`]) and the workflow's figure ([`plot`]).
+//! bar ([`progress`]) and the figures ([`plot`]).
 //!
 //! Stores are opened through [`haar::OpenOptions`]; failures are [`Error`]s, whose kind a face
 //! maps onto its exit codes. The workloads run their load as real processes: workers,
@@ -31,6 +33,7 @@ pub mod layout;
 pub mod plot;
 pub mod procs;
 pub mod progress;
+pub mod scale;
 pub mod stats;
 pub mod target;
 pub mod worker;

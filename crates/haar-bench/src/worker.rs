@@ -4,7 +4,7 @@
 //! the worker's entry point (docs/design.md §10.1).
 //!
 //! Owns the worker's command line only; the line protocol is [`crate::procs`]'s, what a
-//! worker does is [`crate::hammer`]'s and [`crate::workflow`]'s.
+//! worker does is [`crate::hammer`]'s, [`crate::workflow`]'s and [`crate::scale`]'s.
 
 use std::ffi::OsString;
 use std::process::Command;
@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, io};
 use crate::procs::Reporter;
-use crate::{hammer, workflow};
+use crate::{hammer, scale, workflow};
 
 /// What a `haar workload-worker` process is told to do (JSON on its command line).
 #[derive(Debug, Serialize, Deserialize)]
@@ -26,6 +26,8 @@ pub enum WorkerSpec {
     Producer(workflow::ProducerSpec),
     /// A product-generation job.
     Consumer(workflow::ConsumerSpec),
+    /// One store of `haar bench --scale`, filled and measured on the parent's word.
+    Scale(scale::Spec),
 }
 
 /// Runs one worker process (started by `haar hammer` or `haar workflow`): `spec` is the JSON
@@ -38,6 +40,7 @@ pub fn run(opts: &OpenOptions, spec: &str) -> Result<(), Error> {
         WorkerSpec::Hammer(s) => hammer::worker(opts, s, rep),
         WorkerSpec::Producer(s) => workflow::producer(opts, s, rep),
         WorkerSpec::Consumer(s) => workflow::consumer(opts, s, rep),
+        WorkerSpec::Scale(s) => scale::worker(opts, s, rep),
     }
 }
 

@@ -354,7 +354,9 @@ pub enum Command {
     /// Print the schema in use, or check a schema file.
     Schema(SchemaArgs),
     /// Measure archive/retrieve throughput and latency against raw limits measured in the
-    /// same run; print and save the figures (JSON, Markdown).
+    /// same run; print and save the figures (JSON, Markdown). With --scale: the cost of
+    /// archive, open, list and retrieve against the size of one database (10^5 to 10^7
+    /// fields), beside the real FDB5 in the same run (JSON, Markdown, PNG).
     Bench(crate::commands::workloads::BenchArgs),
     /// Serve the local store to the network (one server per node); prints `listening on
     /// HOST:PORT` first. Every connection authenticates with the token ($HAAR_TOKEN or

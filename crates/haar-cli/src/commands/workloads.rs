@@ -1,4 +1,4 @@
-//! `haar hammer`, `haar workflow`, `haar bench` and the hidden `haar workload-worker`: their
+//! `haar hammer`, `haar workflow`, `haar bench` (with `--scale`) and the hidden `haar workload-worker`: their
 //! command-line grammar, mapped onto the plain option structs of `haar_bench` (where the
 //! workloads and benchmarks live), and the library's errors mapped onto exit codes.
 //!
@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 
 use clap::{Args, ValueEnum};
-use haar_bench::{bench, hammer, workflow};
+use haar_bench::{bench, hammer, scale, workflow};
 use haar_mem::units::parse_size;
 
 use crate::Failure;
@@ -268,6 +268,59 @@ pub fn workflow(cli: &Cli, a: &WorkflowArgs) -> Result<(), Failure> {
 
 /// Options of `haar bench`.
 #[derive(Debug, Args)]
+#[command(after_long_help = "\
+SCALE MODE (--scale)
+    How the cost of archive, open, list and retrieve grows with the number of fields in ONE
+    database, for haar and for the real FDB5 in the same run. The database is filled
+    incrementally to each of --sizes (rounded up to whole member-steps of 1,644 fields) and
+    measured at each, haar and FDB5 in turn, each store in a worker process of its own.
+
+    KEYS: class=od,expver=0001,stream=enfo,date=20261121,time=0000,domain=g,type=pf,
+    levtype=ml, number=1..50, step=0,1,2,... (steps outermost: all 50 members of a step, then
+    the next step), levelist=1..137, param=130/131/132/133/135/138/155/129/203/246/247/248:
+    1,644 fields per member-step, a flush after each member-step as a forecast model does. haar
+    splits them with its built-in schema (FDB5's default); FDB5 with its default schema.
+
+    AT EACH SIZE, FOR EACH STORE:
+      archive fields/s     fields added since the previous size / the time to archive and
+                           flush them
+      open + 1st read      a new handle (haar: the store opened from its root; FDB5:
+                           fdb_new_handle) reading one field, in-process
+      list                 one member-step (1,644 fields) on an open handle (FDB5: fdb_list,
+                           every element's attributes read)
+      retrieve             one field on an open handle
+      list CLI             `haar list REQUEST` / FDB5's `fdb-list --porcelain REQUEST` in a
+                           fresh process, wall from spawn to reap with its output read
+      retrieve CLI         `haar retrieve REQUEST` (stdout) / `fdb-read REQFILE FILE`, wall
+                           and peak RSS (ru_maxrss from wait4, MB = 10^6 bytes)
+    Member-steps and fields are drawn at random among those filled, the same for both stores;
+    every read and listing is checked. Figures are the median of --runs runs after one untimed
+    warm-up; RSS is the largest of the runs.
+
+    FDB5 is FDB5 5.25 from PyPI's fdb5lib wheel (`pip install pyfdb==5.25.0.33`): its
+    libfdb5.so through the C API in the worker, its fdb-list and fdb-read for the CLI
+    figures, on a root beside haar's. Where the wheel is absent (or with --no-fdb5) FDB5 is
+    skipped with a message and its columns are empty.
+
+    TARGETS (printed as verdicts, judged on haar, FDB5's figure beside): at 10^6 fields (the
+    size nearest to it) a one-off CLI retrieve <= 20 ms wall and <= 50 MB RSS, a list of 1,644
+    fields <= 10 ms; those flat within 2x from the smallest size to the largest; list >= 5x and
+    retrieve >= 3x FDB5 at every size; the archive rate at the largest size within 20% of the
+    rate at the smallest.
+
+    OUTPUT: the tables on stdout; OUT/scale.json (every figure and every run, or --json FILE),
+    OUT/benchmarks-scale.md (the tables with their definitions) and OUT/scale.png (log-log:
+    list, retrieve and RSS against size, both stores). A progress bar while filling (stderr).
+
+    SPACE: about (field bytes + ~130 B) per field per store in --root (measured: FDB5 at 10^5
+    and 10^6, haar's posix backend at 10^5; a pmem pool grows 1 GiB at a time): 10^7 fields
+    of 256 B take ~4 GB per store, and /dev/shm is memory.
+
+EXAMPLES
+    haar bench --fields 1000 --json bench.json --markdown report.md
+    haar bench --scale                                     # 10^5 and 10^6 fields, pmem on /dev/shm
+    haar bench --scale --sizes 1e5,1e6,1e7 --out bench/results
+    haar bench --scale --backend posix --root /var/tmp --field-bytes 512 --runs 11")]
 pub struct BenchArgs {
     /// Directory for the temporary stores (default: a new directory under /dev/shm, removed
     /// afterwards). Use a DAX mount to measure real persistent memory.
@@ -283,9 +336,10 @@ pub struct BenchArgs {
     /// exists; `none` to skip the peer.
     #[arg(long, value_name = "PATH")]
     pub fdb5_peer: Option<PathBuf>,
-    /// Where to save every figure as JSON.
-    #[arg(long, value_name = "FILE", default_value = "bench-results.json")]
-    pub json: PathBuf,
+    /// Where to save every figure as JSON. Default: bench-results.json; with --scale,
+    /// OUT/scale.json.
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
     /// Also write a Markdown report (e.g. docs/benchmarks.md).
     #[arg(long, value_name = "FILE")]
     pub markdown: Option<PathBuf>,
@@ -295,6 +349,51 @@ pub struct BenchArgs {
     /// Only the GRIB section (`haar archive` beside `fdb-write`, see haar-bench's bench/grib.rs).
     #[arg(long)]
     pub grib_only: bool,
+    /// Scale mode: fill ONE database to each of --sizes fields and measure archive rate, open,
+    /// list and retrieve (in-process and as one-off CLI processes, with peak RSS) at each,
+    /// beside FDB5 5.25 in the same run (see SCALE MODE below).
+    #[arg(long, conflicts_with_all = ["dir", "fields", "flush_every", "fdb5_peer", "markdown", "quick", "grib_only"])]
+    pub scale: bool,
+    /// Database sizes in fields, ascending (`1e5,1e6,1e7` or plain numbers); each is rounded
+    /// up to whole member-steps of 1,644 fields.
+    #[arg(
+        long,
+        value_name = "N,N,...",
+        default_value = "1e5,1e6",
+        requires = "scale"
+    )]
+    pub sizes: String,
+    /// Bytes per field (`256`, `1KiB`; at least 16).
+    #[arg(long, value_name = "BYTES", default_value = "256", value_parser = parse_size, requires = "scale")]
+    pub field_bytes: u64,
+    /// haar's backend: pmem (a pool file in the root) or posix (files).
+    #[arg(long = "backend", id = "scale_backend", value_name = "pmem|posix", default_value = "pmem",
+          value_parser = ["pmem", "posix"], requires = "scale")]
+    pub scale_backend: String,
+    /// Where the run makes its directory (haar's store and FDB5's root side by side, removed
+    /// afterwards unless --keep). Default: /dev/shm.
+    #[arg(
+        long = "root",
+        id = "scale_root",
+        value_name = "DIR",
+        requires = "scale"
+    )]
+    pub scale_root: Option<PathBuf>,
+    /// Directory for scale.json, benchmarks-scale.md and scale.png (created if missing).
+    #[arg(long, value_name = "DIR", default_value = ".", requires = "scale")]
+    pub out: PathBuf,
+    /// Timed runs of each figure (after one untimed warm-up); the median is reported.
+    #[arg(long, value_name = "N", default_value_t = 7, requires = "scale")]
+    pub runs: usize,
+    /// Measure haar only (FDB5's columns stay empty).
+    #[arg(long, requires = "scale")]
+    pub no_fdb5: bool,
+    /// Keep the stores afterwards (their directory is printed).
+    #[arg(long, requires = "scale")]
+    pub keep: bool,
+    /// No progress bars.
+    #[arg(long, requires = "scale")]
+    pub quiet: bool,
     /// Internal: run as the visibility reader of ROOT (pmem) for N fields.
     #[arg(long, hide = true, num_args = 2, value_names = ["ROOT", "N"])]
     pub visibility_reader: Option<Vec<String>>,
@@ -306,12 +405,30 @@ pub fn bench(a: &BenchArgs) -> Result<(), Failure> {
         let n = v[1].parse().map_err(|_| Failure::usage("bad N"))?;
         return Ok(bench::visibility_reader(std::path::Path::new(&v[0]), n)?);
     }
+    if a.scale {
+        let o = scale::Options {
+            sizes: scale::parse_sizes(&a.sizes)?,
+            field_bytes: a.field_bytes as usize,
+            backend: a.scale_backend.clone(),
+            root: a.scale_root.clone(),
+            out: a.out.clone(),
+            json: a.json.clone(),
+            runs: a.runs,
+            fdb5: !a.no_fdb5,
+            keep: a.keep,
+            quiet: a.quiet,
+        };
+        return Ok(scale::run(&o)?);
+    }
     let o = bench::Options {
         dir: a.dir.clone(),
         fields: a.fields,
         flush_every: a.flush_every,
         fdb5_peer: a.fdb5_peer.clone(),
-        json: a.json.clone(),
+        json: a
+            .json
+            .clone()
+            .unwrap_or_else(|| "bench-results.json".into()),
         markdown: a.markdown.clone(),
         quick: a.quick,
         grib_only: a.grib_only,
