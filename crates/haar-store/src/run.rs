@@ -491,8 +491,14 @@ impl Run {
 
     /// First record of `g` in `lo..hi` whose leading ids are not below (`upper`: above)
     /// `prefix`.
-    fn bound(&self, g: &Group, prefix: &[u32], upper: bool) -> Result<usize> {
-        let (mut lo, mut hi) = (0usize, g.n);
+    fn bound(
+        &self,
+        g: &Group,
+        range: (usize, usize),
+        prefix: &[u32],
+        upper: bool,
+    ) -> Result<usize> {
+        let (mut lo, mut hi) = range;
         while lo < hi {
             let mid = (lo + hi) / 2;
             let rec = self.record(g, mid)?;
@@ -525,7 +531,7 @@ impl Run {
                 None => return Ok(None),
             }
         }
-        let i = self.bound(g, &want, false)?;
+        let i = self.bound(g, (0, g.n), &want, false)?;
         if i == g.n {
             return Ok(None);
         }
@@ -581,31 +587,55 @@ impl Run {
                     }
                 }
             }
-            // Narrow by the leading positions the request fixes.
-            let mut prefixes: Vec<Vec<u32>> = vec![Vec::new()];
-            for a in &allowed {
-                let Some(ids) = a else { break };
-                if prefixes.len() * ids.len() > MAX_PREFIXES {
+            // Narrow by the leading positions the request fixes, one position at a time,
+            // while splitting the ranges (two binary searches per value) costs less than
+            // scanning them; the positions after that are filtered by id.
+            let mut ranges: Vec<(Vec<u32>, usize, usize)> = vec![(Vec::new(), 0, g.n)];
+            let mut depth = 0;
+            for (j, a) in allowed.iter().enumerate() {
+                let Some(ids) = a else {
+                    // A keyword the request leaves open, e.g. an optional one stored empty:
+                    // when each range holds one value there (its first and last records
+                    // agree), narrowing goes on past it.
+                    let mut same = true;
+                    for (prefix, lo, hi) in &mut ranges {
+                        let first = le_u32(self.record(g, *lo)?, 4 * j);
+                        if first != le_u32(self.record(g, *hi - 1)?, 4 * j) {
+                            same = false;
+                            break;
+                        }
+                        prefix.push(first);
+                    }
+                    if !same || ranges.is_empty() {
+                        break;
+                    }
+                    depth += 1;
+                    continue;
+                };
+                let total: usize = ranges.iter().map(|r| r.2 - r.1).sum();
+                let avg = total / ranges.len().max(1) + 1;
+                let probes = ranges.len() * ids.len() * 2 * (avg.ilog2() as usize + 1);
+                if ranges.len() * ids.len() > MAX_PREFIXES || total <= 4 * probes {
                     break;
                 }
-                prefixes = prefixes
-                    .iter()
-                    .flat_map(|p| {
-                        ids.iter().map(move |&id| {
-                            let mut q = p.clone();
-                            q.push(id);
-                            q
-                        })
-                    })
-                    .collect();
+                let mut next = Vec::with_capacity(ranges.len() * ids.len());
+                for (prefix, lo, hi) in &ranges {
+                    let mut from = *lo;
+                    for &id in ids {
+                        let mut p = prefix.clone();
+                        p.push(id);
+                        let l = self.bound(g, (from, *hi), &p, false)?;
+                        let h = self.bound(g, (l, *hi), &p, true)?;
+                        from = h;
+                        if l < h {
+                            next.push((p, l, h));
+                        }
+                    }
+                }
+                ranges = next;
+                depth += 1;
             }
-            let depth = prefixes[0].len();
-            for prefix in &prefixes {
-                let (lo, hi) = if depth == 0 {
-                    (0, g.n)
-                } else {
-                    (self.bound(g, prefix, false)?, self.bound(g, prefix, true)?)
-                };
+            for &(_, lo, hi) in &ranges {
                 for i in lo..hi {
                     let rec = self.record(g, i)?;
                     let ok = allowed.iter().enumerate().skip(depth).all(|(j, a)| {
