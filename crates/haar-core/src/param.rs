@@ -238,7 +238,7 @@ pub(crate) fn normalise(keyword: &str, value: &str, ctx: &Context) -> Result<Str
         }
         .to_string());
     }
-    let Some(params) = &ctx.params else {
+    let Some(params) = ctx.param_table() else {
         return Err(err(
             "a paramId; parameter names need the ecCodes parameter table, which is not loaded \
              (install ecCodes definitions or set ECCODES_DEFINITION_PATH)"

@@ -12,19 +12,39 @@ use super::{Matcher, Predicate, Rule, Schema, SchemaError};
 impl Schema {
     /// Parses a schema. Errors name the line and column and what was expected there.
     pub fn parse(text: &str) -> Result<Schema, SchemaError> {
-        Parser { text, pos: 0 }.schema()
+        Parser {
+            text,
+            pos: 0,
+            line_at: (0, 1),
+        }
+        .schema()
     }
 }
 
 struct Parser<'a> {
     text: &'a str,
     pos: usize,
+    /// A position and its 1-based line, so that each rule's line is counted from the last
+    /// one instead of from the start (linear, not quadratic, in the schema's length).
+    line_at: (usize, usize),
 }
 
 /// Characters that end an identifier (FDB5's `parseIdent`), besides whitespace and `#`.
 const STOP: &[char] = &['/', '=', ',', ';', ':', '[', ']', '?', '\0'];
 
 impl Parser<'_> {
+    /// The 1-based line of the current position.
+    fn line_here(&mut self) -> usize {
+        let (at, line) = self.line_at;
+        let line = if self.pos >= at {
+            line + self.text[at..self.pos].matches('\n').count()
+        } else {
+            line_col(self.text, self.pos).0
+        };
+        self.line_at = (self.pos, line);
+        line
+    }
+
     fn skip(&mut self) {
         let bytes = self.text.as_bytes();
         while self.pos < bytes.len() {
@@ -160,7 +180,7 @@ impl Parser<'_> {
 
     fn rule(&mut self, depth: usize) -> Result<Rule, SchemaError> {
         self.skip();
-        let (line, _) = line_col(self.text, self.pos);
+        let line = self.line_here();
         self.eat('[', "'['")?;
         let mut rule = Rule {
             predicates: Vec::new(),

@@ -56,6 +56,10 @@ pub struct Context {
     pub today: (i32, u32, u32),
     /// Parameter table used to turn names into paramIds; numeric params need none.
     pub params: Option<Arc<ParamTable>>,
+    /// Without `params`, load the default ecCodes table ([`crate::param::load_default`]) when
+    /// a parameter name first needs it: reading the definitions costs about 8 ms, which a
+    /// process that only meets numeric parameters (a one-off retrieve) never pays.
+    pub lazy_params: bool,
 }
 
 impl Context {
@@ -64,12 +68,13 @@ impl Context {
         Context {
             today: (year, month, day),
             params: None,
+            lazy_params: false,
         }
     }
 
     /// Today from the system clock (UTC), with the default ecCodes parameter table when it can be
-    /// loaded ([`crate::param::load_default`]). This is the one constructor that touches the
-    /// environment.
+    /// loaded ([`crate::param::load_default`], at the first parameter name). This is the one
+    /// constructor that touches the environment.
     pub fn now() -> Context {
         let secs = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -78,8 +83,18 @@ impl Context {
         let days = i64::try_from(secs / 86_400).unwrap_or(0);
         Context {
             today: civil_from_days(days),
-            params: crate::param::load_default().ok(),
+            params: None,
+            lazy_params: true,
         }
+    }
+
+    /// The parameter table: the one given, else (with `lazy_params`) the default one.
+    pub fn param_table(&self) -> Option<Arc<ParamTable>> {
+        self.params.clone().or_else(|| {
+            self.lazy_params
+                .then(|| crate::param::load_default().ok())
+                .flatten()
+        })
     }
 
     /// This context with `table` as its parameter table.
