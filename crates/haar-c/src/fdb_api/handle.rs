@@ -309,7 +309,7 @@ impl FieldStore for Checked<'_> {
     fn stats(&self, req: &Request) -> haar::Result<Vec<DbStats>> {
         self.inner.stats(req)
     }
-    fn problems(&self, req: &Request) -> Result<Vec<String>> {
+    fn problems(&self, req: &Request) -> haar::Result<Vec<String>> {
         self.inner.problems(req)
     }
 }
