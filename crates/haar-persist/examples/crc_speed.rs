@@ -20,8 +20,10 @@
 //! host noise hits them alike; each figure is the best of `--runs` (default 7) passes of
 //! `--bytes` bytes.
 //!
-//! **Table 2, the archive copy** at 256 B, 1, 4 and 64 KiB and 800 KiB: one hot source streamed into a
-//! populated `/dev/shm` mapping with non-temporal stores, `copy_nt` alone, the fused loop
+//! **Table 2, the archive copy** at 256 B, 1, 4, 64 and 256 KiB and 800 KiB, streamed into a populated
+//! `/dev/shm` mapping with non-temporal stores from one cache-resident source (`hot src`, a field
+//! just produced) or from a different slice of a 256 MiB heap ring each time (`cold src`, from
+//! DRAM): memcpy (the peer), `copy_nt` alone, the fused loop
 //! (`copy_nt_crc32c`'s own kernel, pinned), `copy_nt` then `crc32c` 0.6 over the source, and
 //! `copy_nt` then `haar_persist::crc32c` over the source, plus `copy_nt_crc32c` itself (which
 //! picks one of the two per size).
@@ -44,7 +46,10 @@ const SIZES: [usize; 8] = [
     800 << 10,
     8 << 20,
 ];
-const COPY_SIZES: [usize; 5] = [256, 1 << 10, 4 << 10, 64 << 10, 800 << 10];
+const COPY_SIZES: [usize; 6] = [256, 1 << 10, 4 << 10, 64 << 10, 256 << 10, 800 << 10];
+
+/// One archive-copy method under test: copies `src` to `dst`, returns its CRC-32C (or 0).
+type CopyOp<'a> = dyn Fn(*mut u8, &[u8]) -> u32 + 'a;
 
 /// One checksum implementation under test.
 struct Impl {
@@ -216,7 +221,6 @@ fn main() {
     }
     let shm = ShmRing::new(&data).expect("map a /dev/shm file");
     let mut rows = Vec::new();
-    let mut sink = 0u32;
 
     for &size in &SIZES {
         let mut dst = vec![0u8; size];
@@ -275,7 +279,7 @@ fn main() {
         }
     }
 
-    // Table 2: the archive copy into a populated /dev/shm mapping, source hot in cache.
+    // Table 2: the archive copy into a populated /dev/shm mapping, from a hot or a cold source.
     let path = std::path::PathBuf::from(format!(
         "/dev/shm/haar-crc-speed-pool-{}.pool",
         std::process::id()
@@ -287,78 +291,87 @@ fn main() {
     pool.populate(0, ring_bytes).expect("populate");
     let base = pool.base();
     for &size in &COPY_SIZES {
-        let src = &data[..size];
         let count = ring_bytes / size;
-        // SAFETY (every op): chunk `i` of the private pool mapping is written by this loop only,
-        // and `src` lives in a heap vector, so the ranges never overlap.
-        let mut timed = |op: &dyn Fn(*mut u8) -> u32| {
-            let t = Instant::now();
-            for i in 0..count {
-                sink ^= op(black_box(unsafe { base.add(i * size) }));
+        for mode in ["hot src", "cold src"] {
+            // `hot src`: one source, cache-resident (a field just produced); `cold src`: chunk `i`
+            // copies its own slice of the ring in `data`, so every source comes from DRAM.
+            let src = |i: usize| -> &[u8] {
+                if mode == "hot src" {
+                    &data[..size]
+                } else {
+                    &data[i * size..][..size]
+                }
+            };
+            // SAFETY (every op): chunk `i` of the private pool mapping is written by this loop
+            // only, and the sources live in a heap vector, so the ranges never overlap.
+            let timed = |op: &CopyOp<'_>| {
+                let t = Instant::now();
+                let mut x = 0u32;
+                for i in 0..count {
+                    x ^= op(black_box(unsafe { base.add(i * size) }), black_box(src(i)));
+                }
+                sfence();
+                black_box(x);
+                t.elapsed().as_secs_f64()
+            };
+            let memcpy = |d: *mut u8, s: &[u8]| {
+                unsafe { std::ptr::copy_nonoverlapping(s.as_ptr(), d, s.len()) };
+                0
+            };
+            let nt_only = |d: *mut u8, s: &[u8]| {
+                unsafe { copy_nt(d, s) };
+                0
+            };
+            let fused_loop = |d: *mut u8, s: &[u8]| unsafe { copy_nt_crc32c_fused(d, s) };
+            let split_old = |d: *mut u8, s: &[u8]| {
+                unsafe { copy_nt(d, s) };
+                crc32c::crc32c(s)
+            };
+            let split_new = |d: *mut u8, s: &[u8]| {
+                unsafe { copy_nt(d, s) };
+                haar_persist::crc32c(s)
+            };
+            let chosen = |d: *mut u8, s: &[u8]| unsafe { copy_nt_crc32c(d, s) };
+            // The peer for a copy into memory: memcpy of the same bytes to the same mapping.
+            let ops: [(&'static str, &CopyOp<'_>); 6] = [
+                ("memcpy", &memcpy),
+                ("copy_nt", &nt_only),
+                ("fused copy_nt+crc32c loop", &fused_loop),
+                ("copy_nt, then crc32c-0.6", &split_old),
+                ("copy_nt, then haar_persist::crc32c", &split_new),
+                ("copy_nt_crc32c (as shipped)", &chosen),
+            ];
+            // Same destination, same result: the two must agree before being timed.
+            // SAFETY: as above.
+            unsafe {
+                assert_eq!(
+                    copy_nt_crc32c_fused(base, src(0)),
+                    haar_persist::crc32c(src(0))
+                );
             }
-            sfence();
-            t.elapsed().as_secs_f64()
-        };
-        let nt_only = |d: *mut u8| {
-            unsafe { copy_nt(d, black_box(src)) };
-            0
-        };
-        let fused_loop = |d: *mut u8| unsafe { copy_nt_crc32c_fused(d, black_box(src)) };
-        let split_old = |d: *mut u8| {
-            unsafe { copy_nt(d, black_box(src)) };
-            crc32c::crc32c(black_box(src))
-        };
-        let split_new = |d: *mut u8| {
-            unsafe { copy_nt(d, black_box(src)) };
-            haar_persist::crc32c(black_box(src))
-        };
-        let chosen = |d: *mut u8| unsafe { copy_nt_crc32c(d, black_box(src)) };
-        let ops: [(&'static str, &dyn Fn(*mut u8) -> u32); 5] = [
-            ("copy_nt", &nt_only),
-            ("fused copy_nt+crc32c loop", &fused_loop),
-            ("copy_nt, then crc32c-0.6", &split_old),
-            ("copy_nt, then haar_persist::crc32c", &split_new),
-            ("copy_nt_crc32c (as shipped)", &chosen),
-        ];
-        // Same destination, same result: the two must agree before being timed.
-        // SAFETY: as above.
-        unsafe {
-            assert_eq!(copy_nt_crc32c_fused(base, src), haar_persist::crc32c(src));
-        }
-        let mut best = vec![f64::INFINITY; ops.len()];
-        for r in 0..=runs {
-            for (b, (_, op)) in best.iter_mut().zip(ops.iter()) {
-                let s = timed(*op);
-                if r > 0 {
-                    *b = b.min(s);
+            let mut best = vec![f64::INFINITY; ops.len()];
+            for r in 0..=runs {
+                for (b, (_, op)) in best.iter_mut().zip(ops.iter()) {
+                    let s = timed(op);
+                    if r > 0 {
+                        *b = b.min(s);
+                    }
                 }
             }
+            let gbs = |s: f64| (count * size) as f64 / s / 1e9;
+            rows.push(Row {
+                table: "archive-copy",
+                size,
+                mode,
+                peer: "memcpy",
+                peer_gbs: gbs(best[0]),
+                figures: ops[1..]
+                    .iter()
+                    .zip(&best[1..])
+                    .map(|((name, _), &s)| (*name, gbs(s)))
+                    .collect(),
+            });
         }
-        // The peer for a copy into memory: memcpy of the same bytes to the same mapping.
-        let mut memcpy_best = f64::INFINITY;
-        for _ in 0..=runs {
-            let t = Instant::now();
-            for i in 0..count {
-                // SAFETY: as above.
-                unsafe {
-                    std::ptr::copy_nonoverlapping(black_box(src).as_ptr(), base.add(i * size), size)
-                };
-            }
-            memcpy_best = memcpy_best.min(t.elapsed().as_secs_f64());
-        }
-        let gbs = |s: f64| (count * size) as f64 / s / 1e9;
-        rows.push(Row {
-            table: "archive-copy",
-            size,
-            mode: "shm-pool",
-            peer: "memcpy",
-            peer_gbs: gbs(memcpy_best),
-            figures: ops
-                .iter()
-                .zip(&best)
-                .map(|((name, _), &s)| (*name, gbs(s)))
-                .collect(),
-        });
     }
     drop(pool);
 
@@ -416,6 +429,6 @@ fn main() {
         }
         json.push_str("}}");
     }
-    let _ = write!(json, "],\"sink\":{sink}}}");
+    json.push_str("]}");
     println!("\n{json}");
 }
