@@ -614,7 +614,7 @@ impl FieldStore for Fdb5Store {
     ) -> Result<(), StoreError> {
         let key = split.db.joined(&split.index).joined(&split.datum);
         if let Some(expected) = crc {
-            let actual = crc32c::crc32c(data);
+            let actual = haar_persist::crc32c(data);
             if actual != expected {
                 return Err(StoreError::checksum(
                     "(bytes to archive into FDB5)",

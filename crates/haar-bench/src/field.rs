@@ -124,13 +124,13 @@ pub fn stamp(buf: &mut [u8], h: &Header) {
     w[44..48].copy_from_slice(&(h.kind as u32).to_le_bytes());
     w[48..56].copy_from_slice(&h.seed.to_le_bytes());
     w[56..60].copy_from_slice(&h.body_crc.to_le_bytes());
-    let crc = crc32c::crc32c(&w[..60]);
+    let crc = haar_persist::crc32c(&w[..60]);
     w[60..64].copy_from_slice(&crc.to_le_bytes());
 }
 
 /// CRC-32C of a field's body.
 pub fn body_crc(buf: &[u8]) -> u32 {
-    crc32c::crc32c(&buf[HEADER..])
+    haar_persist::crc32c(&buf[HEADER..])
 }
 
 fn u32_at(b: &[u8], o: usize) -> u32 {
@@ -159,7 +159,7 @@ pub fn header(buf: &[u8]) -> Result<Header, String> {
         ));
     }
     let crc = u32_at(buf, 60);
-    if crc32c::crc32c(&buf[..60]) != crc {
+    if haar_persist::crc32c(&buf[..60]) != crc {
         return Err("header checksum mismatch".into());
     }
     let bits = u16::from_le_bytes([buf[6], buf[7]]);
@@ -310,7 +310,7 @@ pub fn product(size: usize, h: Header, values: &[f32]) -> Vec<u8> {
         nvalues: n as u32,
         reference,
         scale,
-        body_crc: crc32c::crc32c(&v[HEADER..]),
+        body_crc: haar_persist::crc32c(&v[HEADER..]),
         ..h
     };
     stamp(&mut v, &h);

@@ -815,7 +815,7 @@ fn send_field(
 ) -> haar_store::Result<()> {
     let m = FieldMeta {
         key: key.clone(),
-        crc: crc.unwrap_or_else(|| crc32c::crc32c(data)),
+        crc: crc.unwrap_or_else(|| haar_persist::crc32c(data)),
     };
     wire.send(Kind::Field, 0, id, &to_meta(&m), data)
         .map_err(|e| {

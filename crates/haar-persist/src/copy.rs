@@ -1,5 +1,6 @@
 //! The copy kernels: non-temporal (cache-bypassing) copies into a mapping, alone
-//! ([`copy_nt`]) or fused with the CRC-32C of the bytes copied ([`copy_nt_crc32c`]).
+//! ([`copy_nt`]) or with the CRC-32C of the bytes copied ([`copy_nt_crc32c`]: fused into the
+//! copy loop, or a separate [`crate::crc32c`] pass for fields of 4 KiB to under 64 KiB).
 //!
 //! Owns the streaming-store loops (AVX-512 or `MOVNTI`) and the fused copy + CRC loop with its
 //! shift tables. Must not fence, persist or map: callers issue [`crate::sfence`] (or
@@ -119,14 +120,19 @@ pub(crate) unsafe fn copy_nt_with(features: &CpuFeatures, dst: *mut u8, src: &[u
     }
 }
 
-/// [`copy_nt`] that also returns the CRC-32C of `src`, computed in the same pass.
+/// [`copy_nt`] that also returns the CRC-32C of `src`.
 ///
-/// Equal to `crc32c::crc32c(src)` (design §3's checksum, unchanged), but each source line is
-/// loaded once: it is fed to the `CRC32` instruction from the same registers or L1 line that
-/// the non-temporal store takes it from, so the checksum runs in the shadow of the store
-/// bandwidth instead of as a second pass over the field. The field is split into thirds, one
-/// independent CRC stream each to hide the instruction's latency, joined by shifting over a
-/// third's length with power-of-two shift tables. Without SSE 4.2 (or off x86_64) it is [`copy_nt`] followed by `crc32c`.
+/// Equal to [`crate::crc32c`]`(src)` (design §3's checksum, unchanged). Fields from
+/// [`SPLIT_FROM`] (4 KiB) to under [`SPLIT_BELOW`] (64 KiB) are copied, then checksummed in a
+/// second pass over the source, which is then in L1/L2: the PCLMULQDQ kernel behind
+/// [`crate::crc32c`] outruns the `CRC32` instruction the fused loop is bound by (figures on
+/// [`SPLIT_FROM`]). Other sizes take the
+/// fused loop ([`copy_nt_crc32c_fused`]), where each source line is loaded once: it is fed to
+/// the `CRC32` instruction from the same registers or L1 line that the non-temporal store takes
+/// it from, so the checksum runs in the shadow of the store bandwidth. That loop splits the
+/// field into thirds, one independent CRC stream each to hide the instruction's latency, joined
+/// by shifting over a third's length with power-of-two shift tables. Without SSE 4.2 (or off
+/// x86_64) it is [`copy_nt`] followed by [`crate::crc32c`].
 ///
 /// The same fence rule as [`copy_nt`] applies before publishing the bytes.
 ///
@@ -137,11 +143,67 @@ pub unsafe fn copy_nt_crc32c(dst: *mut u8, src: &[u8]) -> u32 {
     unsafe { copy_nt_crc32c_with(&CpuFeatures::detect(), dst, src) }
 }
 
+/// Fields of at least [`SPLIT_FROM`] and under [`SPLIT_BELOW`] bytes are copied by
+/// [`copy_nt_crc32c`] with [`copy_nt`] and then checksummed by [`crate::crc32c`] over the
+/// source, which the copy has just brought into L1/L2; all others take the fused loop.
+///
+/// Measured by `examples/crc_speed.rs` (table 2: streamed into a populated `/dev/shm` mapping,
+/// best of 7 passes of 256 MiB) on the AMD EPYC (Zen 1, no AVX-512) haar is benchmarked on,
+/// GB/s, fused loop / copy then `crate::crc32c`, from one cache-resident source (a field just
+/// produced) and from a fresh slice of a 256 MiB ring each time (from DRAM):
+///
+/// | size    | hot source  | cold source |
+/// |---------|-------------|-------------|
+/// | 256 B   | 3.32 / 3.17 | 3.14 / 2.89 |
+/// | 1 KiB   | 4.10 / 4.07 | 3.47 / 3.61 |
+/// | 4 KiB   | 4.43 / 5.30 | 3.54 / 3.57 |
+/// | 64 KiB  | 4.54 / 5.04 | 3.95 / 3.64 |
+/// | 256 KiB | 4.51 / 5.03 | 4.14 / 3.64 |
+/// | 800 KiB | 4.45 / 4.97 | 4.23 / 3.71 |
+///
+/// (memcpy 6.6-7.3 hot, 4.6-5.2 cold; `copy_nt` alone 7.5-11.2.) The fused loop is bound by the
+/// `CRC32` instruction (about 5 GB/s on that CPU) wherever the source is; the separate pass
+/// folds with `PCLMULQDQ` (about 10 GB/s) but reads the source a second time. From 4 KiB that
+/// wins with a hot source and ties with a cold one; from 64 KiB it wins by 11-12% hot but loses
+/// by 8-14% cold, and the FDB5-API benchmark (`bench/fdbapi_bench.py`, sources in a 6.4 MiB
+/// ring) archived 1000 × 800 KiB into pmem in 0.22-0.24 s split against 0.197 s fused, so the
+/// fused loop stays there.
+pub const SPLIT_FROM: usize = 4 << 10;
+
+/// See [`SPLIT_FROM`]: fields of this many bytes and more take the fused loop again.
+pub const SPLIT_BELOW: usize = 64 << 10;
+
 /// [`copy_nt_crc32c`] with an explicit feature set (tests pin every code path).
 ///
 /// # Safety
 /// As [`copy_nt`]; `features` must be a subset of the running CPU's.
 unsafe fn copy_nt_crc32c_with(features: &CpuFeatures, dst: *mut u8, src: &[u8]) -> u32 {
+    if (SPLIT_FROM..SPLIT_BELOW).contains(&src.len()) {
+        // SAFETY: forwarded contract.
+        unsafe { copy_nt_with(features, dst, src) };
+        return crate::crc::crc32c(src);
+    }
+    // SAFETY: forwarded contract.
+    unsafe { copy_nt_crc32c_fused_with(features, dst, src) }
+}
+
+/// The fused copy + CRC-32C loop alone, at every size (what [`copy_nt_crc32c`] runs outside
+/// [`SPLIT_FROM`]..[`SPLIT_BELOW`]): for benchmarks that compare it with [`copy_nt`] followed by
+/// [`crate::crc32c`]. Without SSE 4.2 (or off x86_64) it is [`copy_nt`] followed by
+/// [`crate::crc32c`].
+///
+/// # Safety
+/// As [`copy_nt`].
+pub unsafe fn copy_nt_crc32c_fused(dst: *mut u8, src: &[u8]) -> u32 {
+    // SAFETY: forwarded contract; the features are the running CPU's.
+    unsafe { copy_nt_crc32c_fused_with(&CpuFeatures::detect(), dst, src) }
+}
+
+/// [`copy_nt_crc32c_fused`] with an explicit feature set.
+///
+/// # Safety
+/// As [`copy_nt`]; `features` must be a subset of the running CPU's.
+unsafe fn copy_nt_crc32c_fused_with(features: &CpuFeatures, dst: *mut u8, src: &[u8]) -> u32 {
     #[cfg(target_arch = "x86_64")]
     if features.sse42 {
         // SAFETY: forwarded contract; SSE 4.2 (and AVX-512F where chosen) are present.
@@ -155,7 +217,7 @@ unsafe fn copy_nt_crc32c_with(features: &CpuFeatures, dst: *mut u8, src: &[u8]) 
     }
     // SAFETY: forwarded contract.
     unsafe { copy_nt_with(features, dst, src) };
-    crc32c::crc32c(src)
+    crate::crc::crc32c(src)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -397,7 +459,7 @@ mod tests {
     }
 
     #[test]
-    fn copy_nt_crc32c_equals_crc32c_for_every_path_length_and_misalignment() {
+    fn copy_nt_crc32c_and_fused_loop_equal_crc32c_for_every_path_length_and_misalignment() {
         const GUARD: usize = 128;
         // Lengths that reach every branch: heads, tails, single lines, short and long chunks.
         let mut lens: Vec<usize> = (0..300).collect();
@@ -409,6 +471,7 @@ mod tests {
             3 * 8192,
             3 * 8192 + 64 * 13 + 5,
         ]);
+        lens.extend([SPLIT_FROM - 1, SPLIT_FROM, SPLIT_FROM + 1, SPLIT_BELOW - 1]);
         lens.extend([
             65536,
             65536 + 1,
@@ -425,23 +488,33 @@ mod tests {
             sse42: false,
             ..CpuFeatures::detect()
         });
+        type Entry = unsafe fn(&CpuFeatures, *mut u8, &[u8]) -> u32;
+        let entries: [(&str, Entry); 2] = [
+            ("copy_nt_crc32c", copy_nt_crc32c_with),
+            ("fused", copy_nt_crc32c_fused_with),
+        ];
         for features in sets {
             for &len in &lens {
                 for mis in [0usize, 1, 7, 8, 33, 63] {
                     let src = &src_all[(mis * 5) % 13..][..len];
                     let at = aligned + mis;
-                    buf[at - 64..at + len + 64].fill(0);
-                    // SAFETY: `at + len` is inside `buf`, which does not overlap `src_all`.
-                    let crc =
-                        unsafe { copy_nt_crc32c_with(&features, buf.as_mut_ptr().add(at), src) };
-                    sfence();
-                    assert_eq!(crc, crc32c::crc32c(src), "len {len} mis {mis} {features:?}");
-                    assert_eq!(&buf[at..at + len], src, "len {len} mis {mis} {features:?}");
-                    assert!(buf[at - 64..at].iter().all(|&b| b == 0), "wrote before dst");
-                    assert!(
-                        buf[at + len..at + len + 64].iter().all(|&b| b == 0),
-                        "wrote past end"
-                    );
+                    for (name, f) in entries {
+                        buf[at - 64..at + len + 64].fill(0);
+                        // SAFETY: `at + len` is inside `buf`, which does not overlap `src_all`.
+                        let crc = unsafe { f(&features, buf.as_mut_ptr().add(at), src) };
+                        sfence();
+                        let what = format!("{name} len {len} mis {mis} {features:?}");
+                        assert_eq!(crc, crc32c::crc32c(src), "{what}");
+                        assert_eq!(&buf[at..at + len], src, "{what}");
+                        assert!(
+                            buf[at - 64..at].iter().all(|&b| b == 0),
+                            "wrote before dst: {what}"
+                        );
+                        assert!(
+                            buf[at + len..at + len + 64].iter().all(|&b| b == 0),
+                            "wrote past end: {what}"
+                        );
+                    }
                 }
             }
         }

@@ -1,12 +1,14 @@
 //! Low-level persistence primitives for a pool file mapped into memory: the bottom floor of
 //! haar, shared by the store (`haar-store`'s pmem backend) and the memory tools (`haar-mem`).
 //!
-//! This crate owns four things and nothing else, one module each:
+//! This crate owns five things and nothing else, one module each:
 //!
 //! * **CPU cache control**: run-time detection of `CLWB` / `CLFLUSHOPT` / AVX-512
 //!   ([`cpu`]: [`CpuFeatures`]), non-temporal copies and the fused copy + CRC-32C ([`copy`]:
 //!   [`copy_nt`], [`copy_nt_crc32c`]), cache-line write-back and the store fence ([`flush`]:
 //!   [`flush_lines`], [`sfence`], [`persist`]).
+//! * **The checksum** ([`crc`]: [`crc32c`], [`crc32c_append`]): CRC-32C, the one kernel every
+//!   haar crate checksums with.
 //! * **How to make bytes durable** ([`mode`]: [`PersistMode`]): either by flushing CPU caches
 //!   (real persistent memory mapped with `MAP_SYNC`), or by `msync(MS_SYNC)` (everything else).
 //!   Detection follows libpmem: if the kernel accepts `MAP_SHARED_VALIDATE | MAP_SYNC` for the
@@ -41,6 +43,7 @@
 
 pub mod copy;
 pub mod cpu;
+pub mod crc;
 pub mod flush;
 pub mod limits;
 pub mod map;
@@ -48,6 +51,7 @@ pub mod mode;
 
 pub use copy::{copy_nt, copy_nt_crc32c};
 pub use cpu::{CACHE_LINE, CpuFeatures, FlushKind};
+pub use crc::{crc32c, crc32c_append};
 pub use flush::{flush_lines, persist, sfence};
 pub use limits::{RawLimits, measure_raw_limits};
 pub use map::{DEFAULT_RESERVE, PoolMapping, page_size};

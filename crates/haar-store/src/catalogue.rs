@@ -400,7 +400,7 @@ impl Catalogue {
             };
             match self.reader.read_bytes(&data, scratch) {
                 Ok(bytes) => {
-                    let crc = crc32c::crc32c(&bytes);
+                    let crc = haar_persist::crc32c(&bytes);
                     if crc != data.crc {
                         return Err(self.crc_error(db, index, datum, &data, crc));
                     }

@@ -490,7 +490,7 @@ impl SegmentBuilder {
         let body_len = (self.buf.len() - SEGMENT_HEADER) as u32;
         self.buf[24..28].copy_from_slice(&self.n.to_le_bytes());
         self.buf[28..32].copy_from_slice(&body_len.to_le_bytes());
-        let crc = crc32c::crc32c(&self.buf);
+        let crc = haar_persist::crc32c(&self.buf);
         self.buf.extend_from_slice(&crc.to_le_bytes());
         self.buf
     }
@@ -514,7 +514,7 @@ fn segment_body(buf: &[u8]) -> Result<(u16, usize, Cursor<'_>), DecodeError> {
     }
     let (body, crc) = buf.split_at(buf.len() - 4);
     let stored = u32::from_le_bytes(crc.try_into().unwrap());
-    let computed = crc32c::crc32c(body);
+    let computed = haar_persist::crc32c(body);
     if stored != computed {
         return Err(DecodeError::Checksum { stored, computed });
     }
@@ -548,7 +548,7 @@ pub fn decode_segment(buf: &[u8]) -> Result<Segment, DecodeError> {
     }
     let (body, crc) = buf.split_at(buf.len() - 4);
     let stored = u32::from_le_bytes(crc.try_into().unwrap());
-    let computed = crc32c::crc32c(body);
+    let computed = haar_persist::crc32c(body);
     if stored != computed {
         return Err(DecodeError::Checksum { stored, computed });
     }
@@ -652,7 +652,7 @@ pub fn encode_db_key_file(db: &Key) -> Result<Vec<u8>, String> {
     out.extend_from_slice(&0u16.to_le_bytes());
     out.extend_from_slice(&(key.len() as u32).to_le_bytes());
     out.extend_from_slice(&key);
-    let crc = crc32c::crc32c(&out);
+    let crc = haar_persist::crc32c(&out);
     out.extend_from_slice(&crc.to_le_bytes());
     Ok(out)
 }
@@ -668,7 +668,7 @@ pub fn decode_db_key_file(buf: &[u8]) -> Result<Key, DecodeError> {
     }
     let (body, crc) = buf.split_at(buf.len() - 4);
     let stored = u32::from_le_bytes(crc.try_into().unwrap());
-    let computed = crc32c::crc32c(body);
+    let computed = haar_persist::crc32c(body);
     if stored != computed {
         return Err(DecodeError::Checksum { stored, computed });
     }
@@ -697,7 +697,7 @@ pub fn encode_toc_header() -> [u8; TOC_RECORD] {
     let mut h = [0u8; TOC_RECORD];
     h[0..4].copy_from_slice(b"HTOC");
     h[4..6].copy_from_slice(&1u16.to_le_bytes());
-    let crc = crc32c::crc32c(&h[..60]);
+    let crc = haar_persist::crc32c(&h[..60]);
     h[60..64].copy_from_slice(&crc.to_le_bytes());
     h
 }
@@ -712,7 +712,7 @@ pub fn check_toc_header(h: &[u8]) -> Result<(), DecodeError> {
         return Err(DecodeError::BadMagic(magic));
     }
     let stored = u32::from_le_bytes(h[60..64].try_into().unwrap());
-    let computed = crc32c::crc32c(&h[..60]);
+    let computed = haar_persist::crc32c(&h[..60]);
     if stored != computed {
         return Err(DecodeError::Checksum { stored, computed });
     }
@@ -751,7 +751,7 @@ impl CommitRecord {
         r[24..28].copy_from_slice(&self.length.to_le_bytes());
         r[28..32].copy_from_slice(&self.segment_crc.to_le_bytes());
         r[32..40].copy_from_slice(&self.time_ns.to_le_bytes());
-        let crc = crc32c::crc32c(&r[..60]);
+        let crc = haar_persist::crc32c(&r[..60]);
         r[60..64].copy_from_slice(&crc.to_le_bytes());
         r
     }
@@ -766,7 +766,7 @@ impl CommitRecord {
             return Err(DecodeError::BadMagic(magic));
         }
         let stored = u32::from_le_bytes(r[60..64].try_into().unwrap());
-        let computed = crc32c::crc32c(&r[..60]);
+        let computed = haar_persist::crc32c(&r[..60]);
         if stored != computed {
             return Err(DecodeError::Checksum { stored, computed });
         }

@@ -224,7 +224,7 @@ impl DbWriter for MemoryWriter {
                 object: id,
                 offset,
                 length: bytes.len() as u64,
-                crc: crc32c::crc32c(bytes),
+                crc: haar_persist::crc32c(bytes),
             }
         })
     }

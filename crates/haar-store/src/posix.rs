@@ -494,7 +494,7 @@ impl DbWriter for PosixWriter {
             object: self.id,
             offset: self.data_len,
             length: bytes.len() as u64,
-            crc: crc32c::crc32c(bytes),
+            crc: haar_persist::crc32c(bytes),
         };
         self.data_len += bytes.len() as u64;
         self.data_dirty = true;

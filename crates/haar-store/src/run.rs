@@ -111,7 +111,7 @@ impl Manifest {
             b.extend_from_slice(&(p.len() as u32).to_le_bytes());
             b.extend_from_slice(p.as_bytes());
         }
-        let crc = crc32c::crc32c(&b);
+        let crc = haar_persist::crc32c(&b);
         b.extend_from_slice(&crc.to_le_bytes());
         b
     }
@@ -122,7 +122,7 @@ impl Manifest {
         }
         let (body, crc) = buf.split_at(buf.len() - 4);
         let crc = u32::from_le_bytes(crc.try_into().unwrap());
-        let computed = crc32c::crc32c(body);
+        let computed = haar_persist::crc32c(body);
         if crc != computed {
             return Err(format!("crc {computed:#010x}, stored {crc:#010x}"));
         }
@@ -262,7 +262,7 @@ fn crc_region<'a>(
     let region = &map[off..off + len];
     let (body, crc) = region.split_at(len - 4);
     let stored = u32::from_le_bytes(crc.try_into().unwrap());
-    let computed = crc32c::crc32c(body);
+    let computed = haar_persist::crc32c(body);
     if stored != computed {
         return Err(corrupt(
             path,
@@ -290,7 +290,7 @@ impl Run {
         }
         let h = &map[..HEADER];
         let crc = le_u32(h, 124);
-        if crc != crc32c::crc32c(&h[..124]) || crc != rr.header_crc || &h[0..4] != RUN_MAGIC {
+        if crc != haar_persist::crc32c(&h[..124]) || crc != rr.header_crc || &h[0..4] != RUN_MAGIC {
             return Err(corrupt(&path, "catalogue run", "header crc or magic wrong"));
         }
         let version = u16::from_le_bytes([h[4], h[5]]);
@@ -445,7 +445,7 @@ impl Run {
         let at = g.first + i * len;
         let rec = &self.map[at..at + len];
         let stored = le_u32(rec, len - 4);
-        if stored != crc32c::crc32c(&rec[..len - 4]) {
+        if stored != haar_persist::crc32c(&rec[..len - 4]) {
             return Err(corrupt(
                 &self.path,
                 "run entry",
@@ -735,7 +735,7 @@ impl RunWriter {
                 r.extend_from_slice(&[0u8; 28]);
             }
         }
-        let crc = crc32c::crc32c(r);
+        let crc = haar_persist::crc32c(r);
         r.extend_from_slice(&crc.to_le_bytes());
         self.out
             .write_all(r)
@@ -747,7 +747,7 @@ impl RunWriter {
     }
 
     fn section(&mut self, mut body: Vec<u8>) -> Result<(u64, u64)> {
-        let crc = crc32c::crc32c(&body);
+        let crc = haar_persist::crc32c(&body);
         body.extend_from_slice(&crc.to_le_bytes());
         let at = self.pos;
         self.out
@@ -814,7 +814,7 @@ impl RunWriter {
             h.extend_from_slice(&v.to_le_bytes());
         }
         h.resize(124, 0);
-        let crc = crc32c::crc32c(&h);
+        let crc = haar_persist::crc32c(&h);
         h.extend_from_slice(&crc.to_le_bytes());
         let tmp = self.tmp.clone();
         let mut f = self

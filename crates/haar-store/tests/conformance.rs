@@ -198,7 +198,7 @@ fn pmem_version_1_pool_keeps_its_slot_limit_and_its_data() {
     let mut covered = bytes[0..16].to_vec();
     covered.extend_from_slice(&bytes[24..32]);
     covered.extend_from_slice(&bytes[40..48]);
-    let crc = crc32c::crc32c(&covered);
+    let crc = haar_persist::crc32c(&covered);
     bytes[56..60].copy_from_slice(&crc.to_le_bytes());
     std::fs::write(&pool, &bytes).unwrap();
 

@@ -307,7 +307,7 @@ impl RemoteStore {
         }
         let meta = to_meta(&FieldMeta {
             key: key.clone(),
-            crc: crc.unwrap_or_else(|| crc32c::crc32c(data)),
+            crc: crc.unwrap_or_else(|| haar_persist::crc32c(data)),
         });
         let id = self.id();
         let mut slot = self.session.borrow_mut();
@@ -472,7 +472,7 @@ impl FieldStore for RemoteStore {
 
 /// Hands a received field to `sink` after checking it against the CRC-32C the server sent.
 fn deliver(addr: &str, m: FieldMeta, data: &[u8], sink: &mut Sink<'_>) -> Result<()> {
-    let crc = crc32c::crc32c(data);
+    let crc = haar_persist::crc32c(data);
     if crc != m.crc {
         return Err(Error::checksum(
             addr,

@@ -282,7 +282,7 @@ pub fn encode_header(
     h[8..16].copy_from_slice(&id.to_le_bytes());
     h[16..20].copy_from_slice(&meta_len.to_le_bytes());
     h[20..24].copy_from_slice(&data_len.to_le_bytes());
-    let crc = crc32c::crc32c_append(crc32c::crc32c(&h[..24]), meta);
+    let crc = haar_persist::crc32c_append(haar_persist::crc32c(&h[..24]), meta);
     h[24..28].copy_from_slice(&crc.to_le_bytes());
     Ok(h)
 }
@@ -343,7 +343,7 @@ pub fn decode_header(h: &[u8; HEADER_LEN], limits: Limits) -> Result<Header, Fra
 
 /// Checks the frame crc over the header's first 24 bytes and the meta.
 pub fn check_crc(h: &[u8; HEADER_LEN], header: &Header, meta: &[u8]) -> Result<(), FrameError> {
-    let actual = crc32c::crc32c_append(crc32c::crc32c(&h[..24]), meta);
+    let actual = haar_persist::crc32c_append(haar_persist::crc32c(&h[..24]), meta);
     if actual != header.crc {
         return Err(FrameError::Crc {
             expected: header.crc,

@@ -89,7 +89,7 @@ impl Pool {
         h[0..4].copy_from_slice(ARRAY_MAGIC);
         h[8..16].copy_from_slice(&first.to_le_bytes());
         h[16..24].copy_from_slice(&self.nslots.to_le_bytes());
-        let crc = crc32c::crc32c(&h[0..24]);
+        let crc = haar_persist::crc32c(&h[0..24]);
         h[24..28].copy_from_slice(&crc.to_le_bytes());
         // SAFETY: freshly allocated to this writer and unpublished until the link below.
         unsafe {
@@ -128,7 +128,7 @@ impl Pool {
         let stored = u32::from_le_bytes(h[24..28].try_into().unwrap());
         let field = |r: std::ops::Range<usize>| u64::from_le_bytes(h[r].try_into().unwrap());
         if &h[0..4] != ARRAY_MAGIC
-            || stored != crc32c::crc32c(&h[0..24])
+            || stored != haar_persist::crc32c(&h[0..24])
             || field(8..16) != first
             || field(16..24) != self.nslots
         {

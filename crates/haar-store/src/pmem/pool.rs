@@ -68,7 +68,7 @@ fn header_crc(h: &[u8]) -> u32 {
     b.extend_from_slice(&h[0..16]);
     b.extend_from_slice(&h[24..32]);
     b.extend_from_slice(&h[40..48]);
-    crc32c::crc32c(&b)
+    haar_persist::crc32c(&b)
 }
 
 fn corrupt(path: &Path, detail: impl Into<String>) -> Error {
