@@ -99,6 +99,8 @@ fn the_forms_in_use_still_parse() {
         "haar --root /r --backend posix schema --check /etc/fdb/schema",
         "haar bench --scale --sizes 1e5,1e6,1e7 --backend posix --root /d --out o --json s.json",
         "haar bench --scale --field-bytes 512 --runs 3 --no-fdb5 --keep --quiet",
+        "haar compact --full",
+        "haar --backend pmem --root /d compact class=od --json",
         "haar --root /r --backend posix generate man /d",
         "haar --root /r generate completions bash",
         "haar --config c.yaml --root /r --backend pmem --servers a:1,b:2 --replicas 2 \
