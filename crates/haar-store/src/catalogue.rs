@@ -437,6 +437,15 @@ impl Catalogue {
     }
 }
 
+/// Writes manifest `m` into place and removes what it no longer names (part files of
+/// compactions only with `parts`: when no compaction can be running).
+fn publish(dir: &Path, m: &Manifest, parts: bool) -> Result<()> {
+    run::write_atomic(dir, run::MANIFEST_FILE, &m.encode())?;
+    let keep: HashSet<u64> = m.runs.iter().map(|r| r.id).collect();
+    let _ = run::remove_unreferenced(dir, &keep, parts);
+    Ok(())
+}
+
 /// What a [`merge`] did.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case", tag = "outcome")]
@@ -550,6 +559,7 @@ pub fn merge(
     if !full && !reset && tail_n < policy.threshold {
         return Ok(MergeOutcome::Nothing { tail: tail_n });
     }
+    // Phase 1, under the merge lock: the tail becomes a level-0 run, published at once.
     let mut refs: Vec<RunRef> = manifest.runs.clone();
     if !tail.is_empty() || tail_dead.fields > 0 {
         let flags = if refs.is_empty() { FLAG_BASE } else { 0 };
@@ -559,45 +569,103 @@ pub fn merge(
     }
     drop(tail);
     drop(commits);
-    loop {
-        let n = refs.len();
-        let k = if full {
-            if n <= 1 { 0 } else { n }
-        } else {
-            let level = refs.last().map_or(0, |r| r.level);
-            let same = refs.iter().rev().take_while(|r| r.level == level).count();
-            if same >= policy.fanout.max(2) {
-                same
-            } else {
-                0
-            }
-        };
-        if k == 0 {
-            break;
-        }
-        let level = refs[n - k..].iter().map(|r| r.level).max().unwrap_or(0) + 1;
-        let inputs: Vec<&Run> = runs[n - k..].iter().collect();
-        let rr = match run::merge_runs(&dir, &inputs, k == n, level, stop)? {
-            Ok(rr) => rr,
-            Err(run::Stopped) => return Ok(MergeOutcome::Stopped),
-        };
-        runs.truncate(n - k);
-        refs.truncate(n - k);
-        runs.push(Run::open(&dir, &rr)?);
-        refs.push(rr);
-    }
-    let entries = runs.iter().map(|r| r.n_entries).sum();
-    let new = Manifest {
-        log_id: reader.log_id(),
+    let log_id = reader.log_id();
+    let mut current = Manifest {
+        log_id,
         position: reader.position(),
         generation: manifest.generation + 1,
         runs: refs,
         problems,
     };
-    run::write_atomic(&dir, run::MANIFEST_FILE, &new.encode())?;
-    let keep: HashSet<u64> = new.runs.iter().map(|r| r.id).collect();
-    let _ = run::remove_unreferenced(&dir, &keep);
+    // One compaction at a time; a merger that cannot take it leaves compaction to the one
+    // that holds it (and must not remove its part files).
+    let compact_path = dir.join(run::COMPACT_LOCK_FILE);
+    let compact = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&compact_path)
+        .map_err(|e| Error::io("open", &compact_path, e))?;
+    let compacting = crate::posix::flock(&compact, libc::LOCK_EX | libc::LOCK_NB).is_ok();
+    publish(&dir, &current, compacting)?;
     drop(lock);
+    // Phase 2, without the merge lock (level-0 runs keep being published meanwhile, so the
+    // tail stays short): compactions, each published under the lock after re-reading the
+    // manifest.
+    if compacting {
+        for pass in 0.. {
+            let n = current.runs.len();
+            let k = if full {
+                if n <= 1 || pass > 0 { 0 } else { n }
+            } else {
+                let level = current.runs.last().map_or(0, |r| r.level);
+                let same = (current.runs.iter().rev())
+                    .take_while(|r| r.level == level)
+                    .count();
+                if same >= policy.fanout.max(2) {
+                    same
+                } else {
+                    0
+                }
+            };
+            if k == 0 {
+                break;
+            }
+            let level = current.runs[n - k..]
+                .iter()
+                .map(|r| r.level)
+                .max()
+                .unwrap_or(0)
+                + 1;
+            let ids: Vec<u64> = current.runs[n - k..].iter().map(|r| r.id).collect();
+            let inputs: Vec<&Run> = runs[n - k..].iter().collect();
+            let rr = match run::merge_runs(&dir, &inputs, k == n, level, stop)? {
+                Ok(rr) => rr,
+                Err(run::Stopped) => return Ok(MergeOutcome::Stopped),
+            };
+            drop(inputs);
+            let lock = OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&lock_path)
+                .map_err(|e| Error::io("open", &lock_path, e))?;
+            crate::posix::flock(&lock, libc::LOCK_EX)
+                .map_err(|e| Error::io("lock", &lock_path, e))?;
+            // The manifest as it is now: level-0 runs may have been added after the inputs.
+            let fresh = match load(&dir, log_id) {
+                Ok(Some(m)) => m,
+                _ => {
+                    let _ = fs::remove_file(run::part_path(&dir, rr.id));
+                    break;
+                }
+            };
+            let (mut m, _) = fresh;
+            let at = m
+                .runs
+                .windows(k)
+                .position(|w| w.iter().map(|r| r.id).eq(ids.iter().copied()));
+            let Some(at) = at.filter(|&at| k != n || at == 0) else {
+                // Replaced meanwhile (a wipe or purge started a new base): drop the result.
+                let _ = fs::remove_file(run::part_path(&dir, rr.id));
+                break;
+            };
+            run::install(&dir, rr.id)?;
+            m.runs.splice(at..at + k, [rr]);
+            m.generation += 1;
+            publish(&dir, &m, true)?;
+            // Reopen what the new manifest names, for the next pass.
+            runs = m
+                .runs
+                .iter()
+                .map(|r| Run::open(&dir, r))
+                .collect::<Result<Vec<_>>>()?;
+            current = m;
+            drop(lock);
+        }
+    }
+    let entries = runs.iter().map(|r| r.n_entries).sum();
+    let new = current;
     Ok(MergeOutcome::Published {
         tail: tail_n,
         runs: new.runs.len(),

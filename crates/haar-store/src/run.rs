@@ -81,6 +81,8 @@ pub(crate) struct Manifest {
 
 pub(crate) const MANIFEST_FILE: &str = "manifest";
 pub(crate) const LOCK_FILE: &str = "merge.lock";
+/// Held by the one merger compacting runs (design §3.1).
+pub(crate) const COMPACT_LOCK_FILE: &str = "compact.lock";
 
 fn corrupt(path: &Path, what: &'static str, detail: impl Into<String>) -> Error {
     Error::Corrupt {
@@ -182,7 +184,8 @@ pub(crate) fn run_path(dir: &Path, id: u64) -> PathBuf {
 /// Writes `bytes` to `dir/name` atomically: a temporary file, `fdatasync`, rename, then an
 /// `fsync` of the directory.
 pub(crate) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
-    let tmp = dir.join(format!("{name}.tmp"));
+    // A name of its own, so that concurrent writers of the same file never share one.
+    let tmp = dir.join(format!("{name}.{:016x}.tmp", crate::posix::random_u64()));
     let path = dir.join(name);
     let mut f = File::create(&tmp).map_err(|e| Error::io("create", &tmp, e))?;
     f.write_all(bytes)
@@ -686,12 +689,34 @@ pub(crate) struct RunWriter {
     groups: Vec<(Key, Vec<String>, u64, u64)>,
     dict: Vec<String>,
     rec: Vec<u8>,
+    /// Rename into place when finished (else the caller installs it with [`install`]).
+    install: bool,
+}
+
+/// The file a compaction writes run `id` to until it is published ([`install`]).
+pub(crate) fn part_path(dir: &Path, id: u64) -> PathBuf {
+    dir.join(format!("{id:016x}.run.part"))
+}
+
+/// Renames a finished compaction output into place (call with the merge lock held, just
+/// before publishing a manifest that names it).
+pub(crate) fn install(dir: &Path, id: u64) -> Result<()> {
+    let path = run_path(dir, id);
+    fs::rename(part_path(dir, id), &path).map_err(|e| Error::io("rename", &path, e))
 }
 
 impl RunWriter {
     /// Starts run `id` in `dir` whose datum values are `dict` (sorted, distinct).
     pub(crate) fn create(dir: &Path, id: u64, dict: Vec<String>) -> Result<RunWriter> {
-        let tmp = dir.join(format!("{id:016x}.run.tmp"));
+        Self::create_as(dir, id, dict, true)
+    }
+
+    fn create_as(dir: &Path, id: u64, dict: Vec<String>, install: bool) -> Result<RunWriter> {
+        let tmp = if install {
+            dir.join(format!("{id:016x}.run.tmp"))
+        } else {
+            part_path(dir, id)
+        };
         let f = File::create(&tmp).map_err(|e| Error::io("create", &tmp, e))?;
         let mut out = BufWriter::with_capacity(1 << 20, f);
         out.write_all(&[0u8; HEADER])
@@ -706,6 +731,7 @@ impl RunWriter {
             groups: Vec::new(),
             dict,
             rec: Vec::new(),
+            install,
         })
     }
 
@@ -825,8 +851,10 @@ impl RunWriter {
             .and_then(|_| f.write_all_at(&h, 0))
             .and_then(|_| f.sync_data())
             .map_err(|e| Error::io("write", &tmp, e))?;
-        let path = run_path(&self.dir, self.id);
-        fs::rename(&tmp, &path).map_err(|e| Error::io("rename", &path, e))?;
+        if self.install {
+            let path = run_path(&self.dir, self.id);
+            fs::rename(&tmp, &path).map_err(|e| Error::io("rename", &path, e))?;
+        }
         Ok(RunRef {
             id: self.id,
             len: self.pos,
@@ -943,7 +971,8 @@ pub(crate) fn write_map(
 #[derive(Debug)]
 pub(crate) struct Stopped;
 
-/// Merges `inputs` (oldest first) into one run of `level`: for each key the newest entry
+/// Merges `inputs` (oldest first) into one run of `level`, left as a part file for
+/// [`install`]: for each key the newest entry
 /// wins and the older ones count as dead; with `base` the result is the oldest run of the
 /// database and tombstones are dropped. Keys are never decoded: the dictionaries are merged
 /// and each input's ids remapped (ids order as values do, so remapping keeps order).
@@ -986,7 +1015,8 @@ pub(crate) fn merge_runs(
     for r in inputs {
         dead.add(&r.dead);
     }
-    let mut w = RunWriter::create(dir, new_id(), dict)?;
+    // A part file until the caller publishes it (the merge lock is not held meanwhile).
+    let mut w = RunWriter::create_as(dir, new_id(), dict, false)?;
     let flags = if base { FLAG_BASE } else { 0 };
     for ((index, kws), members) in groups {
         if stop.load(Ordering::Relaxed) {
@@ -1055,14 +1085,21 @@ pub(crate) fn merge_runs(
     w.finish(flags, level, &dead).map(Ok)
 }
 
-/// Removes `*.tmp` files and the runs `keep` does not name. Call with the merge lock held.
-pub(crate) fn remove_unreferenced(dir: &Path, keep: &HashSet<u64>) -> io::Result<()> {
+/// Removes `*.tmp` files and the runs `keep` does not name, and with `parts` the part files
+/// of compactions (only when none is running). Call with the merge lock held.
+pub(crate) fn remove_unreferenced(dir: &Path, keep: &HashSet<u64>, parts: bool) -> io::Result<()> {
     for ent in fs::read_dir(dir)? {
         let ent = ent?;
         let name = ent.file_name();
         let name = name.to_string_lossy();
-        let stale = if name.ends_with(".tmp") {
+        // Only the merger's own temporaries (runs, manifests): another file's temporary may
+        // be in use by a process that holds no merge lock (db.key of pmem databases).
+        let stale = if name.ends_with(".run.tmp")
+            || (name.starts_with(MANIFEST_FILE) && name.ends_with(".tmp"))
+        {
             true
+        } else if name.ends_with(".part") {
+            parts
         } else if let Some(id) = name.strip_suffix(".run") {
             u64::from_str_radix(id, 16).is_ok_and(|id| !keep.contains(&id))
         } else {

@@ -195,7 +195,12 @@ impl PmemBackend {
             key: db.to_string(),
             reason: reason.into(),
         })?;
-        crate::run::write_atomic(&dir, "db.key", &bytes)
+        match crate::run::write_atomic(&dir, "db.key", &bytes) {
+            // Another process or thread created it at the same time (or removed it with a
+            // wipe, which then wins): the key there is checked by every reader.
+            Err(_) if dir.join("db.key").exists() => Ok(()),
+            other => other,
+        }
     }
 
     /// The database `db` if its catalogue directory names it.
