@@ -539,35 +539,9 @@ fn segment_body(buf: &[u8]) -> Result<(u16, usize, Cursor<'_>), DecodeError> {
 
 /// Decodes and verifies an index segment.
 pub fn decode_segment(buf: &[u8]) -> Result<Segment, DecodeError> {
-    if buf.len() < SEGMENT_HEADER + 4 {
-        return Err(DecodeError::Truncated(buf.len()));
-    }
-    let magic: [u8; 4] = buf[0..4].try_into().unwrap();
-    if &magic != SEGMENT_MAGIC {
-        return Err(DecodeError::BadMagic(magic));
-    }
-    let (body, crc) = buf.split_at(buf.len() - 4);
-    let stored = u32::from_le_bytes(crc.try_into().unwrap());
-    let computed = haar_persist::crc32c(body);
-    if stored != computed {
-        return Err(DecodeError::Checksum { stored, computed });
-    }
-    let mut c = Cursor::new(body);
-    c.take(4)?;
-    let version = c.u16()?;
-    if version != SEGMENT_VERSION {
-        return Err(DecodeError::Version(version));
-    }
-    let flags = c.u16()?;
-    let writer = c.u64()?;
-    let sequence = c.u64()?;
-    let n = c.u32()? as usize;
-    let body_len = c.u32()? as usize;
-    if body_len != c.remaining() {
-        return Err(DecodeError::Invalid(
-            "body length does not match segment length",
-        ));
-    }
+    let (flags, n, mut c) = segment_body(buf)?;
+    let writer = u64::from_le_bytes(buf[8..16].try_into().unwrap());
+    let sequence = u64::from_le_bytes(buf[16..24].try_into().unwrap());
     let db = decode_key(&mut c)?;
     let mut entries = Vec::with_capacity(n.min(c.remaining() / 8));
     for _ in 0..n {
