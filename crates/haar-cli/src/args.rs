@@ -288,10 +288,10 @@ impl Command {
             | Command::Wipe(ModifyArgs { open, .. })
             | Command::Purge(ModifyArgs { open, .. })
             | Command::Info(InfoArgs { open, .. })
-            | Command::Compact(CompactArgs { open, .. })
             | Command::Hammer(HammerArgs { open, .. })
             | Command::WorkloadWorker(WorkerArgs { open, .. }) => open.onto(o),
             Command::Schema(SchemaArgs { store, .. })
+            | Command::Compact(CompactArgs { store, .. })
             | Command::ImportFdb5(ImportFdb5Args { store, .. }) => store.onto(o),
             Command::Serve(a) => {
                 a.store.onto(o);
@@ -500,7 +500,7 @@ pub struct CompactArgs {
     #[arg(long)]
     pub json: bool,
     #[command(flatten)]
-    pub open: OpenArgs,
+    pub store: StoreArgs,
 }
 
 /// `haar info`.

@@ -41,6 +41,7 @@ fn each_subcommand_takes_the_options_it_uses() {
         ("hammer", &ALL),
         ("workload-worker", &ALL),
         ("schema", store),
+        ("compact", store),
         ("import-fdb5", store),
         ("serve", &["config", "root", "backend", "token_file"]),
         ("watch", client),
