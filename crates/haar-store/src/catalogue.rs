@@ -9,7 +9,7 @@
 use std::collections::{HashMap, HashSet};
 
 use rustc_hash::FxHashMap;
-use std::fs::{self, OpenOptions};
+use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -437,6 +437,22 @@ impl Catalogue {
     }
 }
 
+/// Opens (creating) the lock file at `path` and takes `flock(op)` on it; `None` when `op`
+/// has `LOCK_NB` and the lock cannot be taken now. The lock lasts as long as the file.
+fn lock_file(path: &Path, op: libc::c_int) -> Result<Option<File>> {
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(path)
+        .map_err(|e| Error::io("open", path, e))?;
+    match crate::posix::flock(&f, op) {
+        Ok(()) => Ok(Some(f)),
+        Err(_) if op & libc::LOCK_NB != 0 => Ok(None),
+        Err(e) => Err(Error::io("lock", path, e)),
+    }
+}
+
 /// Writes manifest `m` into place and removes what it no longer names (part files of
 /// compactions only with `parts`: when no compaction can be running).
 fn publish(dir: &Path, m: &Manifest, parts: bool) -> Result<()> {
@@ -495,15 +511,9 @@ pub fn merge(
         Err(e) => return Err(Error::io("create", &dir, e)),
     }
     let lock_path = dir.join(run::LOCK_FILE);
-    let lock = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&lock_path)
-        .map_err(|e| Error::io("open", &lock_path, e))?;
-    if crate::posix::flock(&lock, libc::LOCK_EX | libc::LOCK_NB).is_err() {
+    let Some(lock) = lock_file(&lock_path, libc::LOCK_EX | libc::LOCK_NB)? else {
         return Ok(MergeOutcome::Busy);
-    }
+    };
     let Some(mut reader) = backend.open_reader(db)? else {
         return Ok(MergeOutcome::Gone);
     };
@@ -579,14 +589,11 @@ pub fn merge(
     };
     // One compaction at a time; a merger that cannot take it leaves compaction to the one
     // that holds it (and must not remove its part files).
-    let compact_path = dir.join(run::COMPACT_LOCK_FILE);
-    let compact = OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&compact_path)
-        .map_err(|e| Error::io("open", &compact_path, e))?;
-    let compacting = crate::posix::flock(&compact, libc::LOCK_EX | libc::LOCK_NB).is_ok();
+    let compact = lock_file(
+        &dir.join(run::COMPACT_LOCK_FILE),
+        libc::LOCK_EX | libc::LOCK_NB,
+    )?;
+    let compacting = compact.is_some();
     publish(&dir, &current, compacting)?;
     drop(lock);
     // Phase 2, without the merge lock (level-0 runs keep being published meanwhile, so the
@@ -624,14 +631,8 @@ pub fn merge(
                 Err(run::Stopped) => return Ok(MergeOutcome::Stopped),
             };
             drop(inputs);
-            let lock = OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(&lock_path)
-                .map_err(|e| Error::io("open", &lock_path, e))?;
-            crate::posix::flock(&lock, libc::LOCK_EX)
-                .map_err(|e| Error::io("lock", &lock_path, e))?;
+            let lock =
+                lock_file(&lock_path, libc::LOCK_EX)?.expect("a blocking lock is always taken");
             // The manifest as it is now: level-0 runs may have been added after the inputs.
             let fresh = match load(&dir, log_id) {
                 Ok(Some(m)) => m,
