@@ -135,8 +135,10 @@ fn release(p: *mut libc::c_void, len: usize) {
 ///
 /// 1. **Committed bytes are immutable.** A range is written only while it is exclusively owned
 ///    by one writer (freshly allocated, not yet published). Once published, nobody writes it
-///    again; [`slice`] may only be called on published ranges, so a `&[u8]` never aliases a
-///    write.
+///    again while any `&[u8]` of it can exist; [`slice`] may only be called on published
+///    ranges, so a `&[u8]` never aliases a write. A layout that reuses freed space (haar's
+///    pmem pools, design §5.4) must hand a range out again only after every process that
+///    could hold a slice of it has let go (its grace period).
 /// 2. **Shared words are atomic.** Words used for cross-process coordination (allocation
 ///    cursors, commit slots) are accessed only through [`atomic_u64`], never through [`slice`]
 ///    or plain writes.

@@ -394,7 +394,9 @@ impl Catalogue {
         datum: &Key,
         mut scratch: Vec<u8>,
     ) -> Result<Option<(FieldBytes, u32)>> {
-        for attempt in 0..2 {
+        // A location can go stale between lookup and read (posix: a purge replaced the data
+        // file; pmem: a reclaim moved the epoch on): look the key up again.
+        for attempt in 0..3 {
             let Some(data) = self.lookup(backend, db, index, datum)? else {
                 return Ok(None);
             };
@@ -407,7 +409,7 @@ impl Catalogue {
                     return Ok(Some((bytes, crc)));
                 }
                 Err(Error::Io { source, .. })
-                    if attempt == 0 && source.kind() == io::ErrorKind::NotFound =>
+                    if attempt < 2 && source.kind() == io::ErrorKind::NotFound =>
                 {
                     self.refresh(backend, db)?;
                     scratch = Vec::new();

@@ -24,10 +24,48 @@ pub fn field_key(date: &str, step: u32, level: u32, param: &str) -> Key {
     .expect("valid key")
 }
 
+/// The database of round `r` of `writer` in trial `trial` of the space-reuse torture
+/// (`haar-torture reuse`): its `expver`, 4 characters of base 36.
+pub fn reuse_expver(trial: u32, writer: u32, r: u32) -> String {
+    let mut n = (trial * 16 + writer) * 64 + r;
+    let mut s = [b'0'; 4];
+    for c in s.iter_mut().rev() {
+        *c = b"0123456789abcdefghijklmnopqrstuvwxyz"[(n % 36) as usize];
+        n /= 36;
+    }
+    String::from_utf8(s.to_vec()).expect("ascii")
+}
+
+/// Field `i` of the space-reuse torture's database `expver`.
+pub fn reuse_key(expver: &str, i: u32) -> Key {
+    Key::parse(&format!(
+        "class=od,expver={expver},stream=oper,date=20250101,time=1200,domain=g,type=fc,\
+         levtype=pl,levelist={i},step=0,param=130"
+    ))
+    .expect("valid key")
+}
+
+/// Rewrites the header of the pool file at `pool` as layout `version` (1 or 2: written
+/// before slot-array extensions, before space reuse), with the header checksum those versions
+/// use, to test that older pools are still read and written.
+pub fn set_pool_version(pool: &std::path::Path, version: u32) {
+    let mut bytes = std::fs::read(pool).expect("read pool");
+    bytes[8..12].copy_from_slice(&version.to_le_bytes());
+    let mut covered = bytes[0..16].to_vec();
+    covered.extend_from_slice(&bytes[24..32]);
+    covered.extend_from_slice(&bytes[40..48]);
+    let crc = haar_persist::crc32c(&covered);
+    bytes[56..60].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(pool, &bytes).expect("write pool");
+}
+
 /// Deterministic field bytes for a key (distinct per key and generation).
 pub fn payload(key: &Key, generation: u8, len: usize) -> Vec<u8> {
     // Seeded by the sorted key, so the schema's reordering of keywords does not matter.
-    let seed = crate::format::fnv1a64(key.sorted().to_string().as_bytes()) ^ generation as u64;
+    // The generation goes above bit 0, which `| 1` would erase (generations 0 and 1 once
+    // gave the same bytes).
+    let seed =
+        crate::format::fnv1a64(key.sorted().to_string().as_bytes()) ^ (u64::from(generation) << 40);
     let mut x = seed | 1;
     let mut v = Vec::with_capacity(len);
     v.extend_from_slice(b"GRIB");

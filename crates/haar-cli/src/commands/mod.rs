@@ -370,7 +370,22 @@ fn info(cli: &Cli, a: &InfoArgs) -> Result<(), Failure> {
     let total_fields: u64 = dbs.iter().map(|d| d.fields).sum();
     let total_bytes: u64 = dbs.iter().map(|d| d.bytes).sum();
     let dead_bytes: u64 = dbs.iter().map(|d| d.dead_bytes).sum();
-    let v = json!({
+    // A pmem pool's heap, whole store only: live + dead + free + the rest (design §5.4).
+    let space = match (a.request.is_none(), backend["heap_used_bytes"].as_u64()) {
+        (true, Some(used)) if backend.get("free_bytes").is_some() => {
+            let free = backend["free_bytes"].as_u64().unwrap_or(0);
+            Some(json!({
+                "heap_used_bytes": used,
+                "live_bytes": total_bytes,
+                "dead_bytes": dead_bytes,
+                "free_bytes": free,
+                "free_waiting_bytes": backend["free_waiting_bytes"],
+                "other_bytes": used.saturating_sub(total_bytes + dead_bytes + free),
+            }))
+        }
+        _ => None,
+    };
+    let mut v = json!({
         "version": env!("CARGO_PKG_VERSION"),
         "config": cfg,
         "backend": backend,
@@ -380,6 +395,9 @@ fn info(cli: &Cli, a: &InfoArgs) -> Result<(), Failure> {
         "dead_bytes": dead_bytes,
         "eccodes": haar_grib::eccodes_version(),
     });
+    if let Some(sp) = &space {
+        v["space"] = sp.clone();
+    }
     if a.json {
         return outln!("{}", serde_json::to_string_pretty(&v).expect("json"));
     }
@@ -405,6 +423,18 @@ fn info(cli: &Cli, a: &InfoArgs) -> Result<(), Failure> {
         "databases: {}  fields: {total_fields}  bytes: {total_bytes}  dead bytes: {dead_bytes}",
         dbs.len()
     )?;
+    if let Some(sp) = &space {
+        outln!(
+            "pool heap: {} bytes = live {} + dead {} (a purge frees them) + free {} ({} waiting \
+             for readers' views) + other {} (segment records, tables, space of killed writers)",
+            sp["heap_used_bytes"],
+            sp["live_bytes"],
+            sp["dead_bytes"],
+            sp["free_bytes"],
+            sp["free_waiting_bytes"],
+            sp["other_bytes"]
+        )?;
+    }
     print_databases(&dbs)
 }
 

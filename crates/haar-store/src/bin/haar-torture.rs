@@ -4,6 +4,8 @@
 //!
 //! Usage: haar-torture posix|pmem ROOT WRITER BATCHES FIELDS_PER_BATCH SIZE
 //!        haar-torture read posix|pmem ROOT WRITERS BATCHES FIELDS_PER_BATCH SIZE SECONDS
+//!        haar-torture reuse ROOT TRIAL WRITER ROUNDS FIELDS_PER_ROUND SIZE
+//!        haar-torture hold ROOT EXPVER I
 //!
 //! The `read` form is a concurrent reader: for SECONDS it keeps retrieving every field of
 //! every writer, checking each visible field byte for byte, that a writer's visible batches
@@ -12,7 +14,7 @@
 use std::io::Write;
 use std::sync::Arc;
 
-use haar_store::conformance::{field_key, payload};
+use haar_store::conformance::{field_key, payload, reuse_expver, reuse_key};
 use haar_store::pmem::PmemOptions;
 use haar_store::{Backend, FsyncPolicy, PmemBackend, PosixBackend, Store, StoreOptions};
 
@@ -101,10 +103,113 @@ fn reader(a: &[String]) {
     println!("checks {checks} visible {}", seen.iter().sum::<u32>());
 }
 
+/// `reuse ROOT TRIAL WRITER ROUNDS PER SIZE`: space reuse under kill -9 (design §5.4). First
+/// wipes the databases this writer made in the previous trial (`cleared`); then per round
+/// archives PER fields into a new database (`ack R`); in odd rounds re-archives the first
+/// half with new bytes (`re R`) and purges (`purged R`); from round 2 wipes the database of
+/// two rounds before (`wiped R`). Small chunks, so that kills leak little.
+fn reuse(a: &[String]) {
+    let root = std::path::PathBuf::from(&a[2]);
+    let num = |i: usize| -> u32 { a[i].parse().expect("number") };
+    let (trial, writer, rounds, per, size) = (num(3), num(4), num(5), num(6), num(7) as usize);
+    let backend = PmemBackend::open(
+        &root,
+        PmemOptions {
+            initial_size: 16 << 20,
+            slots: 16,
+            chunk: 64 << 10,
+            ..PmemOptions::default()
+        },
+    )
+    .expect("pmem");
+    let mut store = Store::with_options(Arc::new(backend), StoreOptions::default());
+    let say = |line: String| {
+        let mut o = std::io::stdout().lock();
+        writeln!(o, "{line}").unwrap();
+        o.flush().unwrap();
+    };
+    let db = |r: u32| {
+        haar_core::request::Request::parse(&format!("expver={}", reuse_expver(trial, writer, r)))
+            .unwrap()
+    };
+    if trial > 0 {
+        for r in 0..rounds {
+            let old = haar_core::request::Request::parse(&format!(
+                "expver={}",
+                reuse_expver(trial - 1, writer, r)
+            ))
+            .unwrap();
+            store.wipe(&old, true).expect("wipe");
+        }
+        say("cleared".into());
+    }
+    for r in 0..rounds {
+        let ev = reuse_expver(trial, writer, r);
+        for i in 0..per {
+            let k = reuse_key(&ev, i);
+            store.archive(&k, &payload(&k, 0, size)).expect("archive");
+        }
+        store.flush().expect("flush");
+        say(format!("ack {r}"));
+        if r % 2 == 1 {
+            for i in 0..per / 2 {
+                let k = reuse_key(&ev, i);
+                store.archive(&k, &payload(&k, 1, size)).expect("archive");
+            }
+            store.flush().expect("flush");
+            say(format!("re {r}"));
+            store.purge(&db(r), true).expect("purge");
+            say(format!("purged {r}"));
+        }
+        if r >= 2 {
+            store.wipe(&db(r - 2), true).expect("wipe");
+            say(format!("wiped {}", r - 2));
+        }
+    }
+}
+
+/// `hold ROOT EXPVER I`: retrieves field I of the reuse torture's database EXPVER zero-copy,
+/// prints `held`, then answers each line on stdin: `check` with `same` or `changed` (the
+/// view's bytes against the field's payload), `drop` by dropping the view (`dropped`).
+fn hold(a: &[String]) {
+    let root = std::path::PathBuf::from(&a[2]);
+    let backend = PmemBackend::open(&root, PmemOptions::default()).expect("pmem");
+    let store = Store::with_options(Arc::new(backend), StoreOptions::default());
+    let k = reuse_key(&a[3], a[4].parse().expect("I"));
+    let (_, view) = store
+        .retrieve_lent(&k)
+        .expect("retrieve")
+        .expect("the field to hold is there");
+    let size = view.len();
+    let mut view = Some(view);
+    println!("held");
+    for line in std::io::stdin().lines() {
+        let line = line.unwrap();
+        let answer = match (line.trim(), &view) {
+            ("check", Some(v)) if **v == payload(&k, 0, size)[..] => "same",
+            ("check", _) => "changed",
+            ("drop", _) => {
+                view = None;
+                "dropped"
+            }
+            _ => "?",
+        };
+        let mut o = std::io::stdout().lock();
+        writeln!(o, "{answer}").unwrap();
+        o.flush().unwrap();
+    }
+}
+
 fn main() {
     let a: Vec<String> = std::env::args().collect();
     if a.get(1).map(String::as_str) == Some("read") && a.len() == 9 {
         return reader(&a);
+    }
+    if a.get(1).map(String::as_str) == Some("reuse") && a.len() == 8 {
+        return reuse(&a);
+    }
+    if a.get(1).map(String::as_str) == Some("hold") && a.len() == 5 {
+        return hold(&a);
     }
     if a.len() != 7 {
         eprintln!("usage: haar-torture posix|pmem ROOT WRITER BATCHES FIELDS_PER_BATCH SIZE");

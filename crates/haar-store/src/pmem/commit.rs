@@ -14,6 +14,7 @@ use haar_persist::PersistMode;
 
 use super::heap::ALIGN;
 use super::pool::{OFF_TAIL, Pool, VERSION_NO_EXTENSIONS};
+use super::reuse::DEAD_SLOT;
 use crate::backend::{Committed, DbReader, DbWriter, FieldBytes, LendBytes};
 use crate::error::{Error, Result};
 use crate::format::DataRef;
@@ -172,6 +173,24 @@ impl Pool {
         Ok(Some(seg.to_vec()))
     }
 
+    /// Turns global slot `i`, which holds `rec`, into a dead slot (design §5.4), persisted.
+    pub(super) fn kill_slot(&self, i: u64, rec: u64) -> Result<()> {
+        let Some(a) = self.array_for(i, false)? else {
+            return Ok(());
+        };
+        let off = a.slots_off + 8 * (i - a.first);
+        let slot = self.map.atomic_u64(off as usize);
+        if slot
+            .compare_exchange(rec, DEAD_SLOT, Ordering::SeqCst, Ordering::SeqCst)
+            .is_ok()
+        {
+            self.map
+                .persist(off as usize, 8)
+                .map_err(|e| Error::io("persist", &self.path, e))?;
+        }
+        Ok(())
+    }
+
     pub(super) fn tail(&self) -> u64 {
         self.map.atomic_u64(OFF_TAIL).load(Ordering::Acquire)
     }
@@ -193,12 +212,19 @@ impl Pool {
                     }
                     return i;
                 }
-                visit(i, v);
+                if v != DEAD_SLOT {
+                    visit(i, v);
+                }
                 i += 1;
             }
         }
         i
     }
+}
+
+/// The heap bytes of a segment record holding a segment of `len` bytes.
+pub(super) fn record_size(len: u64) -> u64 {
+    (RECORD_HEADER as u64 + len).next_multiple_of(ALIGN)
 }
 
 pub(super) struct PmemWriter {
@@ -314,12 +340,23 @@ pub(super) struct PmemReader {
     pub(super) next: u64,
     /// The pool file's inode (the log id).
     pub(super) ino: u64,
+    /// The reclaim epoch read before the last walk (design §5.4): locations found by it are
+    /// lent only while the epoch has not moved on.
+    pub(super) seen: u64,
 }
 
 impl DbReader for PmemReader {
     fn poll(&mut self) -> Result<Vec<Committed>> {
+        // Pinned while walking and copying records, so none of them is reused meanwhile.
+        let (epoch, _pin) = loop {
+            let e = self.pool.epoch();
+            if let Some(pin) = self.pool.pin(e)? {
+                break (e, pin);
+            }
+        };
         let mut found = Vec::new();
         self.next = self.pool.walk(self.next, |i, off| found.push((i, off)));
+        self.seen = epoch;
         let mut out = Vec::new();
         for (i, off) in found {
             let origin = format!("{} slot {i} @ {off}", self.pool.path.display());
@@ -339,10 +376,21 @@ impl DbReader for PmemReader {
     }
 
     fn read_bytes(&self, data: &DataRef, _scratch: Vec<u8>) -> Result<FieldBytes> {
-        // Zero-copy: committed ranges are immutable (PoolMapping contract rule 1) and the pool
-        // never shrinks, so the mapping itself can be lent for as long as the Arc lives.
+        // Zero-copy: committed ranges are not written again while a pin on the epoch they were
+        // found under lives (design §5.4) and the pool never shrinks, so the mapping itself
+        // is lent, with the pin, for as long as the view lives.
+        let Some(pin) = self.pool.pin(self.seen)? else {
+            return Err(Error::io(
+                "read",
+                &self.pool.path,
+                std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    "pool space was reclaimed since the catalogue was read; look the key up again",
+                ),
+            ));
+        };
         let (off, len) = (data.offset as usize, data.length as usize);
-        let lender: Arc<dyn LendBytes> = self.pool.clone();
+        let lender: Arc<dyn LendBytes> = Arc::new(pin);
         if let Some(b) = FieldBytes::lent(lender.clone(), off, len) {
             return Ok(b);
         }

@@ -1,5 +1,6 @@
-//! The heap (design §5.3): this process's chunk, reserved with one `fetch_add` on the heap
-//! top, and the 64-byte aligned extents sub-allocated from it; the unused tail given back.
+//! The heap (design §5.3): this process's chunk, taken from a free region whose grace
+//! period has passed (design §5.4) or reserved with one `fetch_add` on the heap top, and the
+//! 64-byte aligned extents sub-allocated from it; the unused tail given back.
 //!
 //! Owns the heap top (after `pool` writes it at creation) and the chunk. Must not touch what
 //! is inside the extents it hands out (their callers write them), commit slots or the tail
@@ -34,10 +35,25 @@ impl Pool {
         Ok(off)
     }
 
-    /// Replaces this process's chunk by a fresh one of at least `need` bytes: reserved with
-    /// one `fetch_add` on the heap top, grown into the file and mapped. The old chunk's
-    /// unused tail is given back if nobody has reserved after it, else it is leaked space.
+    /// Replaces this process's chunk by a fresh one of at least `need` bytes: freed space
+    /// that no reader can still see (continuing the current chunk where it can), else
+    /// reserved with one `fetch_add` on the heap top, grown into the file and mapped. The old
+    /// chunk's unused tail goes back to the heap top if nobody has reserved after it, else to
+    /// the free table (else it is leaked space).
     pub(super) fn new_chunk(&self, c: &mut Chunk, need: u64) -> Result<()> {
+        let near = (c.end > 0).then_some(c.end);
+        if let Some((off, len)) = self.take_free(near, need, self.chunk_size)? {
+            if near == Some(off) && c.end - c.next + len >= need {
+                c.end = off + len;
+            } else {
+                self.give_back(c);
+                *c = Chunk {
+                    next: off,
+                    end: off + len,
+                };
+            }
+            return Ok(());
+        }
         self.give_back(c);
         let top = self.map.atomic_u64(OFF_HEAP_TOP);
         let mut size = need.max(self.chunk_size);
@@ -68,15 +84,18 @@ impl Pool {
         Ok(())
     }
 
-    /// Returns the unused tail of `c` to the heap when the heap top is still its end.
+    /// Returns the unused tail of `c` to the heap when the heap top is still its end, else
+    /// to the free table with epoch 0 (it was never published).
     fn give_back(&self, c: &mut Chunk) {
-        if c.next < c.end {
-            let _ = self.map.atomic_u64(OFF_HEAP_TOP).compare_exchange(
-                c.end,
-                c.next,
-                Ordering::AcqRel,
-                Ordering::Acquire,
-            );
+        if c.next < c.end
+            && self
+                .map
+                .atomic_u64(OFF_HEAP_TOP)
+                .compare_exchange(c.end, c.next, Ordering::AcqRel, Ordering::Acquire)
+                .is_err()
+        {
+            // Best effort: a tail that cannot be registered stays leaked, as before.
+            let _ = self.register(&[(c.next, c.end - c.next)], 0);
         }
         *c = Chunk::default();
     }
@@ -86,5 +105,6 @@ impl Drop for Pool {
     fn drop(&mut self) {
         let mut c = std::mem::take(self.chunk.get_mut().unwrap_or_else(|e| e.into_inner()));
         self.give_back(&mut c);
+        self.release_proc_entry();
     }
 }

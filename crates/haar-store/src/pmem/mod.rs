@@ -14,6 +14,7 @@
 mod commit;
 mod heap;
 mod pool;
+mod reuse;
 
 use std::collections::HashSet;
 use std::fs::{self, File, OpenOptions};
@@ -153,6 +154,12 @@ impl PmemBackend {
             self.pool.map.use_huge_pages(top as usize, len);
         }
         Ok(())
+    }
+
+    /// The free regions of the pool as (offset, length, epoch), for checks: a region must
+    /// never overlap a field that a database still names. Empty for pools without reuse.
+    pub fn free_regions(&self) -> Vec<(u64, u64, u64)> {
+        self.pool.free_list()
     }
 
     /// Creates `<root>/catalogue` with one directory per database found in the pool, if it
@@ -319,6 +326,7 @@ impl Backend for PmemBackend {
             db_hash: format::fnv1a64(&key),
             next: 0,
             ino: self.ino,
+            seen: 0,
         })))
     }
 
@@ -358,13 +366,16 @@ impl Backend for PmemBackend {
                 }
             })?;
         w.commit(&b.finish())?;
+        // Still under the lock, the space of what the snapshot made unreachable (design §5.4).
+        let reclaimed = self.pool.reclaim(db, w.db_hash);
         // After the empty snapshot is committed: a crash in between leaves an empty database.
         let dir = self.cat_dir.join(format::db_dir_name(db));
         match fs::remove_dir_all(&dir) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(Error::io("remove", &dir, e)),
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io("remove", &dir, e)),
         }
+        reclaimed.map(|_| ())
     }
 
     fn exclusive(&self, db: &Key) -> Result<Box<dyn Exclusive>> {
@@ -392,7 +403,8 @@ impl Backend for PmemBackend {
     fn info(&self) -> serde_json::Value {
         let m = &self.pool.map;
         let top = m.atomic_u64(OFF_HEAP_TOP).load(Ordering::Acquire);
-        serde_json::json!({
+        let free = self.pool.free_space();
+        let mut v = serde_json::json!({
             "backend": "pmem",
             "pool": self.pool.path,
             "pool_bytes": m.file_len(),
@@ -403,7 +415,16 @@ impl Backend for PmemBackend {
             "commit_slot_arrays": self.pool.arrays.lock().unwrap().len(),
             "persist_mode": format!("{:?}", m.mode()),
             "dax": m.is_dax(),
-        })
+            "space_reuse": free.is_some(),
+        });
+        if let Some(f) = free {
+            v["free_bytes"] = f.bytes.into();
+            v["free_regions"] = f.regions.into();
+            v["free_waiting_bytes"] = f.waiting.into();
+            v["reclaim_epoch"] = self.pool.epoch().into();
+            v["pool_processes"] = f.live_processes.into();
+        }
+        v
     }
 }
 
@@ -420,6 +441,9 @@ impl Exclusive for PmemExclusive {
     }
 
     fn reclaim(&mut self, _live: &HashSet<u64>) -> Result<u64> {
-        Ok(0) // heap space is not reused yet (design §5.4)
+        // The snapshot just committed names every live field; the rest of what this
+        // database's earlier segments name is freed (design §5.4).
+        let w = self.backend.writer(&self.db, None)?;
+        self.backend.pool.reclaim(&self.db, w.db_hash)
     }
 }

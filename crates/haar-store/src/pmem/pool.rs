@@ -20,13 +20,16 @@ use haar_persist::PoolMapping;
 use super::PmemOptions;
 use super::commit::SlotArray;
 use super::heap::{ALIGN, Chunk};
+use super::reuse::{self, FREE_ENTRIES, FREE_ENTRY, OFF_EPOCH, PROC_ENTRY, PROCS, Pins, Tables};
 use crate::backend::LendBytes;
 use crate::error::{Error, Result};
 use crate::posix::flock;
 
 const MAGIC: &[u8; 8] = b"HAARPOOL";
-/// Version written into new pools: 2 has slot-array extensions (design §5.1).
-const VERSION: u32 = 2;
+/// Version written into new pools: 2 added slot-array extensions, 3 space reuse (design §5.1).
+const VERSION: u32 = 3;
+/// The first version with slot-array extensions.
+const VERSION_EXTENSIONS: u32 = 2;
 /// The version before extensions, still read and written (without them).
 pub(super) const VERSION_NO_EXTENSIONS: u32 = 1;
 const HEADER: usize = 4096;
@@ -38,6 +41,8 @@ pub(super) const OFF_TAIL: usize = 48;
 const OFF_CRC: usize = 56;
 /// Version 2: link to the first slot-array extension.
 const OFF_LINK0: usize = 64;
+/// Version 3: the process table and free table (offset, entries each), after the epoch.
+const OFF_TABLES: usize = 80;
 
 /// The mapped pool and this process's state over it, shared (by `Arc`) by the backend, its
 /// writers and its readers. `heap` and `commit` add their own `impl Pool` blocks.
@@ -61,13 +66,23 @@ pub(super) struct Pool {
     pub(super) chunk: Mutex<Chunk>,
     /// Databases seen in the commit log, and how far it was scanned.
     pub(super) dbs: Mutex<(u64, HashMap<Key, bool>)>,
+    /// Version 3: where the process and free tables are (`None`: no space reuse).
+    pub(super) tables: Option<Tables>,
+    /// This process's pins (design §5.4).
+    pub(super) pins: Mutex<Pins>,
+    /// This process as a process-table owner.
+    pub(super) me: u64,
 }
 
+/// The header's checksum: over the immutable fields, which version 3 extends by its tables.
 fn header_crc(h: &[u8]) -> u32 {
-    let mut b = Vec::with_capacity(40);
+    let mut b = Vec::with_capacity(72);
     b.extend_from_slice(&h[0..16]);
     b.extend_from_slice(&h[24..32]);
     b.extend_from_slice(&h[40..48]);
+    if u32::from_le_bytes(h[8..12].try_into().unwrap()) >= 3 {
+        b.extend_from_slice(&h[OFF_TABLES..OFF_TABLES + 32]);
+    }
     haar_persist::crc32c(&b)
 }
 
@@ -90,7 +105,7 @@ impl Pool {
         flock(&file, libc::LOCK_EX).map_err(|e| Error::io("lock", &path, e))?;
         let res = Self::init_or_check(&map, &path, opts);
         let _ = flock(&file, libc::LOCK_UN);
-        let (heap_start, nslots, version, provisioned) = res?;
+        let (heap_start, nslots, version, tables, provisioned) = res?;
         // The creating process faulted in every page; others map each chunk as they take it.
         let created_mapped = if provisioned {
             map.file_len() as u64
@@ -108,55 +123,88 @@ impl Pool {
             arrays: Mutex::new(vec![SlotArray {
                 first: 0,
                 slots_off: HEADER as u64,
-                link_off: (version >= VERSION).then_some(OFF_LINK0 as u64),
+                link_off: (version >= VERSION_EXTENSIONS).then_some(OFF_LINK0 as u64),
                 linked_from: None,
             }]),
             created_mapped,
             chunk_size: opts.chunk.max(1).next_multiple_of(ALIGN),
             chunk: Mutex::new(Chunk::default()),
             dbs: Mutex::new((0, HashMap::new())),
+            tables,
+            pins: Mutex::new(Pins::default()),
+            me: reuse::my_owner(),
         })
+    }
+
+    /// The heap top: the end of the space reserved so far.
+    pub(super) fn heap_top(&self) -> u64 {
+        self.map.atomic_u64(OFF_HEAP_TOP).load(Ordering::Acquire)
+    }
+
+    /// The first heap byte that can hold an extent (after the tables of a version 3 pool).
+    pub(super) fn heap_floor(&self) -> u64 {
+        match self.tables {
+            Some(t) => t.free + t.nfree * FREE_ENTRY,
+            None => self.heap_start,
+        }
     }
 
     fn init_or_check(
         map: &PoolMapping,
         path: &Path,
         opts: &PmemOptions,
-    ) -> Result<(u64, u64, u32, bool)> {
+    ) -> Result<(u64, u64, u32, Option<Tables>, bool)> {
         let len = map.refresh_len().map_err(|e| Error::io("stat", path, e))?;
         if len == 0 {
             let slots = opts.slots.max(1);
             let heap_start = (HEADER as u64 + 8 * slots).next_multiple_of(4096);
-            let size = opts.initial_size.max(heap_start + (16 << 20));
+            // The tables come first in the heap, zeroed by the new file (all entries empty).
+            let tables = Tables {
+                procs: heap_start,
+                nprocs: PROCS,
+                free: heap_start + PROCS * PROC_ENTRY,
+                nfree: FREE_ENTRIES,
+            };
+            let heap_top = tables.free + FREE_ENTRIES * FREE_ENTRY;
+            let size = opts.initial_size.max(heap_top + (16 << 20));
             map.grow(size as usize)
                 .map_err(|e| pool_grow_error(path, size, e))?;
             // Provision: fault in (and so zero) every page now, once, instead of paying
             // first-touch costs inside archive (several times slower than a copy into
             // resident pages).
             let _ = map.populate(0, size as usize);
-            let mut h = [0u8; 64];
+            let mut h = [0u8; 128];
             h[0..8].copy_from_slice(MAGIC);
             h[8..12].copy_from_slice(&VERSION.to_le_bytes());
             h[OFF_LEN..OFF_LEN + 8].copy_from_slice(&size.to_le_bytes());
             h[OFF_HEAP_START..OFF_HEAP_START + 8].copy_from_slice(&heap_start.to_le_bytes());
-            h[OFF_HEAP_TOP..OFF_HEAP_TOP + 8].copy_from_slice(&heap_start.to_le_bytes());
+            h[OFF_HEAP_TOP..OFF_HEAP_TOP + 8].copy_from_slice(&heap_top.to_le_bytes());
             h[OFF_NSLOTS..OFF_NSLOTS + 8].copy_from_slice(&slots.to_le_bytes());
+            h[OFF_EPOCH..OFF_EPOCH + 8].copy_from_slice(&1u64.to_le_bytes());
+            for (k, v) in [tables.procs, tables.nprocs, tables.free, tables.nfree]
+                .into_iter()
+                .enumerate()
+            {
+                h[OFF_TABLES + 8 * k..OFF_TABLES + 8 * k + 8].copy_from_slice(&v.to_le_bytes());
+            }
             let crc = header_crc(&h);
             h[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_le_bytes());
             // Everything but the magic first, persisted; then the magic: a crash in between
             // leaves a file without magic, which the next opener re-initialises.
-            let p = map.ptr_mut(0, 64).expect("header inside the grown file");
+            let p = map
+                .ptr_mut(0, h.len())
+                .expect("header inside the grown file");
             // SAFETY: we hold the exclusive creation lock and nothing is published yet.
-            unsafe { std::ptr::copy_nonoverlapping(h[8..].as_ptr(), p.add(8), 56) };
-            map.persist(0, 64)
+            unsafe { std::ptr::copy_nonoverlapping(h[8..].as_ptr(), p.add(8), h.len() - 8) };
+            map.persist(0, h.len())
                 .map_err(|e| Error::io("persist", path, e))?;
             // SAFETY: as above.
             unsafe { std::ptr::copy_nonoverlapping(h.as_ptr(), p, 8) };
             map.persist(0, 8)
                 .map_err(|e| Error::io("persist", path, e))?;
-            return Ok((heap_start, slots, VERSION, true));
+            return Ok((heap_start, slots, VERSION, Some(tables), true));
         }
-        let h = map.slice(0, 64).ok_or_else(|| {
+        let h = map.slice(0, 128).ok_or_else(|| {
             corrupt(
                 path,
                 format!("file is {len} bytes, shorter than the header"),
@@ -172,11 +220,11 @@ impl Pool {
             return Err(corrupt(path, "not a haar pool (bad magic)"));
         }
         let version = u32::from_le_bytes(h[8..12].try_into().unwrap());
-        if version != VERSION && version != VERSION_NO_EXTENSIONS {
+        if !(VERSION_NO_EXTENSIONS..=VERSION).contains(&version) {
             return Err(corrupt(
                 path,
                 format!(
-                    "pool version {version}; this haar reads versions {VERSION_NO_EXTENSIONS} and {VERSION}"
+                    "pool version {version}; this haar reads versions {VERSION_NO_EXTENSIONS} to {VERSION}"
                 ),
             ));
         }
@@ -190,10 +238,42 @@ impl Pool {
         if nslots == 0 {
             return Err(corrupt(path, "zero commit slots"));
         }
-        if heap_start < HEADER as u64 + 8 * nslots || heap_start as usize > len {
+        let slots_end = nslots
+            .checked_mul(8)
+            .and_then(|n| n.checked_add(HEADER as u64));
+        if slots_end.is_none_or(|e| heap_start < e) || heap_start as usize > len {
             return Err(corrupt(path, "heap start outside the pool"));
         }
-        Ok((heap_start, nslots, version, false))
+        let tables = if version >= 3 {
+            let word = |k: usize| {
+                u64::from_le_bytes(
+                    h[OFF_TABLES + 8 * k..OFF_TABLES + 8 * k + 8]
+                        .try_into()
+                        .unwrap(),
+                )
+            };
+            let t = Tables {
+                procs: word(0),
+                nprocs: word(1),
+                free: word(2),
+                nfree: word(3),
+            };
+            let fits = |off: u64, n: u64, size: u64| {
+                off >= heap_start
+                    && off.is_multiple_of(ALIGN)
+                    && (1..=1 << 24).contains(&n)
+                    && n.checked_mul(size)
+                        .and_then(|b| b.checked_add(off))
+                        .is_some_and(|end| end <= len as u64)
+            };
+            if !fits(t.procs, t.nprocs, PROC_ENTRY) || !fits(t.free, t.nfree, FREE_ENTRY) {
+                return Err(corrupt(path, "process or free table outside the pool"));
+            }
+            Some(t)
+        } else {
+            None
+        };
+        Ok((heap_start, nslots, version, tables, false))
     }
 
     /// Ensures `off..off+len` is inside the file, growing it (under the pool lock) if needed.
