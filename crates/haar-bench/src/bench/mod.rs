@@ -9,6 +9,7 @@
 
 pub mod grib;
 pub mod net;
+pub mod reuse;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
@@ -409,6 +410,7 @@ fn run_in(a: &Options, dir: &Path) -> Result<(), Error> {
         .map(|g| g * GIB / 1e9);
     network["scaling_model"] = net::scaling_model(&network, store_gbps);
     let grib = grib::run(dir, a.quick, with_fdb5)?;
+    let space = reuse::run(dir, if a.quick { 256 << 20 } else { 1 << 30 })?;
 
     let machine = machine_description();
     let report = json!({
@@ -425,6 +427,7 @@ fn run_in(a: &Options, dir: &Path) -> Result<(), Error> {
         "flush_every": a.flush_every,
         "network": network,
         "grib_archive": grib,
+        "space_reuse": space,
     });
     let text = render(&report) + &net::render(&report["network"]);
     print!("{text}");
@@ -535,6 +538,7 @@ fn render(r: &Value) -> String {
         v["n"], f(&v["p50"]), f(&v["p99"]), f(&v["max"])
     ));
     s.push_str(&grib::render(&r["grib_archive"]));
+    s.push_str(&reuse::render(&r["space_reuse"]));
     s
 }
 

@@ -72,6 +72,8 @@ pub(super) struct Pool {
     pub(super) pins: Mutex<Pins>,
     /// This process as a process-table owner.
     pub(super) me: u64,
+    /// The free table's change count when this process last found it empty (design §5.4).
+    pub(super) free_seen_empty: std::sync::atomic::AtomicU64,
 }
 
 /// The header's checksum: over the immutable fields, which version 3 extends by its tables.
@@ -133,6 +135,7 @@ impl Pool {
             tables,
             pins: Mutex::new(Pins::default()),
             me: reuse::my_owner(),
+            free_seen_empty: std::sync::atomic::AtomicU64::new(u64::MAX),
         })
     }
 

@@ -19,6 +19,9 @@ use crate::format::{self, Entry};
 
 /// Header word holding the reclaim epoch (version 3).
 pub(super) const OFF_EPOCH: usize = 72;
+/// Header word counting entries made free (version 3; a hint, not persisted): an allocator
+/// that found the free table empty need not scan it again until the count moves.
+const OFF_FREE_CHANGES: usize = 112;
 /// Entries of the process table of a new pool, and the size of one.
 pub(super) const PROCS: u64 = 1024;
 pub(super) const PROC_ENTRY: u64 = 64;
@@ -316,9 +319,19 @@ impl Pool {
             .free_state(t, i)
             .compare_exchange(s, to, SeqCst, SeqCst)
         {
-            Ok(_) => to,
+            Ok(_) => {
+                if k == SPLITTING {
+                    self.freed_one();
+                }
+                to
+            }
             Err(now) => now,
         }
+    }
+
+    /// Counts an entry made free (after it is published), so allocators look again.
+    fn freed_one(&self) {
+        self.map.atomic_u64(OFF_FREE_CHANGES).fetch_add(1, SeqCst);
     }
 
     /// Registers free `regions` (64-aligned offsets and lengths) with `epoch`, largest first;
@@ -360,6 +373,7 @@ impl Pool {
                 let entry = t.free + i * FREE_ENTRY;
                 self.persist_range(entry + 8, 16)?;
                 st.store(bump(adding, FREE, 0), SeqCst);
+                self.freed_one();
                 self.persist_range(entry, 8)?;
                 i += 1;
                 break true;
@@ -386,16 +400,21 @@ impl Pool {
         };
         let want = need.max(chunk).next_multiple_of(ALIGN);
         let pid = std::process::id();
+        let changes = self.map.atomic_u64(OFF_FREE_CHANGES).load(SeqCst);
+        if self.free_seen_empty.load(SeqCst) == changes {
+            return Ok(None); // nothing made free since the table was last found empty
+        }
         for _attempt in 0..8 {
             // (index, state, offset, length)
             let mut found: Vec<(u64, u64, u64, u64)> = Vec::new();
-            let mut safe = None;
+            let (mut safe, mut any) = (None, false);
             for i in 0..t.nfree {
                 let st = self.free_state(&t, i);
                 let s = self.recover(&t, i, st.load(SeqCst));
                 if kind_of(s) != FREE {
                     continue;
                 }
+                any = true;
                 let (off, len) = unregion(self.free_region(&t, i).load(SeqCst));
                 let epoch = self.free_epoch(&t, i).load(SeqCst);
                 if st.load(SeqCst) != s || len < need {
@@ -411,6 +430,9 @@ impl Pool {
                 .or_else(|| found.iter().filter(|f| f.3 >= want).min_by_key(|f| f.3))
                 .or_else(|| found.iter().max_by_key(|f| f.3));
             let Some(&(i, s, off, len)) = best else {
+                if !any {
+                    self.free_seen_empty.store(changes, SeqCst);
+                }
                 return Ok(None);
             };
             let st = self.free_state(&t, i);
@@ -433,6 +455,7 @@ impl Pool {
                 .store(region(off + want, len - want), SeqCst);
             self.persist_range(entry + 8, 8)?;
             st.store(bump(splitting, FREE, 0), SeqCst);
+            self.freed_one();
             self.persist_range(entry, 8)?;
             return Ok(Some((off, want)));
         }
