@@ -696,7 +696,7 @@ fn refused_header(access: Access, header: &protocol::Header) -> Option<ErrorMeta
     if header.data_len > 0 && kind != Some(Kind::Archive) {
         return Some(ErrorMeta {
             message: format!(
-                "a {name} frame announcing {} data bytes refused: only ARCHIVE carries field bytes (the connection is closed)",
+                "{name} frame announcing {} data bytes refused: only ARCHIVE carries field bytes (the connection is closed)",
                 header.data_len
             ),
             exit_code: 1,

@@ -607,12 +607,60 @@ mod tests {
         assert!(f.meta::<Hello>().is_err());
     }
 
+    /// A reader that hands out at most `step` bytes per call, like a slow socket.
+    struct Trickle<'a> {
+        bytes: &'a [u8],
+        step: usize,
+    }
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = buf.len().min(self.step).min(self.bytes.len());
+            buf[..n].copy_from_slice(&self.bytes[..n]);
+            self.bytes = &self.bytes[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn an_announced_length_is_not_allocated_before_its_bytes_arrive() {
+        let meta = b"{}";
+        let mut bytes = encode_header(Kind::Archive, 0, 1, meta, MAX_DATA as usize)
+            .unwrap()
+            .to_vec();
+        bytes.extend_from_slice(meta);
+        bytes.extend_from_slice(&[7u8; 1000]);
+        let mut f = Frame::default();
+        let e = read_frame(&mut io::Cursor::new(&bytes), Limits::SESSION, &mut f).unwrap_err();
+        assert!(e.to_string().contains("1000 of 1073741824 bytes"), "{e}");
+        assert!(f.data.capacity() <= 2 * READ_STEP, "{}", f.data.capacity());
+        // Grown in steps, a large field still arrives whole, however the reads are cut.
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        let bytes = encode(Kind::Archive, 0, 2, meta, &data).unwrap();
+        for step in [1, 4099, 1 << 20] {
+            let mut r = Trickle {
+                bytes: &bytes,
+                step,
+            };
+            read_frame(&mut r, Limits::SESSION, &mut f).unwrap();
+            assert_eq!(f.data, data, "reads of {step} bytes");
+        }
+        // A header announcing data before login is refused before anything is read.
+        let hello = encode(Kind::Hello, 0, 3, &[b' '; 2000], b"").unwrap();
+        assert!(matches!(
+            read_frame(&mut io::Cursor::new(&hello), Limits::PRELOGIN, &mut f),
+            Err(WireError::Frame(FrameError::MetaTooLong { .. }))
+        ));
+    }
+
     #[test]
     fn every_kind_byte_round_trips() {
         for b in 0..=255u8 {
             if let Some(k) = Kind::from_u8(b) {
                 assert_eq!(k as u8, b);
                 assert!(!k.name().is_empty());
+                // The requests a read-only token may not send.
+                assert_eq!(k.writes(), matches!(b, 16 | 17 | 22 | 23), "{}", k.name());
             }
         }
     }
