@@ -673,6 +673,19 @@ fn connection(shared: &Arc<Shared>, stream: TcpStream, mut slot: Slot) -> Result
         deferred_code: 0,
     }
     .run()
+    .map_err(|e| match e {
+        // Reads that time out are reported as idle by `run`; what is left is a reply the
+        // client stopped taking.
+        WireError::Io(io) if io.kind() == io::ErrorKind::WouldBlock => io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!(
+                "closed: the client took no byte of a reply for the write timeout of {:?} ({io})",
+                limits.write_timeout
+            ),
+        )
+        .into(),
+        e => e,
+    })
 }
 
 /// True for a socket timeout (`SO_RCVTIMEO`/`SO_SNDTIMEO` report `EAGAIN`).

@@ -143,6 +143,20 @@ impl Child_ {
         std::fs::read_to_string(&self.log).unwrap()
     }
 
+    /// Waits (up to 60 s) until the server's log holds `text`: a connection is closed just
+    /// before its thread writes why.
+    fn wait_log(&self, text: &str) {
+        let until = Instant::now() + Duration::from_secs(60);
+        while !self.log().contains(text) {
+            assert!(
+                Instant::now() < until,
+                "no {text:?} in the server's log: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// The server serves a legitimate client: archive, flush, read back. A connection refused
     /// as busy is tried again for up to 30 s (the server may not have noticed yet that
     /// connections the test dropped are gone).
@@ -333,8 +347,7 @@ fn a_slow_drip_hello_is_cut_off_at_the_handshake_deadline() {
         "the server waited for the whole trickled HELLO ({sent} of {} bytes)",
         bytes.len()
     );
-    let log = s.log();
-    assert!(log.contains("handshake deadline"), "server log: {log}");
+    s.wait_log("handshake deadline");
     s.serves(1);
 }
 
@@ -405,16 +418,65 @@ fn truncated_frames_are_dropped_and_the_server_goes_on() {
         closed_within(&mut l.stream, Duration::from_secs(30)),
         "a silent logged-in connection was not closed"
     );
-    let log = s.log();
-    assert!(
-        log.contains("truncated") || log.contains("end of file"),
-        "{log}"
-    );
-    assert!(log.contains("idle timeout"), "{log}");
+    s.wait_log("frame truncated: 500 of 1000 bytes");
+    s.wait_log("idle timeout");
     s.serves(4);
     let c = RemoteStore::connect(&s.addr, &cfg(RO)).unwrap();
     assert!(c.list(&single(&key(3))).unwrap().is_empty());
     assert_eq!(c.list(&Request::default()).unwrap().len(), 1);
+}
+
+#[test]
+fn a_client_that_never_reads_is_dropped_at_the_write_timeout() {
+    let s = Child_::start(ServerLimits {
+        write_timeout: Duration::from_secs(1),
+        ..limits()
+    });
+    // 8 fields of 4 MiB: a 32 MiB reply, more than the sockets' buffers hold.
+    let mut w = RemoteStore::connect(&s.addr, &cfg(RW)).unwrap();
+    for step in 0..8 {
+        w.archive(&key(step), &data(step, 4 << 20)).unwrap();
+    }
+    w.flush().unwrap();
+    let req = "class=od,expver=1,stream=oper,date=20261121,time=12,type=fc,levtype=sfc,step=0/1/2/3/4/5/6/7,param=167";
+    let mut n = 0;
+    w.retrieve(&Request::parse(req).unwrap(), &mut |_, _, _| {
+        n += 1;
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(n, 8, "the reply holds the 8 fields");
+    let mut l = login(&s.addr, RO);
+    // A small receive buffer (this host lets loopback buffers grow to 32 MiB otherwise).
+    let small: libc::c_int = 64 << 10;
+    // SAFETY: a valid socket and a c_int option value of the size given.
+    let rc = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&l.stream),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&small as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0);
+    l.stream
+        .write_all(&frame(Kind::Retrieve, 1, &request_meta(req, false), &[]))
+        .unwrap();
+    // Take nothing until the server has given up on this reply.
+    s.wait_log("write timeout");
+    // What was in flight ends short of the reply, then the connection is closed.
+    let mut got = Vec::new();
+    l.stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let end = l.stream.read_to_end(&mut got);
+    assert!(
+        !matches!(&end, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "the connection was left open"
+    );
+    assert!(got.len() < 8 * (4 << 20), "{} bytes arrived", got.len());
+    s.serves(9);
 }
 
 #[test]
@@ -522,8 +584,7 @@ fn a_read_only_token_can_write_nothing() {
     // Reads still work on the read-only token, and nothing changed.
     assert_eq!(ro.list(&Request::default()).unwrap().len(), 3);
     assert_eq!(everything(), before);
-    let log = s.log();
-    assert!(log.contains("PURGE refused"), "{log}");
+    s.wait_log("PURGE refused");
 }
 
 /// Opens `n` connections that never log in; returns them.
@@ -594,11 +655,7 @@ fn a_thousand_idle_connections_do_not_stop_the_server() {
     early.flush().unwrap();
     drop(extra);
     drop(logged);
-    assert!(
-        s.log().contains("connections open, the limit"),
-        "{}",
-        s.log()
-    );
+    s.wait_log("connections open, the limit");
     s.serves(4);
     assert_eq!(early.list(&Request::default()).unwrap().len(), 7);
 }
