@@ -799,3 +799,82 @@ fn find(dir: &Path, name: &str) -> Option<PathBuf> {
     }
     None
 }
+
+/// A client against a server of the release before PROBLEMS: that server answers the unknown
+/// kind 26 with ERROR, and the client takes the problems from STATS instead. The old server is
+/// played by a script of its exact replies (it is not in this tree to run).
+#[test]
+fn problems_from_a_server_that_predates_them_come_from_stats() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let old_server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let hello: protocol::Hello = read(&mut s).meta().unwrap();
+        let nonce = auth::nonce();
+        let c = protocol::Challenge {
+            version: protocol::VERSION,
+            server: "haar (before PROBLEMS)".into(),
+            nonce: nonce.clone(),
+        };
+        s.write_all(&frame(Kind::Challenge, 0, &protocol::to_meta(&c), &[]))
+            .unwrap();
+        let a: protocol::Auth = read(&mut s).meta().unwrap();
+        assert_eq!(a.proof, auth::client_proof(RO, &nonce, &hello.nonce));
+        let w = protocol::Welcome {
+            access: protocol::Access::ReadOnly,
+            proof: auth::server_proof(RO, &hello.nonce, &nonce),
+            local: None,
+        };
+        s.write_all(&frame(Kind::Welcome, 0, &protocol::to_meta(&w), &[]))
+            .unwrap();
+        let mut kinds = Vec::new();
+        loop {
+            let mut f = Frame::default();
+            if protocol::read_frame(&mut s, Limits::SESSION, &mut f).is_err() {
+                return kinds;
+            }
+            kinds.push(f.kind);
+            let reply = if f.kind == 26 {
+                let m = protocol::ErrorMeta {
+                    message: "unknown or unexpected request kind 26 (unknown)".into(),
+                    exit_code: 1,
+                };
+                protocol::encode(
+                    Kind::Error,
+                    protocol::FLAG_END,
+                    f.id,
+                    &protocol::to_meta(&m),
+                    &[],
+                )
+            } else {
+                let end = serde_json::json!({ "databases": [protocol::StatsEntry {
+                    db: "class=od".into(),
+                    fields: 3,
+                    bytes: 30,
+                    dead_fields: 0,
+                    dead_bytes: 0,
+                    problems: vec!["index segment 2: crc mismatch".into()],
+                }] });
+                protocol::encode(
+                    Kind::End,
+                    protocol::FLAG_END,
+                    f.id,
+                    &protocol::to_meta(&end),
+                    &[],
+                )
+            };
+            s.write_all(&reply.unwrap()).unwrap();
+        }
+    });
+    let c = RemoteStore::connect(&addr, &cfg(RO)).unwrap();
+    let got = c.problems(&Request::parse("class=od").unwrap()).unwrap();
+    assert_eq!(
+        got,
+        vec!["database class=od: index segment 2: crc mismatch"]
+    );
+    drop(c);
+    assert_eq!(
+        old_server.join().unwrap(),
+        vec![Kind::Problems as u8, Kind::Stats as u8]
+    );
+}
