@@ -604,6 +604,7 @@ fn plain_haar_client(stream: &TcpStream) -> bool {
 
 fn connection(shared: &Arc<Shared>, stream: TcpStream, mut slot: Slot) -> Result<(), WireError> {
     let limits = shared.config.limits;
+    let deadline = Instant::now() + limits.handshake_deadline;
     stream.set_nodelay(true)?;
     // Backstops: the deadline below ends the whole handshake.
     stream.set_read_timeout(Some(limits.handshake_deadline))?;
@@ -622,9 +623,7 @@ fn connection(shared: &Arc<Shared>, stream: TcpStream, mut slot: Slot) -> Result
     };
     let mut wire = Wire::new(conn);
     // Declared after `wire`, so disarmed before the socket is closed.
-    let armed = shared
-        .deadlines
-        .arm(fd, Instant::now() + limits.handshake_deadline);
+    let armed = shared.deadlines.arm(fd, deadline);
     if plain_to_tls {
         let mut f = Frame::default();
         let id = match wire.read(Limits::PRELOGIN, &mut f) {
