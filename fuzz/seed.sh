@@ -4,14 +4,14 @@
 #   fuzz/seed.sh            # from anywhere; uses stable cargo for the seed generator
 #
 # Text targets (request, schema, key) get seeds written here; binary targets (segment,
-# grib_frame) get seeds written by fuzz/seedgen with haar's real encoders, plus the ecCodes
+# grib_frame, wire) get seeds written by fuzz/seedgen with haar's real encoders, plus the ecCodes
 # GRIB samples when installed. Existing corpus files (found by fuzzing) are kept.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "$here/.." && pwd)"
 corpus="$here/corpus"
-mkdir -p "$corpus"/{request,schema,key,segment,grib_frame}
+mkdir -p "$corpus"/{request,schema,key,segment,grib_frame,wire}
 
 # --- request: MARS requests in CLI and file form.
 r="$corpus/request"
@@ -59,7 +59,7 @@ levelist: Double;
 SCH
 printf '%s' '[a[b[c]]]' >"$s/tiny.schema"
 
-# --- binary seeds: segments, db.key, toc, commit records, GRIB frames.
+# --- binary seeds: segments, db.key, toc, commit records, GRIB frames, wire frames.
 cargo run --quiet --manifest-path "$here/Cargo.toml" -p haar-fuzz-seedgen -- "$corpus"
 for f in /usr/share/eccodes/samples/GRIB1.tmpl /usr/share/eccodes/samples/GRIB2.tmpl; do
     if [[ -r $f ]]; then
@@ -70,6 +70,6 @@ if [[ -r /usr/share/eccodes/samples/GRIB1.tmpl && -r /usr/share/eccodes/samples/
     cat /usr/share/eccodes/samples/GRIB2.tmpl /usr/share/eccodes/samples/GRIB1.tmpl >"$corpus/grib_frame/samples-concat"
 fi
 
-for t in request schema key segment grib_frame; do
+for t in request schema key segment grib_frame wire; do
     printf 'seed: %-10s %3d files\n' "$t" "$(find "$corpus/$t" -type f | wc -l)"
 done

@@ -11,10 +11,11 @@
 # overflow checks). Reproduce a finding with
 #   cargo +nightly fuzz run -s "$HAAR_FUZZ_SANITIZER" <target> <artifact>
 #
-# HAAR_FUZZ_SANITIZER (default: none) is passed to `cargo fuzz -s`. The fuzzed code (haar-core,
-# haar-store/format.rs, haar-grib/frame.rs) has no `unsafe`, so AddressSanitizer finds nothing
-# more there than Rust's own checks while doubling build and run time; use
-# HAAR_FUZZ_SANITIZER=address when fuzzing code with unsafe or FFI.
+# HAAR_FUZZ_SANITIZER (default: none) is passed to `cargo fuzz -s`. Most fuzzed code (haar-core,
+# haar-store/format.rs, haar-grib/frame.rs, haar-net's frame codec) has no `unsafe`, so
+# AddressSanitizer finds nothing more there than Rust's own checks while doubling build and run
+# time; the `wire` target also drives a live loopback server, whose only `unsafe` is a few libc
+# socket calls. Use HAAR_FUZZ_SANITIZER=address when fuzzing code with unsafe or FFI.
 set -euo pipefail
 
 secs="${1:-20}"

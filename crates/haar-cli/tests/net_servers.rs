@@ -504,3 +504,85 @@ fn kill_9_and_restart_keeps_every_flushed_field() {
     assert!(none.is_empty());
     drop(s);
 }
+
+/// `haar serve --max-connections --handshake-timeout` reach the server (design §8, hostile
+/// peers): a connection over the limit is refused with a REFUSED naming the limit, the ones
+/// that never log in are closed at the deadline, and then clients are served again.
+#[test]
+fn serve_bounds_connections_and_handshakes() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(HAAR)
+        .arg("--root")
+        .arg(dir.path().join("root"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--max-connections",
+            "2",
+            "--handshake-timeout",
+            "1",
+        ])
+        .env("HAAR_TOKEN", TOKEN)
+        .env_remove("HAAR_CONFIG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let s = Server {
+        child,
+        addr: line
+            .trim()
+            .strip_prefix("listening on ")
+            .unwrap()
+            .to_string(),
+        root: dir.path().join("root"),
+    };
+    let mut held: Vec<TcpStream> = (0..2)
+        .map(|_| TcpStream::connect(&s.addr).unwrap())
+        .collect();
+    let mut third = TcpStream::connect(&s.addr).unwrap();
+    third
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut f = protocol::Frame::default();
+    protocol::read_frame(&mut third, Limits::SESSION, &mut f).unwrap();
+    assert_eq!(f.kind(), Some(Kind::Refused));
+    let r: protocol::Refused = f.meta().unwrap();
+    assert!(
+        r.reason.contains("busy") && r.reason.contains("2 connections open"),
+        "{}",
+        r.reason
+    );
+    // The two that never log in are closed at the handshake deadline.
+    for c in &mut held {
+        c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut b = [0u8; 64];
+        let closed = match c.read(&mut b) {
+            Ok(n) => n == 0,
+            Err(e) => !matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+        };
+        assert!(closed, "a connection that never logged in was kept");
+    }
+    drop(held);
+    let until = Instant::now() + Duration::from_secs(30);
+    let c = loop {
+        match RemoteStore::connect(&s.addr, &rw()) {
+            Ok(c) => break c,
+            Err(e) if Instant::now() < until => {
+                assert!(e.to_string().contains("busy"), "{e}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    assert!(c.list(&Request::default()).unwrap().is_empty());
+}

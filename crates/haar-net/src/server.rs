@@ -4,12 +4,20 @@
 //! `Store` over the shared backend), so a client's archives are private until its FLUSH, and
 //! reads go straight to the shared backend. The server owns the flush-event log that WATCH
 //! streams from; it never touches the store's files itself.
+//!
+//! Hostile peers (design §8, [`ServerLimits`]): connections and unauthenticated connections
+//! are counted at accept and refused over their bounds; the whole handshake has a deadline
+//! that a reaper thread enforces by shutting the socket down; logged-in connections have idle
+//! and write timeouts; frame buffers grow only as bytes arrive; a read-only connection's
+//! writing requests are refused from their header.
 
-use std::collections::VecDeque;
-use std::io;
+use std::collections::{HashMap, VecDeque};
+use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use haar_core::Key;
 use haar_core::request::Request;
@@ -22,14 +30,12 @@ use crate::protocol::{
     KeysMeta, Kind, Limits, ListedField, LocalOffer, PurgeEnd, Refused, RequestMeta, RetrieveEnd,
     StatsEntry, WipeEnd, WireError, to_meta,
 };
-use crate::transport::{Conn, Wire};
+use crate::transport::{Conn, RETAIN, Wire};
 
 /// How often an idle WATCH stream carries a HEARTBEAT (clients give up after 3 missed).
 pub const HEARTBEAT: Duration = Duration::from_secs(2);
 /// Events kept in memory for watchers that are catching up.
 pub const EVENT_LOG_CAPACITY: usize = 1 << 18;
-/// Time a peer has to complete the handshake.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 type Opener = dyn Fn() -> haar_store::Result<Box<dyn FieldStore>> + Send + Sync;
 
@@ -88,6 +94,51 @@ pub struct ServerConfig {
     pub tls: Option<Arc<rustls::ServerConfig>>,
     /// Offered to clients for same-host reads ([`local_offer`]).
     pub local: Option<LocalOffer>,
+    /// Bounds on connections, handshakes and idle peers.
+    pub limits: ServerLimits,
+}
+
+/// Bounds that keep hostile or broken peers from exhausting a server (design §8). The
+/// defaults suit a node serving a few hundred producer and consumer processes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ServerLimits {
+    /// Connections served at once (each holds a thread); more are refused at accept.
+    pub max_connections: usize,
+    /// Connections that have not completed the handshake, at once; more are refused at accept.
+    pub max_unauthenticated: usize,
+    /// Time from accept to WELCOME for the whole handshake (TLS included): a peer that has
+    /// not logged in by then is disconnected, however it paces its bytes.
+    pub handshake_deadline: Duration,
+    /// A logged-in connection that sends no byte for this long is closed.
+    pub idle_timeout: Duration,
+    /// A reply that makes no progress for this long (a peer that stopped reading) closes the
+    /// connection.
+    pub write_timeout: Duration,
+}
+
+impl ServerLimits {
+    /// Default [`ServerLimits::max_connections`].
+    pub const MAX_CONNECTIONS: usize = 1024;
+    /// Default [`ServerLimits::max_unauthenticated`].
+    pub const MAX_UNAUTHENTICATED: usize = 64;
+    /// Default [`ServerLimits::handshake_deadline`].
+    pub const HANDSHAKE_DEADLINE: Duration = Duration::from_secs(10);
+    /// Default [`ServerLimits::idle_timeout`].
+    pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+    /// Default [`ServerLimits::write_timeout`].
+    pub const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+}
+
+impl Default for ServerLimits {
+    fn default() -> Self {
+        ServerLimits {
+            max_connections: Self::MAX_CONNECTIONS,
+            max_unauthenticated: Self::MAX_UNAUTHENTICATED,
+            handshake_deadline: Self::HANDSHAKE_DEADLINE,
+            idle_timeout: Self::IDLE_TIMEOUT,
+            write_timeout: Self::WRITE_TIMEOUT,
+        }
+    }
 }
 
 /// This machine's boot id (`/proc/sys/kernel/random/boot_id`), if the kernel gives one.
@@ -161,9 +212,101 @@ impl EventLog {
     }
 }
 
+/// Handshake deadlines, enforced by [`Deadlines::reap`] on a thread of its own: it shuts a
+/// late peer's socket down, which ends whatever read or write the connection's thread is
+/// blocked in. A per-read timeout alone lets a peer send one byte per interval for hours.
+struct Deadlines {
+    /// Armed connections: deadline and socket.
+    armed: Mutex<HashMap<u64, (Instant, RawFd)>>,
+    cond: Condvar,
+    next: AtomicU64,
+}
+
+/// An armed deadline; disarmed when dropped. It must be dropped before its socket is closed
+/// (declare it after the socket's owner): the reaper only touches descriptors that are armed.
+struct Armed<'a> {
+    deadlines: &'a Deadlines,
+    id: u64,
+}
+
+impl Deadlines {
+    fn arm(&self, fd: RawFd, at: Instant) -> Armed<'_> {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.armed.lock().unwrap().insert(id, (at, fd));
+        self.cond.notify_one();
+        Armed {
+            deadlines: self,
+            id,
+        }
+    }
+
+    /// Shuts down every socket whose deadline passed, forever.
+    fn reap(&self) {
+        let mut armed = self.armed.lock().unwrap();
+        loop {
+            let now = Instant::now();
+            armed.retain(|_, &mut (at, fd)| {
+                if at > now {
+                    return true;
+                }
+                // SAFETY: `fd` is open: an armed descriptor is disarmed (under this lock)
+                // before its socket is closed. shutdown(2) only ends the connection.
+                unsafe { libc::shutdown(fd, libc::SHUT_RDWR) };
+                false
+            });
+            let wait = armed
+                .values()
+                .map(|&(at, _)| at.saturating_duration_since(now))
+                .min()
+                .unwrap_or(Duration::from_secs(3600));
+            armed = self.cond.wait_timeout(armed, wait).unwrap().0;
+        }
+    }
+}
+
+impl Armed<'_> {
+    /// True once the reaper has shut the socket down.
+    fn expired(&self) -> bool {
+        !self.deadlines.armed.lock().unwrap().contains_key(&self.id)
+    }
+}
+
+impl Drop for Armed<'_> {
+    fn drop(&mut self) {
+        self.deadlines.armed.lock().unwrap().remove(&self.id);
+    }
+}
+
+/// A counted connection: holds its place under [`ServerLimits::max_connections`], and under
+/// [`ServerLimits::max_unauthenticated`] until [`Slot::logged_in`].
+struct Slot {
+    shared: Arc<Shared>,
+    unauthenticated: bool,
+}
+
+impl Slot {
+    fn logged_in(&mut self) {
+        if std::mem::take(&mut self.unauthenticated) {
+            self.shared.unauthenticated.fetch_sub(1, Ordering::SeqCst);
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.logged_in();
+        self.shared.open.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 struct Shared {
     target: Target,
     config: ServerConfig,
+    deadlines: Deadlines,
+    /// Connections with a thread (or about to get one).
+    open: AtomicUsize,
+    /// Of those, connections that have not logged in.
+    unauthenticated: AtomicUsize,
     events: EventLog,
     /// Flushes hold it shared while they commit and log their events; a new WATCH holds it
     /// exclusively while it notes the log position and lists what is already flushed, so every
@@ -173,6 +316,29 @@ struct Shared {
 }
 
 impl Shared {
+    /// Counts a new connection in, or says why it is refused.
+    fn admit(self: &Arc<Self>) -> Result<Slot, String> {
+        let l = &self.config.limits;
+        if self.open.fetch_add(1, Ordering::SeqCst) >= l.max_connections {
+            self.open.fetch_sub(1, Ordering::SeqCst);
+            return Err(format!(
+                "server {} is busy: {} connections open, the limit; try again later (or raise max_connections)",
+                self.name, l.max_connections
+            ));
+        }
+        let slot = Slot {
+            shared: self.clone(),
+            unauthenticated: true,
+        };
+        if self.unauthenticated.fetch_add(1, Ordering::SeqCst) >= l.max_unauthenticated {
+            return Err(format!(
+                "server {} is busy: {} connections are logging in, the limit; try again later",
+                self.name, l.max_unauthenticated
+            ));
+        }
+        Ok(slot)
+    }
+
     fn open(&self) -> haar_store::Result<Box<dyn FieldStore>> {
         Ok(match &self.target {
             Target::Local { backend, options } => {
@@ -228,6 +394,13 @@ impl Server {
             shared: Arc::new(Shared {
                 target,
                 config,
+                deadlines: Deadlines {
+                    armed: Mutex::new(HashMap::new()),
+                    cond: Condvar::new(),
+                    next: AtomicU64::new(0),
+                },
+                open: AtomicUsize::new(0),
+                unauthenticated: AtomicUsize::new(0),
                 events: EventLog {
                     inner: Mutex::new(LogInner {
                         events: VecDeque::new(),
@@ -251,32 +424,61 @@ impl Server {
         self.shared.target.describe()
     }
 
-    /// Accepts connections forever, one thread each.
+    /// Accepts connections forever, one thread each. Fails only if the deadline thread cannot
+    /// be started; after that, running out of descriptors, memory or threads refuses
+    /// connections (each logged) but never ends the server.
     pub fn run(self) -> io::Result<()> {
-        for stream in self.listener.incoming() {
-            let stream = match stream {
+        let shared = self.shared.clone();
+        std::thread::Builder::new()
+            .name("haar-deadlines".into())
+            .spawn(move || shared.deadlines.reap())?;
+        loop {
+            let (stream, peer) = match self.listener.accept() {
                 Ok(s) => s,
-                // Out of descriptors or a connection reset before accept: keep serving.
                 Err(e) => {
-                    eprintln!("haar serve: accept: {e}");
-                    std::thread::sleep(Duration::from_millis(10));
+                    let exhausted = matches!(
+                        e.raw_os_error(),
+                        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+                    );
+                    if exhausted {
+                        // The connection stays in the backlog: wait for descriptors to be freed
+                        // instead of spinning on the same error.
+                        eprintln!(
+                            "haar serve: accept on {}: {e}; retrying in 100 ms (raise `ulimit -n` or lower max_connections)",
+                            self.shared.name
+                        );
+                        std::thread::sleep(Duration::from_millis(100));
+                    } else {
+                        // A connection reset before it was accepted, and the like.
+                        eprintln!("haar serve: accept on {}: {e}", self.shared.name);
+                    }
+                    continue;
+                }
+            };
+            let slot = match self.shared.admit() {
+                Ok(slot) => slot,
+                Err(reason) => {
+                    refuse_at_accept(&self.shared, stream, peer, &reason);
                     continue;
                 }
             };
             let shared = self.shared.clone();
-            std::thread::Builder::new()
+            let spawned = std::thread::Builder::new()
                 .name("haar-conn".into())
                 .spawn(move || {
-                    let peer = stream
-                        .peer_addr()
-                        .map(|a| a.to_string())
-                        .unwrap_or_else(|_| "?".into());
-                    if let Err(e) = connection(&shared, stream) {
+                    if let Err(e) = connection(&shared, stream, slot) {
                         eprintln!("haar serve: {peer}: {e}");
                     }
-                })?;
+                });
+            if let Err(e) = spawned {
+                // The closure (socket and slot) is dropped: the connection is closed and
+                // uncounted.
+                eprintln!(
+                    "haar serve: {peer}: refused: cannot start a thread for it ({e}); lower max_connections"
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
         }
-        Ok(())
     }
 
     /// Runs on a background thread (tests, embedding); returns the bound address.
@@ -294,6 +496,21 @@ pub fn serve(addr: impl ToSocketAddrs, target: Target, config: ServerConfig) -> 
     Server::bind(addr, target, config)?.run()
 }
 
+/// Refuses a connection over a limit without a thread: one REFUSED frame if it can be written
+/// at once (plain TCP only: a TLS client could not read it), then close.
+fn refuse_at_accept(shared: &Shared, stream: TcpStream, peer: SocketAddr, reason: &str) {
+    eprintln!("haar serve: {peer}: refused: {reason}");
+    if shared.config.tls.is_none() && stream.set_nonblocking(true).is_ok() {
+        let meta = to_meta(&Refused {
+            reason: reason.to_string(),
+        });
+        if let Ok(frame) = protocol::encode(Kind::Refused, FLAG_END, 0, &meta, &[]) {
+            let _ = (&stream).write_all(&frame);
+            let _ = stream.shutdown(std::net::Shutdown::Write);
+        }
+    }
+}
+
 fn refuse(wire: &mut Wire, id: u64, reason: String) -> Result<(), WireError> {
     wire.send(
         Kind::Refused,
@@ -309,7 +526,7 @@ fn refuse(wire: &mut Wire, id: u64, reason: String) -> Result<(), WireError> {
 /// The handshake: HELLO → CHALLENGE → AUTH → WELCOME (or REFUSED and close).
 fn handshake(shared: &Shared, wire: &mut Wire) -> Result<Option<Access>, WireError> {
     let mut f = Frame::default();
-    wire.read(Limits::HANDSHAKE, &mut f)?;
+    wire.read(Limits::PRELOGIN, &mut f)?;
     if f.kind() != Some(Kind::Hello) {
         refuse(
             wire,
@@ -347,7 +564,7 @@ fn handshake(shared: &Shared, wire: &mut Wire) -> Result<Option<Access>, WireErr
     };
     wire.send(Kind::Challenge, 0, f.id, &to_meta(&challenge), &[])?;
     wire.flush()?;
-    wire.read(Limits::HANDSHAKE, &mut f)?;
+    wire.read(Limits::PRELOGIN, &mut f)?;
     let proof = match (f.kind(), f.meta::<protocol::Auth>()) {
         (Some(Kind::Auth), Ok(a)) => a.proof,
         _ => {
@@ -385,41 +602,65 @@ fn plain_haar_client(stream: &TcpStream) -> bool {
     matches!(stream.peek(&mut first), Ok(1)) && first[0] == protocol::MAGIC[0]
 }
 
-fn connection(shared: &Arc<Shared>, stream: TcpStream) -> Result<(), WireError> {
+fn connection(shared: &Arc<Shared>, stream: TcpStream, mut slot: Slot) -> Result<(), WireError> {
+    let limits = shared.config.limits;
+    let deadline = Instant::now() + limits.handshake_deadline;
     stream.set_nodelay(true)?;
-    stream.set_read_timeout(Some(HANDSHAKE_TIMEOUT))?;
+    // Backstops: the deadline below ends the whole handshake.
+    stream.set_read_timeout(Some(limits.handshake_deadline))?;
+    stream.set_write_timeout(Some(limits.handshake_deadline))?;
+    let fd = stream.as_raw_fd();
+    // A TLS record starts with 0x16; a plain HELLO with the magic's 'H'. Tell a plain client
+    // of a TLS server what to do instead of failing its handshake with a bare end of file.
+    let plain_to_tls = shared.config.tls.is_some() && plain_haar_client(&stream);
     let conn: Box<dyn Conn> = match &shared.config.tls {
-        Some(_) if plain_haar_client(&stream) => {
-            // A TLS record starts with 0x16; a plain HELLO with the magic's 'H'. Tell the
-            // client what to do instead of failing its handshake with a bare end of file.
-            let mut wire = Wire::new(Box::new(stream));
-            let mut f = Frame::default();
-            let id = match wire.read(Limits::HANDSHAKE, &mut f) {
-                Ok(()) => f.id,
-                Err(_) => 0,
-            };
-            refuse(
-                &mut wire,
-                id,
-                format!(
-                    "server {} accepts TLS only: connect with --tls-ca (the CA certificate that signed the server's)",
-                    shared.name
-                ),
-            )?;
-            return Ok(());
-        }
-        Some(tls) => {
+        Some(tls) if !plain_to_tls => {
             let sc = rustls::ServerConnection::new(tls.clone())
                 .map_err(|e| io::Error::other(format!("TLS: {e}")))?;
             Box::new(rustls::StreamOwned::new(sc, stream))
         }
-        None => Box::new(stream),
+        _ => Box::new(stream),
     };
     let mut wire = Wire::new(conn);
-    let Some(access) = handshake(shared, &mut wire)? else {
+    // Declared after `wire`, so disarmed before the socket is closed.
+    let armed = shared.deadlines.arm(fd, deadline);
+    if plain_to_tls {
+        let mut f = Frame::default();
+        let id = match wire.read(Limits::PRELOGIN, &mut f) {
+            Ok(()) => f.id,
+            Err(_) => 0,
+        };
+        refuse(
+            &mut wire,
+            id,
+            format!(
+                "server {} accepts TLS only: connect with --tls-ca (the CA certificate that signed the server's)",
+                shared.name
+            ),
+        )?;
+        return Ok(());
+    }
+    let access = match handshake(shared, &mut wire) {
+        Ok(a) => a,
+        Err(e) if armed.expired() || timed_out(&e) => {
+            return Err(io::Error::new(
+                io::ErrorKind::TimedOut,
+                format!(
+                    "disconnected: no login within the handshake deadline of {:?} ({e})",
+                    limits.handshake_deadline
+                ),
+            )
+            .into());
+        }
+        Err(e) => return Err(e),
+    };
+    drop(armed);
+    let Some(access) = access else {
         return Ok(());
     };
-    wire.set_read_timeout(None)?;
+    slot.logged_in();
+    wire.set_read_timeout(Some(limits.idle_timeout))?;
+    wire.set_write_timeout(Some(limits.write_timeout))?;
     let store = shared.open().map_err(|e| io::Error::other(e.to_string()))?;
     Session {
         shared: shared.clone(),
@@ -431,6 +672,49 @@ fn connection(shared: &Arc<Shared>, stream: TcpStream) -> Result<(), WireError> 
         deferred_code: 0,
     }
     .run()
+    .map_err(|e| match e {
+        // Reads that time out are reported as idle by `run`; what is left is a reply the
+        // client stopped taking.
+        WireError::Io(io) if io.kind() == io::ErrorKind::WouldBlock => io::Error::new(
+            io::ErrorKind::TimedOut,
+            format!(
+                "closed: the client took no byte of a reply for the write timeout of {:?} ({io})",
+                limits.write_timeout
+            ),
+        )
+        .into(),
+        e => e,
+    })
+}
+
+/// True for a socket timeout (`SO_RCVTIMEO`/`SO_SNDTIMEO` report `EAGAIN`).
+fn timed_out(e: &WireError) -> bool {
+    matches!(e, WireError::Io(io) if matches!(io.kind(), io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut))
+}
+
+/// Why a logged-in connection may not send a frame with this header, before its body is
+/// read: field bytes only on ARCHIVE, and no writing request on a read-only token.
+fn refused_header(access: Access, header: &protocol::Header) -> Option<ErrorMeta> {
+    let kind = Kind::from_u8(header.kind);
+    let name = kind.map(Kind::name).unwrap_or("unknown");
+    if access != Access::ReadWrite && kind.is_some_and(Kind::writes) {
+        return Some(ErrorMeta {
+            message: format!(
+                "{name} refused: this connection's token is read-only; use the read-write token (the connection is closed)"
+            ),
+            exit_code: 1,
+        });
+    }
+    if header.data_len > 0 && kind != Some(Kind::Archive) {
+        return Some(ErrorMeta {
+            message: format!(
+                "{name} frame announcing {} data bytes refused: only ARCHIVE carries field bytes (the connection is closed)",
+                header.data_len
+            ),
+            exit_code: 1,
+        });
+    }
+    None
 }
 
 /// A field archived on a connection and not yet flushed.
@@ -461,9 +745,26 @@ impl Session {
     fn run(mut self) -> Result<(), WireError> {
         let mut f = Frame::default();
         loop {
-            match self.wire.read(Limits::SESSION, &mut f) {
+            // Large buffers of the previous frame are not kept while the connection idles.
+            if f.data.capacity() > RETAIN {
+                f.data = Vec::new();
+            }
+            if f.meta.capacity() > RETAIN {
+                f.meta = Vec::new();
+            }
+            match self.read(&mut f) {
                 Ok(()) => {}
                 Err(WireError::Closed) => return Ok(()),
+                Err(e) if timed_out(&e) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::TimedOut,
+                        format!(
+                            "closed: no request for the idle timeout of {:?}",
+                            self.shared.config.limits.idle_timeout
+                        ),
+                    )
+                    .into());
+                }
                 Err(WireError::Frame(e)) => {
                     // Out of step: say why, then close (the stream cannot be resynchronised).
                     let m = ErrorMeta {
@@ -490,6 +791,7 @@ impl Session {
                 Some(
                     k @ (Kind::Retrieve
                     | Kind::RetrieveKeys
+                    | Kind::Problems
                     | Kind::List
                     | Kind::Axes
                     | Kind::Stats
@@ -515,6 +817,40 @@ impl Session {
         }
     }
 
+    /// Reads the next frame; a header this connection may not send is answered with ERROR
+    /// and the connection closed without reading the body.
+    fn read(&mut self, f: &mut Frame) -> Result<(), WireError> {
+        let (h, header) = self.wire.read_header(Limits::SESSION)?;
+        if let Some(m) = refused_header(self.access, &header) {
+            let message = m.message.clone();
+            self.wire
+                .send(Kind::Error, FLAG_END, header.id, &to_meta(&m), &[])?;
+            self.wire.flush()?;
+            self.linger();
+            return Err(io::Error::new(io::ErrorKind::PermissionDenied, message).into());
+        }
+        self.wire.read_body(&h, &header, f)
+    }
+
+    /// Before closing a connection whose peer may still be sending: stops writing, then
+    /// discards up to 1 MiB for at most a second, so the close does not reset the connection
+    /// (which could discard the ERROR just sent before the peer reads it).
+    fn linger(&mut self) {
+        let sock = self.wire.socket();
+        let _ = sock.shutdown(std::net::Shutdown::Write);
+        let _ = sock.set_read_timeout(Some(Duration::from_secs(1)));
+        let until = Instant::now() + Duration::from_secs(1);
+        let mut sock = sock;
+        let mut sink = [0u8; 8192];
+        let mut left = 1usize << 20;
+        while left > 0 && Instant::now() < until {
+            match sock.read(&mut sink) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => left = left.saturating_sub(n),
+            }
+        }
+    }
+
     fn defer(&mut self, message: String, code: i32) {
         if self.deferred.len() < 20 {
             self.deferred.push(message);
@@ -525,14 +861,7 @@ impl Session {
     }
 
     fn archive(&mut self, f: &Frame) {
-        if self.access != Access::ReadWrite {
-            self.defer(
-                "ARCHIVE refused: this connection's token is read-only; use the read-write token"
-                    .into(),
-                1,
-            );
-            return;
-        }
+        // A read-only connection never gets here: its ARCHIVE is refused from the header.
         let meta: FieldMeta = match f.meta() {
             Ok(m) => m,
             Err(e) => return self.defer(e.to_string(), 1),
@@ -652,15 +981,7 @@ impl Session {
         }
         let (req, doit) = self.parse(f)?;
         let id = f.id;
-        if matches!(kind, Kind::Wipe | Kind::Purge) && self.access != Access::ReadWrite {
-            return Err(ErrorMeta {
-                message: format!(
-                    "{} refused: this connection's token is read-only; use the read-write token",
-                    kind.name()
-                ),
-                exit_code: 1,
-            });
-        }
+        // WIPE and PURGE of a read-only connection were refused from their header.
         let e = |e: haar_store::Error| store_error(&e);
         match kind {
             Kind::Retrieve => {
@@ -686,6 +1007,10 @@ impl Session {
             Kind::Axes => {
                 let axes = self.store.axes(&req).map_err(e)?;
                 self.end(id, json!({ "axes": axes }))
+            }
+            Kind::Problems => {
+                let problems = self.store.problems(&req).map_err(e)?;
+                self.end(id, json!({ "problems": problems }))
             }
             Kind::Stats => {
                 let dbs: Vec<StatsEntry> = self

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::protocol::{self, Frame, Kind, Limits, WireError};
+use crate::protocol::{self, Frame, Header, Kind, Limits, WireError};
 
 /// A connected byte stream (plain or TLS) the protocol runs over.
 pub trait Conn: Read + Write + Send {
@@ -37,6 +37,10 @@ impl Conn for rustls::StreamOwned<rustls::ClientConnection, TcpStream> {
 /// from the caller's slice to the socket (no copy).
 const GATHER: usize = 64 << 10;
 
+/// Buffers larger than this are released after use instead of being kept for the next
+/// frame: a connection idles on at most this much, however large its last frame was.
+pub const RETAIN: usize = 16 << 20;
+
 /// Buffered frame I/O over one connection.
 pub struct Wire {
     r: BufReader<Box<dyn Conn>>,
@@ -60,6 +64,24 @@ impl Wire {
     /// Reads the next frame into `frame` (buffers reused).
     pub fn read(&mut self, limits: Limits, frame: &mut Frame) -> Result<(), WireError> {
         protocol::read_frame(&mut self.r, limits, frame)
+    }
+
+    /// Reads the next header only (see [`protocol::read_header`]).
+    pub fn read_header(
+        &mut self,
+        limits: Limits,
+    ) -> Result<([u8; protocol::HEADER_LEN], Header), WireError> {
+        protocol::read_header(&mut self.r, limits)
+    }
+
+    /// Reads the body of the frame whose header [`Wire::read_header`] returned.
+    pub fn read_body(
+        &mut self,
+        h: &[u8; protocol::HEADER_LEN],
+        header: &Header,
+        frame: &mut Frame,
+    ) -> Result<(), WireError> {
+        protocol::read_body(&mut self.r, h, header, frame)
     }
 
     /// Queues a frame; large data parts are written through at once. Call [`Wire::flush`] when
@@ -95,8 +117,18 @@ impl Wire {
         if !self.wbuf.is_empty() {
             conn.write_all(&self.wbuf)?;
             self.wbuf.clear();
+            // A large reply (a LIST of many fields) does not keep its buffer for the life of
+            // the connection.
+            if self.wbuf.capacity() > RETAIN {
+                self.wbuf = Vec::with_capacity(GATHER);
+            }
         }
         conn.flush()
+    }
+
+    /// Sets (or clears) the write timeout.
+    pub fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
+        self.socket().set_write_timeout(t)
     }
 
     /// Sets (or clears) the read timeout.

@@ -80,6 +80,7 @@ fn server() -> (String, Arc<AtomicUsize>) {
         },
         tls: None,
         local: None,
+        ..ServerConfig::default()
     };
     let addr = Server::bind("127.0.0.1:0", target, config)
         .unwrap()

@@ -53,6 +53,7 @@ fn start_offering(offer: impl Fn(&std::path::Path) -> Option<LocalOffer>) -> Fix
         },
         tls: None,
         local,
+        ..ServerConfig::default()
     };
     let addr = Server::bind("127.0.0.1:0", target, config)
         .unwrap()

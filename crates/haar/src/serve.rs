@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 
 use haar_net::auth::{self, Tokens};
-use haar_net::{Server, ServerConfig, Target};
+use haar_net::{Server, ServerConfig, ServerLimits, Target};
 use haar_store::{Error, Result};
 
 use crate::open::OpenOptions;
@@ -19,6 +19,8 @@ pub struct ServeOptions {
     pub read_token_file: Option<PathBuf>,
     /// TLS certificate chain and private key (PEM): serve TLS 1.3 only.
     pub tls: Option<(PathBuf, PathBuf)>,
+    /// Bounds on connections, handshakes and idle peers (design §8).
+    pub limits: ServerLimits,
 }
 
 /// Binds a server over the local store `opts` configures, with the read-write token from
@@ -57,7 +59,12 @@ pub fn bind(opts: &OpenOptions, serve: &ServeOptions) -> Result<Server> {
     Server::bind(
         &serve.listen,
         Target::Local { backend, options },
-        ServerConfig { tokens, tls, local },
+        ServerConfig {
+            tokens,
+            tls,
+            local,
+            limits: serve.limits,
+        },
     )
     .map_err(|e| Error::net("cannot listen on", &serve.listen, e))
 }

@@ -1,6 +1,7 @@
 //! Writes the binary seed corpora of the fuzz targets with haar's real encoders, so the seeds
-//! follow the format whatever it becomes: `seedgen <corpus-dir>` fills `<corpus-dir>/segment`
-//! and `<corpus-dir>/grib_frame` (text seeds are written by `fuzz/seed.sh` itself).
+//! follow the format whatever it becomes: `seedgen <corpus-dir>` fills `<corpus-dir>/segment`,
+//! `<corpus-dir>/grib_frame` and `<corpus-dir>/wire` (text seeds are written by `fuzz/seed.sh`
+//! itself).
 
 use std::path::Path;
 use std::{env, fs, process};
@@ -137,9 +138,95 @@ fn main() {
     large.extend_from_slice(b"7777");
     write(&grib_dir, "large-grib1", &large);
 
+    let wire_dir = root.join("wire");
+    wire_seeds(&wire_dir);
+
     println!(
-        "seedgen: wrote seeds to {} and {}",
+        "seedgen: wrote seeds to {}, {} and {}",
         seg_dir.display(),
-        grib_dir.display()
+        grib_dir.display(),
+        wire_dir.display()
     );
+}
+
+/// `wire`: a mode byte (0 before login, 1 read-write, 2 read-only: see the target) followed
+/// by well-formed frames, so mutations start from frames whose crc is right.
+fn wire_seeds(dir: &Path) {
+    use haar_net::protocol::{self, Kind, to_meta};
+    fs::create_dir_all(dir).expect("create corpus dir");
+    let frame = |kind: Kind, meta: &[u8], data: &[u8]| {
+        protocol::encode(kind, 0, 1, meta, data).expect("seed frame encodes")
+    };
+    let request = |text: &str, doit: bool| {
+        to_meta(&protocol::RequestMeta {
+            request: text.into(),
+            doit,
+        })
+    };
+    let k = key(
+        "class=od,expver=1,stream=oper,date=20261121,time=12,domain=g,type=fc,levtype=sfc,step=0,param=167",
+    );
+    let archive = frame(
+        Kind::Archive,
+        &to_meta(&protocol::FieldMeta {
+            key: k.clone(),
+            crc: crc32c::crc32c(b"GRIB7777"),
+        }),
+        b"GRIB7777",
+    );
+    let hello = frame(
+        Kind::Hello,
+        &to_meta(&protocol::Hello {
+            version: protocol::VERSION,
+            client: "seed".into(),
+            nonce: "00".repeat(32),
+        }),
+        b"",
+    );
+    let auth = frame(
+        Kind::Auth,
+        &to_meta(&protocol::Auth {
+            proof: "00".repeat(32),
+        }),
+        b"",
+    );
+    let session: Vec<(&str, Vec<u8>)> = vec![
+        (
+            "archive-flush",
+            [archive.clone(), frame(Kind::Flush, b"{}", b"")].concat(),
+        ),
+        (
+            "retrieve",
+            frame(Kind::Retrieve, &request("class=od,step=0", false), b""),
+        ),
+        (
+            "retrieve-keys",
+            frame(
+                Kind::RetrieveKeys,
+                &to_meta(&protocol::KeysMeta { keys: vec![k] }),
+                b"",
+            ),
+        ),
+        ("list", frame(Kind::List, &request("class=od", false), b"")),
+        ("axes", frame(Kind::Axes, &request("class=od", false), b"")),
+        (
+            "stats",
+            frame(Kind::Stats, &request("class=od", false), b""),
+        ),
+        (
+            "problems",
+            frame(Kind::Problems, &request("class=od", false), b""),
+        ),
+        (
+            "wipe",
+            frame(Kind::Wipe, &request("class=od,step=0", true), b""),
+        ),
+        ("purge", frame(Kind::Purge, &request("class=od", true), b"")),
+    ];
+    write(dir, "hello-auth", &[&[0u8][..], &hello, &auth].concat());
+    write(dir, "hello", &[&[0u8][..], &hello].concat());
+    for (name, bytes) in &session {
+        write(dir, &format!("rw-{name}"), &[&[1u8][..], bytes].concat());
+        write(dir, &format!("ro-{name}"), &[&[2u8][..], bytes].concat());
+    }
 }

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
-use haar_net::{WaitOutcome, WatchAll};
+use haar_net::{ServerLimits, WaitOutcome, WatchAll};
 use serde_json::json;
 
 use crate::Failure;
@@ -31,10 +31,52 @@ pub struct ServeArgs {
     /// TLS private key (PEM).
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     pub tls_key: Option<PathBuf>,
+    /// Connections served at once (one thread each); more are refused at once.
+    #[arg(long, value_name = "N", default_value_t = ServerLimits::MAX_CONNECTIONS,
+          value_parser = at_least_one)]
+    pub max_connections: usize,
+    /// Connections that have not logged in yet, at once; more are refused at once.
+    #[arg(long, value_name = "N", default_value_t = ServerLimits::MAX_UNAUTHENTICATED,
+          value_parser = at_least_one)]
+    pub max_unauthenticated: usize,
+    /// Seconds a connection has for the whole handshake (TLS included) before it is closed.
+    #[arg(long, value_name = "SECS", default_value_t = ServerLimits::HANDSHAKE_DEADLINE.as_secs_f64(),
+          value_parser = positive_secs)]
+    pub handshake_timeout: f64,
+    /// Seconds a logged-in connection may stay silent before it is closed.
+    #[arg(long, value_name = "SECS", default_value_t = ServerLimits::IDLE_TIMEOUT.as_secs_f64(),
+          value_parser = positive_secs)]
+    pub idle_timeout: f64,
+    /// Seconds a reply may make no progress (a client that stopped reading) before the
+    /// connection is closed.
+    #[arg(long, value_name = "SECS", default_value_t = ServerLimits::WRITE_TIMEOUT.as_secs_f64(),
+          value_parser = positive_secs)]
+    pub write_timeout: f64,
     #[command(flatten)]
     pub store: StoreArgs,
     #[command(flatten)]
     pub token: TokenArg,
+}
+
+/// A count of at least 1 (0 would refuse every connection).
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("{s:?}: give a whole number of at least 1")),
+    }
+}
+
+/// A number of seconds: positive, finite, and at most a year (a socket timeout).
+fn positive_secs(s: &str) -> Result<f64, String> {
+    let v: f64 = s
+        .parse()
+        .map_err(|_| format!("{s:?} is not a number of seconds"))?;
+    if !(v > 0.0 && v <= 365.0 * 86400.0) {
+        return Err(format!(
+            "{s}: give a number of seconds above 0 (at most a year)"
+        ));
+    }
+    Ok(v)
 }
 
 /// `haar watch`.
@@ -96,6 +138,13 @@ pub fn serve(cli: &Cli, a: &ServeArgs) -> Result<(), Failure> {
             listen: a.listen.clone(),
             read_token_file: a.read_token_file.clone(),
             tls: a.tls_cert.clone().zip(a.tls_key.clone()),
+            limits: ServerLimits {
+                max_connections: a.max_connections,
+                max_unauthenticated: a.max_unauthenticated,
+                handshake_deadline: Duration::from_secs_f64(a.handshake_timeout),
+                idle_timeout: Duration::from_secs_f64(a.idle_timeout),
+                write_timeout: Duration::from_secs_f64(a.write_timeout),
+            },
         },
     )?;
     // The backend as `haar bench` and the scripts have always seen it (no "local " prefix).

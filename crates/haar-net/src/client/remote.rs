@@ -128,6 +128,30 @@ impl RemoteStore {
         local.as_ref().is_some_and(|l| l.store.is_some()) && s.alive()
     }
 
+    /// Drops an idle connection the server has closed (its idle timeout, a restart), so the
+    /// next request opens a new one instead of failing: only while nothing archived on it
+    /// awaits a flush, so no loss is hidden.
+    fn drop_if_closed(&self, slot: &mut Option<Session>) {
+        if self.unflushed == 0 && slot.as_ref().is_some_and(|s| !s.alive()) {
+            *slot = None;
+        }
+    }
+
+    /// Refuses a writing request locally on a read-only token (the server would refuse it
+    /// from its header and close the connection).
+    fn writable(&self, what: &str) -> Result<()> {
+        if self.access == Access::ReadWrite {
+            return Ok(());
+        }
+        Err(Error::Remote {
+            server: self.addr.clone(),
+            message: format!(
+                "{what} refused: this client's token is read-only; use the read-write token (HAAR_TOKEN or --token-file)"
+            ),
+            class: haar_store::Class::Input,
+        })
+    }
+
     /// Drops a broken connection, remembering unflushed fields as lost.
     fn broken(&self, slot: &mut Option<Session>, unflushed: u64) {
         *slot = None;
@@ -144,6 +168,9 @@ impl RemoteStore {
         on_field: &mut dyn FnMut(FieldMeta, &[u8]) -> Result<()>,
     ) -> Result<T> {
         let mut slot = self.session.borrow_mut();
+        if kind != Kind::Flush {
+            self.drop_if_closed(&mut slot);
+        }
         for attempt in 0..2u32 {
             let reused = slot.is_some();
             if slot.is_none() {
@@ -289,6 +316,10 @@ struct StatsEnd {
     databases: Vec<StatsEntry>,
 }
 #[derive(serde::Deserialize)]
+struct ProblemsEnd {
+    problems: Vec<String>,
+}
+#[derive(serde::Deserialize)]
 struct ReportEnd<T> {
     report: T,
 }
@@ -296,21 +327,14 @@ struct ReportEnd<T> {
 impl RemoteStore {
     /// ARCHIVE: pipelined, no reply; the server checks `crc` (computed here when unknown).
     fn send_field(&mut self, key: &Key, data: &[u8], crc: Option<u32>) -> Result<()> {
-        if self.access != Access::ReadWrite {
-            return Err(Error::Remote {
-                server: self.addr.clone(),
-                message: format!(
-                    "archive of {key} refused: this client's token is read-only; use the read-write token (HAAR_TOKEN or --token-file)"
-                ),
-                class: haar_store::Class::Input,
-            });
-        }
+        self.writable(&format!("archive of {key}"))?;
         let meta = to_meta(&FieldMeta {
             key: key.clone(),
             crc: crc.unwrap_or_else(|| haar_persist::crc32c(data)),
         });
         let id = self.id();
         let mut slot = self.session.borrow_mut();
+        self.drop_if_closed(&mut slot);
         if slot.is_none() {
             *slot = Some(connect(&self.addr, &self.cfg)?);
         }
@@ -379,7 +403,12 @@ impl FieldStore for RemoteStore {
                 ),
             ));
         }
+        if self.access != Access::ReadWrite {
+            // Nothing to flush: archives on a read-only token are refused before sending.
+            return Ok(());
+        }
         let n = self.unflushed;
+        self.drop_if_closed(&mut self.session.borrow_mut());
         self.unflushed = 0;
         let r: Result<protocol::FlushOk> = self.call(Kind::Flush, b"{}", &mut Self::no_fields);
         match r {
@@ -434,6 +463,7 @@ impl FieldStore for RemoteStore {
     }
 
     fn wipe(&mut self, req: &Request, doit: bool) -> Result<WipeReport> {
+        self.writable("WIPE")?;
         let end: ReportEnd<WipeEnd> = self.call(
             Kind::Wipe,
             &Self::request_meta(req, doit),
@@ -447,6 +477,7 @@ impl FieldStore for RemoteStore {
     }
 
     fn purge(&mut self, req: &Request, doit: bool) -> Result<PurgeReport> {
+        self.writable("PURGE")?;
         let end: ReportEnd<PurgeEnd> = self.call(
             Kind::Purge,
             &Self::request_meta(req, doit),
@@ -467,6 +498,38 @@ impl FieldStore for RemoteStore {
             &mut Self::no_fields,
         )?;
         Ok(end.databases.into_iter().map(DbStats::from).collect())
+    }
+
+    /// One PROBLEMS round trip: the server asks its store for the damage only, without
+    /// counting fields. A server that predates PROBLEMS answers ERROR for the kind; then the
+    /// problems come from STATS, as they did before.
+    fn problems(&self, req: &Request) -> Result<Vec<String>> {
+        let r: Result<ProblemsEnd> = self.call(
+            Kind::Problems,
+            &Self::request_meta(req, false),
+            &mut Self::no_fields,
+        );
+        match r {
+            Ok(end) => Ok(end.problems),
+            Err(Error::Remote { message, .. })
+                if message.starts_with(&format!(
+                    "unknown or unexpected request kind {}",
+                    Kind::Problems as u8
+                )) =>
+            {
+                Ok(self
+                    .stats(req)?
+                    .into_iter()
+                    .flat_map(|s| {
+                        let db = s.db;
+                        s.problems
+                            .into_iter()
+                            .map(move |p| format!("database {db}: {p}"))
+                    })
+                    .collect())
+            }
+            Err(e) => Err(e),
+        }
     }
 }
 

@@ -41,6 +41,7 @@ mod tests {
         };
         assert!(may_retry(Kind::Retrieve, &idle));
         assert!(may_retry(Kind::RetrieveKeys, &idle));
+        assert!(may_retry(Kind::Problems, &idle));
         assert!(!may_retry(Kind::Flush, &idle));
         assert!(!may_retry(Kind::Wipe, &idle));
         assert!(!may_retry(Kind::Retrieve, &Failed { attempt: 1, ..idle }));

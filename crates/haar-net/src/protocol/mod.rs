@@ -18,8 +18,12 @@ pub const HEADER_LEN: usize = 28;
 /// Flag bit 0: last frame of a reply stream.
 pub const FLAG_END: u8 = 1;
 
-/// Largest meta accepted before authentication (handshake messages are tiny).
+/// Largest meta a client accepts in the server's handshake replies (a WELCOME may carry the
+/// store's configuration and schema text).
 pub const MAX_HANDSHAKE_META: u32 = 64 << 10;
+/// Largest meta a server accepts before authentication: HELLO and AUTH are about 150 bytes,
+/// and an unauthenticated peer gets no more of the server's memory than this.
+pub const MAX_PRELOGIN_META: u32 = 1 << 10;
 /// Largest meta accepted after authentication (a LIST reply of ~200,000 fields).
 pub const MAX_META: u32 = 64 << 20;
 /// Largest field accepted (a GRIB message of 1 GiB is already extreme).
@@ -59,6 +63,8 @@ pub enum Kind {
     Watch = 24,
     /// `{keys}` → `FIELD`… then `END {report}`: many keys in one round trip.
     RetrieveKeys = 25,
+    /// `{request}` → `END {problems}`: the damage in the matching databases, without stats.
+    Problems = 26,
     /// Reply to FLUSH: `{fields}`.
     Ok = 32,
     /// One retrieved field: `{key, crc}` + bytes.
@@ -93,6 +99,7 @@ impl Kind {
             23 => Purge,
             24 => Watch,
             25 => RetrieveKeys,
+            26 => Problems,
             32 => Ok,
             33 => Field,
             34 => End,
@@ -121,6 +128,7 @@ impl Kind {
             Wipe => "WIPE",
             Purge => "PURGE",
             RetrieveKeys => "RETRIEVE_KEYS",
+            Problems => "PROBLEMS",
             Watch => "WATCH",
             Ok => "OK",
             Field => "FIELD",
@@ -129,6 +137,14 @@ impl Kind {
             Error => "ERROR",
             Heartbeat => "HEARTBEAT",
         }
+    }
+}
+
+impl Kind {
+    /// True for the requests that change the store (a read-only connection may not send
+    /// them at all; the server refuses them from the header).
+    pub fn writes(self) -> bool {
+        matches!(self, Kind::Archive | Kind::Flush | Kind::Wipe | Kind::Purge)
     }
 }
 
@@ -194,9 +210,19 @@ pub struct Limits {
 }
 
 impl Limits {
-    /// Before authentication: handshake messages only.
+    /// A client reading the server's handshake replies.
     pub const HANDSHAKE: Limits = Limits {
         meta: MAX_HANDSHAKE_META,
+        data: 0,
+    };
+    /// A server reading an unauthenticated peer (HELLO, AUTH).
+    pub const PRELOGIN: Limits = Limits {
+        meta: MAX_PRELOGIN_META,
+        data: 0,
+    };
+    /// A server reading a read-only connection: requests only, never field bytes.
+    pub const READ_ONLY: Limits = Limits {
+        meta: MAX_META,
         data: 0,
     };
     /// After authentication.
@@ -396,9 +422,23 @@ pub enum WireError {
     Closed,
 }
 
+/// Bytes a frame buffer grows by before any of them has arrived: a header that announces
+/// 1 GiB followed by nothing costs this much, not 1 GiB.
+pub const READ_STEP: usize = 64 << 10;
+
 /// Reads one frame into `frame`, reusing its buffers (a steady stream of equal-sized fields
 /// allocates and zeroes nothing).
 pub fn read_frame(r: &mut impl Read, limits: Limits, frame: &mut Frame) -> Result<(), WireError> {
+    let (h, header) = read_header(r, limits)?;
+    read_body(r, &h, &header, frame)
+}
+
+/// Reads and bounds-checks the next header (so a caller can refuse a frame by its kind and
+/// lengths before reading its body). [`WireError::Closed`] when the peer closed between frames.
+pub fn read_header(
+    r: &mut impl Read,
+    limits: Limits,
+) -> Result<([u8; HEADER_LEN], Header), WireError> {
     let mut h = [0u8; HEADER_LEN];
     // Distinguish a clean close (no byte of a new frame) from a truncated one.
     let mut got = 0;
@@ -412,20 +452,55 @@ pub fn read_frame(r: &mut impl Read, limits: Limits, frame: &mut Frame) -> Resul
         }
     }
     let header = decode_header(&h, limits)?;
+    Ok((h, header))
+}
+
+/// Reads the meta and data of the frame whose header [`read_header`] returned. Buffers grow
+/// only as bytes arrive ([`read_growing`]), so memory follows what the peer sent, not what
+/// it announced.
+pub fn read_body(
+    r: &mut impl Read,
+    h: &[u8; HEADER_LEN],
+    header: &Header,
+    frame: &mut Frame,
+) -> Result<(), WireError> {
     frame.kind = header.kind;
     frame.flags = header.flags;
     frame.id = header.id;
-    frame.meta.clear();
-    frame.meta.resize(header.meta_len as usize, 0);
-    r.read_exact(&mut frame.meta)?;
-    check_crc(&h, &header, &frame.meta)?;
-    let d = header.data_len as usize;
-    if frame.data.len() < d {
-        frame.data.resize(d, 0);
-    } else {
-        frame.data.truncate(d);
+    read_growing(r, &mut frame.meta, header.meta_len as usize)?;
+    check_crc(h, header, &frame.meta)?;
+    read_growing(r, &mut frame.data, header.data_len as usize)?;
+    Ok(())
+}
+
+/// Reads exactly `len` bytes into `buf` (its length becomes `len`). The buffer is grown in
+/// steps of at most [`READ_STEP`] or what has already arrived, whichever is larger, so it is
+/// never more than about twice the bytes received; bytes a previous frame initialised are
+/// reused without zeroing them again.
+pub fn read_growing(r: &mut impl Read, buf: &mut Vec<u8>, len: usize) -> io::Result<()> {
+    let mut filled = 0;
+    while filled < len {
+        let want = (filled + filled.max(READ_STEP)).min(len);
+        if buf.len() < want {
+            buf.resize(want, 0);
+        }
+        match r.read(&mut buf[filled..want]) {
+            Ok(0) => {
+                buf.truncate(filled);
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    format!("frame truncated: {filled} of {len} bytes arrived"),
+                ));
+            }
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                buf.truncate(filled);
+                return Err(e);
+            }
+        }
     }
-    r.read_exact(&mut frame.data)?;
+    buf.truncate(len);
     Ok(())
 }
 
@@ -532,12 +607,60 @@ mod tests {
         assert!(f.meta::<Hello>().is_err());
     }
 
+    /// A reader that hands out at most `step` bytes per call, like a slow socket.
+    struct Trickle<'a> {
+        bytes: &'a [u8],
+        step: usize,
+    }
+
+    impl Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = buf.len().min(self.step).min(self.bytes.len());
+            buf[..n].copy_from_slice(&self.bytes[..n]);
+            self.bytes = &self.bytes[n..];
+            Ok(n)
+        }
+    }
+
+    #[test]
+    fn an_announced_length_is_not_allocated_before_its_bytes_arrive() {
+        let meta = b"{}";
+        let mut bytes = encode_header(Kind::Archive, 0, 1, meta, MAX_DATA as usize)
+            .unwrap()
+            .to_vec();
+        bytes.extend_from_slice(meta);
+        bytes.extend_from_slice(&[7u8; 1000]);
+        let mut f = Frame::default();
+        let e = read_frame(&mut io::Cursor::new(&bytes), Limits::SESSION, &mut f).unwrap_err();
+        assert!(e.to_string().contains("1000 of 1073741824 bytes"), "{e}");
+        assert!(f.data.capacity() <= 2 * READ_STEP, "{}", f.data.capacity());
+        // Grown in steps, a large field still arrives whole, however the reads are cut.
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+        let bytes = encode(Kind::Archive, 0, 2, meta, &data).unwrap();
+        for step in [1, 4099, 1 << 20] {
+            let mut r = Trickle {
+                bytes: &bytes,
+                step,
+            };
+            read_frame(&mut r, Limits::SESSION, &mut f).unwrap();
+            assert_eq!(f.data, data, "reads of {step} bytes");
+        }
+        // A header announcing data before login is refused before anything is read.
+        let hello = encode(Kind::Hello, 0, 3, &[b' '; 2000], b"").unwrap();
+        assert!(matches!(
+            read_frame(&mut io::Cursor::new(&hello), Limits::PRELOGIN, &mut f),
+            Err(WireError::Frame(FrameError::MetaTooLong { .. }))
+        ));
+    }
+
     #[test]
     fn every_kind_byte_round_trips() {
         for b in 0..=255u8 {
             if let Some(k) = Kind::from_u8(b) {
                 assert_eq!(k as u8, b);
                 assert!(!k.name().is_empty());
+                // The requests a read-only token may not send.
+                assert_eq!(k.writes(), matches!(b, 16 | 17 | 22 | 23), "{}", k.name());
             }
         }
     }

@@ -1,0 +1,880 @@
+//! Hostile peers (issue 14, design §8): a real server in a child process (this test binary
+//! re-run as `child_server`), attacked over real sockets with raw frames. Each test asserts
+//! what the server does — refuses, disconnects, keeps serving, keeps its memory (read from
+//! `/proc/<pid>/status`) — never how fast.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{Shutdown, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use haar_core::Key;
+use haar_core::request::Request;
+use haar_net::auth::{self, Tokens};
+use haar_net::protocol::{self, Frame, Kind, Limits};
+use haar_net::{ClientConfig, RemoteStore, Server, ServerConfig, ServerLimits, Target};
+use haar_store::{FieldStore, FsyncPolicy, PosixBackend, StoreOptions};
+
+const RW: &str = "hostile-rw";
+const RO: &str = "hostile-ro";
+const CHILD_ENV: &str = "HAAR_HOSTILE_CHILD";
+
+/// The server process of these tests: serves a POSIX store at `$HAAR_HOSTILE_ROOT` with the
+/// limits in the environment, prints `listening on ADDR`, serves until killed. A no-op in a
+/// normal test run (it is `#[ignore]`d and needs the variable).
+#[test]
+#[ignore = "run by the other tests as their server process"]
+fn child_server() {
+    if std::env::var_os(CHILD_ENV).is_none() {
+        return;
+    }
+    let env = |k: &str| std::env::var(k).unwrap();
+    let ms = |k: &str| Duration::from_millis(env(k).parse().unwrap());
+    let backend = PosixBackend::new(
+        vec![PathBuf::from(env("HAAR_HOSTILE_ROOT"))],
+        FsyncPolicy::Never,
+    )
+    .unwrap();
+    let limits = ServerLimits {
+        max_connections: env("HAAR_HOSTILE_MAX_CONN").parse().unwrap(),
+        max_unauthenticated: env("HAAR_HOSTILE_MAX_UNAUTH").parse().unwrap(),
+        handshake_deadline: ms("HAAR_HOSTILE_HANDSHAKE_MS"),
+        idle_timeout: ms("HAAR_HOSTILE_IDLE_MS"),
+        write_timeout: ms("HAAR_HOSTILE_WRITE_MS"),
+    };
+    let server = Server::bind(
+        "127.0.0.1:0",
+        Target::Local {
+            backend: Arc::new(backend),
+            options: StoreOptions::default(),
+        },
+        ServerConfig {
+            tokens: Tokens {
+                read_write: Some(RW.into()),
+                read_only: Some(RO.into()),
+            },
+            limits,
+            ..ServerConfig::default()
+        },
+    )
+    .unwrap();
+    println!("listening on {}", server.local_addr().unwrap());
+    std::io::stdout().flush().unwrap();
+    server.run().unwrap();
+}
+
+/// A server process; killed when dropped.
+struct Child_ {
+    child: Child,
+    addr: String,
+    log: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Drop for Child_ {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Child_ {
+    fn start(l: ServerLimits) -> Child_ {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("server.log");
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", "child_server", "--ignored", "--nocapture"])
+            .env(CHILD_ENV, "1")
+            .env("HAAR_HOSTILE_ROOT", dir.path().join("root"))
+            .env("HAAR_HOSTILE_MAX_CONN", l.max_connections.to_string())
+            .env("HAAR_HOSTILE_MAX_UNAUTH", l.max_unauthenticated.to_string())
+            .env(
+                "HAAR_HOSTILE_HANDSHAKE_MS",
+                l.handshake_deadline.as_millis().to_string(),
+            )
+            .env(
+                "HAAR_HOSTILE_IDLE_MS",
+                l.idle_timeout.as_millis().to_string(),
+            )
+            .env(
+                "HAAR_HOSTILE_WRITE_MS",
+                l.write_timeout.as_millis().to_string(),
+            )
+            .stdout(Stdio::piped())
+            .stderr(std::fs::File::create(&log).unwrap())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut line = String::new();
+        let addr = loop {
+            line.clear();
+            assert!(
+                out.read_line(&mut line).unwrap() > 0,
+                "the server process ended before listening; its log: {}",
+                std::fs::read_to_string(&log).unwrap_or_default()
+            );
+            if let Some(a) = line.trim().strip_prefix("listening on ") {
+                break a.to_string();
+            }
+        };
+        // Keep the pipe drained (the test harness prints its result lines).
+        std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+        Child_ {
+            child,
+            addr,
+            log,
+            _dir: dir,
+        }
+    }
+
+    /// A `/proc/<pid>/status` figure in KiB (`VmRSS`, `VmHWM`).
+    fn vm_kib(&self, what: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(&format!("{what}:")))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or_else(|| panic!("no {what} in /proc status"))
+    }
+
+    fn log(&self) -> String {
+        std::fs::read_to_string(&self.log).unwrap()
+    }
+
+    /// Waits (up to 60 s) until the server's log holds `text`: a connection is closed just
+    /// before its thread writes why.
+    fn wait_log(&self, text: &str) {
+        let until = Instant::now() + Duration::from_secs(60);
+        while !self.log().contains(text) {
+            assert!(
+                Instant::now() < until,
+                "no {text:?} in the server's log: {}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// The server serves a legitimate client: archive, flush, read back. A connection refused
+    /// as busy is tried again for up to 30 s (the server may not have noticed yet that
+    /// connections the test dropped are gone).
+    fn serves(&self, step: u32) {
+        let until = Instant::now() + Duration::from_secs(30);
+        let mut c = loop {
+            match RemoteStore::connect(&self.addr, &cfg(RW)) {
+                Ok(c) => break c,
+                Err(e) if e.to_string().contains("busy") && Instant::now() < until => {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(e) => panic!("a legitimate client is refused: {e}"),
+            }
+        };
+        let d = data(step, 4096);
+        c.archive(&key(step), &d).unwrap();
+        c.flush().unwrap();
+        let mut got = Vec::new();
+        c.retrieve(&single(&key(step)), &mut |_, b, _| {
+            got.push(b.to_vec());
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(got, vec![d]);
+    }
+}
+
+fn limits() -> ServerLimits {
+    ServerLimits {
+        handshake_deadline: Duration::from_secs(2),
+        ..ServerLimits::default()
+    }
+}
+
+fn cfg(token: &str) -> ClientConfig {
+    ClientConfig {
+        token: Some(token.into()),
+        local_reads: false,
+        ..ClientConfig::default()
+    }
+}
+
+fn key(step: u32) -> Key {
+    Key::parse(&format!(
+        "class=od,expver=1,stream=oper,date=20261121,time=12,domain=g,type=fc,levtype=sfc,step={step},param=167"
+    ))
+    .unwrap()
+}
+
+fn single(k: &Key) -> Request {
+    Request::parse(&k.to_string()).unwrap()
+}
+
+fn data(step: u32, len: usize) -> Vec<u8> {
+    (0..len).map(|i| (i as u32 ^ step) as u8).collect()
+}
+
+fn frame(kind: Kind, id: u64, meta: &[u8], data: &[u8]) -> Vec<u8> {
+    protocol::encode(kind, 0, id, meta, data).unwrap()
+}
+
+fn hello(nonce: &str) -> Vec<u8> {
+    let h = protocol::Hello {
+        version: protocol::VERSION,
+        client: "hostile test".into(),
+        nonce: nonce.into(),
+    };
+    frame(Kind::Hello, 0, &protocol::to_meta(&h), &[])
+}
+
+fn read(s: &mut TcpStream) -> Frame {
+    let mut f = Frame::default();
+    protocol::read_frame(s, Limits::SESSION, &mut f).unwrap();
+    f
+}
+
+/// True once the server has closed `s` (end of file or reset), waiting at most `wait`.
+fn closed_within(s: &mut TcpStream, wait: Duration) -> bool {
+    s.set_read_timeout(Some(wait)).unwrap();
+    let mut b = [0u8; 4096];
+    loop {
+        match s.read(&mut b) {
+            Ok(0) => return true,
+            Ok(_) => continue, // a REFUSED or ERROR frame first
+            Err(e) => {
+                return !matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                );
+            }
+        }
+    }
+}
+
+/// What a client sends and receives while logging in, raw.
+struct Login {
+    stream: TcpStream,
+    hello: Vec<u8>,
+    auth: Vec<u8>,
+    server_nonce: String,
+}
+
+fn login(addr: &str, token: &str) -> Login {
+    let mut s = TcpStream::connect(addr).unwrap();
+    let client_nonce = auth::nonce();
+    let hello = hello(&client_nonce);
+    s.write_all(&hello).unwrap();
+    let c: protocol::Challenge = read(&mut s).meta().unwrap();
+    let proof = auth::client_proof(token, &c.nonce, &client_nonce);
+    let auth = frame(
+        Kind::Auth,
+        0,
+        &protocol::to_meta(&protocol::Auth { proof }),
+        &[],
+    );
+    s.write_all(&auth).unwrap();
+    let w = read(&mut s);
+    assert_eq!(
+        w.kind(),
+        Some(Kind::Welcome),
+        "{:?}",
+        String::from_utf8_lossy(&w.meta)
+    );
+    Login {
+        stream: s,
+        hello,
+        auth,
+        server_nonce: c.nonce,
+    }
+}
+
+fn request_meta(req: &str, doit: bool) -> Vec<u8> {
+    protocol::to_meta(&protocol::RequestMeta {
+        request: req.into(),
+        doit,
+    })
+}
+
+/// Raises the soft descriptor limit to `want` (or the hard limit), returns what is in force.
+fn raise_nofile(want: u64) -> u64 {
+    let mut l = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a valid rlimit out-parameter.
+    assert_eq!(unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) }, 0);
+    if l.rlim_cur < want {
+        l.rlim_cur = want.min(l.rlim_max);
+        // SAFETY: as above; the soft limit stays within the hard one.
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &l) };
+        // SAFETY: as above.
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut l) };
+    }
+    l.rlim_cur
+}
+
+#[test]
+fn a_slow_drip_hello_is_cut_off_at_the_handshake_deadline() {
+    let s = Child_::start(limits());
+    let bytes = hello(&auth::nonce());
+    let mut c = TcpStream::connect(&s.addr).unwrap();
+    // One byte every 100 ms: each read of the server gets a byte well within any per-read
+    // timeout, but the whole HELLO would take about 20 s, ten times the deadline.
+    let mut sent = 0;
+    let mut cut = false;
+    for b in &bytes {
+        if c.write_all(std::slice::from_ref(b)).is_err() {
+            cut = true;
+            break;
+        }
+        sent += 1;
+        c.set_nonblocking(true).unwrap();
+        let mut peek = [0u8; 1];
+        let gone = match c.peek(&mut peek) {
+            Ok(0) => true,
+            Ok(_) => false,
+            Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+        };
+        c.set_nonblocking(false).unwrap();
+        if gone {
+            cut = true;
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(
+        cut && sent < bytes.len(),
+        "the server waited for the whole trickled HELLO ({sent} of {} bytes)",
+        bytes.len()
+    );
+    s.wait_log("handshake deadline");
+    s.serves(1);
+}
+
+#[test]
+fn a_huge_declared_frame_costs_the_server_no_memory() {
+    let s = Child_::start(limits());
+    s.serves(0);
+    let before = s.vm_kib("VmHWM");
+    // Three logged-in writers each announce a 1 GiB field and send 1 MiB of it.
+    let meta = protocol::to_meta(&protocol::FieldMeta {
+        key: key(7),
+        crc: 0,
+    });
+    let mut conns = Vec::new();
+    for _ in 0..3 {
+        let mut l = login(&s.addr, RW);
+        let h = protocol::encode_header(Kind::Archive, 0, 9, &meta, protocol::MAX_DATA as usize)
+            .unwrap();
+        l.stream.write_all(&h).unwrap();
+        l.stream.write_all(&meta).unwrap();
+        l.stream.write_all(&vec![0x5a; 1 << 20]).unwrap();
+        conns.push(l);
+    }
+    // The server keeps serving meanwhile; then the writers give up mid-field.
+    s.serves(1);
+    std::thread::sleep(Duration::from_millis(500));
+    let during = s.vm_kib("VmRSS");
+    drop(conns);
+    s.serves(2);
+    let peak = s.vm_kib("VmHWM");
+    eprintln!(
+        "server VmHWM before {before} KiB, peak {peak} KiB; VmRSS while 3 x 1 GiB announced: {during} KiB"
+    );
+    assert!(
+        peak < before + 64 * 1024,
+        "3 announced 1 GiB fields raised the server's peak resident memory from {before} KiB to {peak} KiB"
+    );
+    // The half-sent field was never stored.
+    let c = RemoteStore::connect(&s.addr, &cfg(RO)).unwrap();
+    assert!(c.list(&single(&key(7))).unwrap().is_empty());
+}
+
+#[test]
+fn truncated_frames_are_dropped_and_the_server_goes_on() {
+    let s = Child_::start(ServerLimits {
+        idle_timeout: Duration::from_secs(1),
+        ..limits()
+    });
+    // Half a header before login, then close.
+    let mut c = TcpStream::connect(&s.addr).unwrap();
+    c.write_all(&hello(&auth::nonce())[..10]).unwrap();
+    drop(c);
+    // Half a field after login, then close: nothing is stored, nothing is flushed.
+    let meta = protocol::to_meta(&protocol::FieldMeta {
+        key: key(3),
+        crc: haar_persist::crc32c(&data(3, 1000)),
+    });
+    let mut l = login(&s.addr, RW);
+    let whole = frame(Kind::Archive, 5, &meta, &data(3, 1000));
+    l.stream.write_all(&whole[..whole.len() - 500]).unwrap();
+    l.stream.shutdown(Shutdown::Write).unwrap();
+    assert!(closed_within(&mut l.stream, Duration::from_secs(30)));
+    // Half a field, and then silence with the connection kept open: the idle timeout
+    // closes it (the thread is not held for ever).
+    let mut l = login(&s.addr, RW);
+    l.stream.write_all(&whole[..whole.len() - 500]).unwrap();
+    assert!(
+        closed_within(&mut l.stream, Duration::from_secs(30)),
+        "a silent logged-in connection was not closed"
+    );
+    s.wait_log("frame truncated: 500 of 1000 bytes");
+    s.wait_log("idle timeout");
+    s.serves(4);
+    let c = RemoteStore::connect(&s.addr, &cfg(RO)).unwrap();
+    assert!(c.list(&single(&key(3))).unwrap().is_empty());
+    assert_eq!(c.list(&Request::default()).unwrap().len(), 1);
+}
+
+#[test]
+fn a_client_that_never_reads_is_dropped_at_the_write_timeout() {
+    let s = Child_::start(ServerLimits {
+        write_timeout: Duration::from_secs(1),
+        ..limits()
+    });
+    // 8 fields of 4 MiB: a 32 MiB reply, more than the sockets' buffers hold.
+    let mut w = RemoteStore::connect(&s.addr, &cfg(RW)).unwrap();
+    for step in 0..8 {
+        w.archive(&key(step), &data(step, 4 << 20)).unwrap();
+    }
+    w.flush().unwrap();
+    let req = "class=od,expver=1,stream=oper,date=20261121,time=12,type=fc,levtype=sfc,step=0/1/2/3/4/5/6/7,param=167";
+    let mut n = 0;
+    w.retrieve(&Request::parse(req).unwrap(), &mut |_, _, _| {
+        n += 1;
+        Ok(())
+    })
+    .unwrap();
+    assert_eq!(n, 8, "the reply holds the 8 fields");
+    let mut l = login(&s.addr, RO);
+    // A small receive buffer (this host lets loopback buffers grow to 32 MiB otherwise).
+    let small: libc::c_int = 64 << 10;
+    // SAFETY: a valid socket and a c_int option value of the size given.
+    let rc = unsafe {
+        libc::setsockopt(
+            std::os::fd::AsRawFd::as_raw_fd(&l.stream),
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&small as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    assert_eq!(rc, 0);
+    l.stream
+        .write_all(&frame(Kind::Retrieve, 1, &request_meta(req, false), &[]))
+        .unwrap();
+    // Take nothing until the server has given up on this reply.
+    s.wait_log("write timeout");
+    // What was in flight ends short of the reply, then the connection is closed.
+    let mut got = Vec::new();
+    l.stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let end = l.stream.read_to_end(&mut got);
+    assert!(
+        !matches!(&end, Err(e) if e.kind() == std::io::ErrorKind::WouldBlock),
+        "the connection was left open"
+    );
+    assert!(got.len() < 8 * (4 << 20), "{} bytes arrived", got.len());
+    s.serves(9);
+}
+
+#[test]
+fn a_replayed_handshake_is_refused() {
+    let s = Child_::start(limits());
+    let recorded = login(&s.addr, RW);
+    // The same HELLO on a new connection gets a new challenge, which the recorded AUTH does
+    // not answer.
+    let mut c = TcpStream::connect(&s.addr).unwrap();
+    c.write_all(&recorded.hello).unwrap();
+    let challenge: protocol::Challenge = read(&mut c).meta().unwrap();
+    assert_ne!(challenge.nonce, recorded.server_nonce);
+    c.write_all(&recorded.auth).unwrap();
+    let f = read(&mut c);
+    assert_eq!(f.kind(), Some(Kind::Refused));
+    let r: protocol::Refused = f.meta().unwrap();
+    assert!(r.reason.contains("token rejected"), "{}", r.reason);
+    assert!(closed_within(&mut c, Duration::from_secs(30)));
+    // Both recorded frames at once: refused the same way.
+    let mut c = TcpStream::connect(&s.addr).unwrap();
+    c.write_all(&[recorded.hello.clone(), recorded.auth.clone()].concat())
+        .unwrap();
+    assert_eq!(read(&mut c).kind(), Some(Kind::Challenge));
+    assert_eq!(read(&mut c).kind(), Some(Kind::Refused));
+    // The recorded connection itself is unaffected.
+    drop(recorded);
+    s.serves(1);
+}
+
+#[test]
+fn a_read_only_token_can_write_nothing() {
+    let s = Child_::start(limits());
+    for step in 0..3 {
+        s.serves(step);
+    }
+    let rw = RemoteStore::connect(&s.addr, &cfg(RW)).unwrap();
+    let everything = || {
+        rw.list(&Request::default())
+            .unwrap()
+            .iter()
+            .map(|f| (f.key(), f.data.crc, f.data.length))
+            .collect::<Vec<_>>()
+    };
+    let before = everything();
+    assert_eq!(before.len(), 3);
+    let archive_meta = protocol::to_meta(&protocol::FieldMeta {
+        key: key(9),
+        crc: 0,
+    });
+    let wipe = request_meta("class=od", true);
+    // Every writing request, raw: refused from its header with an ERROR naming it, and the
+    // connection closed. ARCHIVE announces 1 GiB and sends none of it.
+    let attempts: Vec<(Kind, Vec<u8>)> = vec![
+        (
+            Kind::Archive,
+            [
+                protocol::encode_header(Kind::Archive, 0, 7, &archive_meta, 1 << 30)
+                    .unwrap()
+                    .to_vec(),
+                archive_meta.clone(),
+            ]
+            .concat(),
+        ),
+        (
+            Kind::Archive,
+            frame(Kind::Archive, 7, &archive_meta, b"GRIB7777"),
+        ),
+        (Kind::Flush, frame(Kind::Flush, 7, b"{}", &[])),
+        (Kind::Wipe, frame(Kind::Wipe, 7, &wipe, &[])),
+        (
+            Kind::Wipe,
+            frame(Kind::Wipe, 7, &request_meta("class=od", false), &[]),
+        ),
+        (Kind::Purge, frame(Kind::Purge, 7, &wipe, &[])),
+    ];
+    for (kind, bytes) in &attempts {
+        let mut l = login(&s.addr, RO);
+        l.stream.write_all(bytes).unwrap();
+        let f = read(&mut l.stream);
+        assert_eq!(f.kind(), Some(Kind::Error), "{}", kind.name());
+        assert_eq!(f.id, 7);
+        let m: protocol::ErrorMeta = f.meta().unwrap();
+        assert!(
+            m.message.contains(&format!("{} refused", kind.name()))
+                && m.message.contains("read-only")
+                && m.exit_code == 1,
+            "{}: {m:?}",
+            kind.name()
+        );
+        assert!(closed_within(&mut l.stream, Duration::from_secs(30)));
+    }
+    // Through the client: refused before sending, with the operation named.
+    let mut ro = RemoteStore::connect(&s.addr, &cfg(RO)).unwrap();
+    let e = ro.archive(&key(9), b"x").unwrap_err().to_string();
+    assert!(e.contains("read-only") && e.contains(&s.addr), "{e}");
+    let req = Request::parse("class=od").unwrap();
+    let e = ro.wipe(&req, true).unwrap_err().to_string();
+    assert!(e.contains("WIPE refused") && e.contains("read-only"), "{e}");
+    let e = ro.purge(&req, true).unwrap_err().to_string();
+    assert!(
+        e.contains("PURGE refused") && e.contains("read-only"),
+        "{e}"
+    );
+    ro.flush().unwrap(); // nothing to flush: no request sent
+    // Reads still work on the read-only token, and nothing changed.
+    assert_eq!(ro.list(&Request::default()).unwrap().len(), 3);
+    assert_eq!(everything(), before);
+    s.wait_log("PURGE refused");
+}
+
+/// Opens `n` connections that never log in; returns them.
+fn idle_connections(addr: &str, n: usize) -> Vec<TcpStream> {
+    (0..n).map(|_| TcpStream::connect(addr).unwrap()).collect()
+}
+
+#[test]
+fn a_thousand_idle_connections_do_not_stop_the_server() {
+    let nofile = raise_nofile(4096);
+    assert!(
+        nofile >= 2200,
+        "RLIMIT_NOFILE is {nofile}: the test needs 2,200 descriptors"
+    );
+    let s = Child_::start(ServerLimits {
+        max_connections: 1050,
+        ..limits()
+    });
+    // A client that logged in before the flood.
+    let mut early = RemoteStore::connect(&s.addr, &cfg(RW)).unwrap();
+    early.archive(&key(100), b"early").unwrap();
+    early.flush().unwrap();
+    // 1,000 connections that never log in: 64 wait for the handshake deadline, the others
+    // are refused at once.
+    let mut idle = idle_connections(&s.addr, 1000);
+    early.archive(&key(101), b"during").unwrap();
+    early.flush().unwrap();
+    assert_eq!(early.list(&Request::default()).unwrap().len(), 2);
+    let mut refused = 0;
+    for c in &mut idle {
+        let mut f = Frame::default();
+        c.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        if protocol::read_frame(c, Limits::SESSION, &mut f).is_ok()
+            && f.kind() == Some(Kind::Refused)
+        {
+            let r: protocol::Refused = f.meta().unwrap();
+            assert!(r.reason.contains("busy"), "{}", r.reason);
+            refused += 1;
+        }
+        // Every one of them is closed by the server: refused, or at the deadline.
+        assert!(closed_within(c, Duration::from_secs(30)));
+    }
+    assert!(
+        refused >= 500,
+        "only {refused} of 1,000 connections that never logged in were refused"
+    );
+    drop(idle);
+    s.serves(1);
+    // 1,000 logged-in connections that then idle: each holds a thread, the server still
+    // serves, and its memory stays bounded.
+    let rss_before = s.vm_kib("VmRSS");
+    let logged: Vec<Login> = (0..1000).map(|_| login(&s.addr, RO)).collect();
+    s.serves(2);
+    early.archive(&key(102), b"while 1,000 idle").unwrap();
+    early.flush().unwrap();
+    let rss = s.vm_kib("VmRSS");
+    eprintln!(
+        "server VmRSS {rss_before} KiB before, {rss} KiB with 1,000 idle logged-in connections"
+    );
+    assert!(
+        rss < rss_before + 256 * 1024,
+        "1,000 idle connections took the server from {rss_before} KiB to {rss} KiB resident"
+    );
+    // Over max_connections (1,050: the 1,000, the early client and 49 more): refused and
+    // logged, while the logged-in client is served.
+    let extra = idle_connections(&s.addr, 200);
+    early.archive(&key(103), b"at the limit").unwrap();
+    early.flush().unwrap();
+    drop(extra);
+    drop(logged);
+    s.wait_log("connections open, the limit");
+    s.serves(4);
+    assert_eq!(early.list(&Request::default()).unwrap().len(), 7);
+}
+
+/// Design §8, issue 13: PROBLEMS asks the server's store for its damage only — the server
+/// calls `problems`, never `stats` — and the answer is the store's own.
+#[test]
+fn problems_come_from_the_servers_store_without_stats() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    struct Counting {
+        inner: haar_store::Store,
+        stats: Arc<AtomicUsize>,
+        problems: Arc<AtomicUsize>,
+    }
+    impl FieldStore for Counting {
+        fn describe(&self) -> String {
+            self.inner.describe()
+        }
+        fn options(&self) -> &StoreOptions {
+            self.inner.options()
+        }
+        fn archive_split(
+            &mut self,
+            split: &haar_core::schema::SplitKey,
+            data: &[u8],
+            crc: Option<u32>,
+        ) -> haar_store::Result<()> {
+            self.inner.archive_split(split, data, crc)
+        }
+        fn flush(&mut self) -> haar_store::Result<()> {
+            self.inner.flush()
+        }
+        fn retrieve(
+            &self,
+            req: &Request,
+            sink: &mut haar_store::Sink<'_>,
+        ) -> haar_store::Result<haar_store::RetrieveReport> {
+            FieldStore::retrieve(&self.inner, req, sink)
+        }
+        fn list(&self, req: &Request) -> haar_store::Result<Vec<haar_store::Field>> {
+            self.inner.list(req)
+        }
+        fn wipe(
+            &mut self,
+            req: &Request,
+            doit: bool,
+        ) -> haar_store::Result<haar_store::WipeReport> {
+            self.inner.wipe(req, doit)
+        }
+        fn purge(
+            &mut self,
+            req: &Request,
+            doit: bool,
+        ) -> haar_store::Result<haar_store::PurgeReport> {
+            self.inner.purge(req, doit)
+        }
+        fn stats(&self, req: &Request) -> haar_store::Result<Vec<haar_store::DbStats>> {
+            self.stats.fetch_add(1, Ordering::SeqCst);
+            self.inner.stats(req)
+        }
+        fn problems(&self, req: &Request) -> haar_store::Result<Vec<String>> {
+            self.problems.fetch_add(1, Ordering::SeqCst);
+            FieldStore::problems(&self.inner, req)
+        }
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("root");
+    let backend: Arc<dyn haar_store::Backend> =
+        Arc::new(PosixBackend::new(vec![root.clone()], FsyncPolicy::Never).unwrap());
+    let (stats, problems) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (b, st, pr) = (backend.clone(), stats.clone(), problems.clone());
+    let target = Target::Front {
+        open: Box::new(move || {
+            Ok(Box::new(Counting {
+                inner: haar_store::Store::with_options(b.clone(), StoreOptions::default()),
+                stats: st.clone(),
+                problems: pr.clone(),
+            }) as Box<dyn FieldStore>)
+        }),
+        options: StoreOptions::default(),
+    };
+    let config = ServerConfig {
+        tokens: Tokens {
+            read_write: Some(RW.into()),
+            read_only: Some(RO.into()),
+        },
+        ..ServerConfig::default()
+    };
+    let addr = Server::bind("127.0.0.1:0", target, config)
+        .unwrap()
+        .spawn()
+        .unwrap()
+        .to_string();
+    let mut w = RemoteStore::connect(&addr, &cfg(RW)).unwrap();
+    for step in 0..4 {
+        w.archive(&key(step), &data(step, 100)).unwrap();
+    }
+    w.flush().unwrap();
+    let all = Request::parse("class=od").unwrap();
+    let local = haar_store::Store::with_options(backend.clone(), StoreOptions::default());
+    local.compact(&all, true).unwrap();
+    let ro = RemoteStore::connect(&addr, &cfg(RO)).unwrap();
+    assert_eq!(ro.problems(&all).unwrap(), Vec::<String>::new());
+    // Damage the catalogue's manifest: the store reports it, and so does PROBLEMS.
+    let manifest = find(&root, "manifest").expect("a manifest after a full compaction");
+    let mut bytes = std::fs::read(&manifest).unwrap();
+    bytes[20] ^= 1;
+    std::fs::write(&manifest, &bytes).unwrap();
+    let expected = FieldStore::problems(
+        &haar_store::Store::with_options(backend.clone(), StoreOptions::default()),
+        &all,
+    )
+    .unwrap();
+    assert!(
+        expected.iter().any(|p| p.contains("manifest")),
+        "{expected:?}"
+    );
+    // A new connection: each has its own store handle, which reads the catalogue afresh.
+    let ro = RemoteStore::connect(&addr, &cfg(RO)).unwrap();
+    let got = ro.problems(&all).unwrap();
+    assert_eq!(got, expected);
+    assert_eq!(problems.load(Ordering::SeqCst), 2);
+    assert_eq!(
+        stats.load(Ordering::SeqCst),
+        0,
+        "PROBLEMS must not compute stats"
+    );
+}
+
+fn find(dir: &Path, name: &str) -> Option<PathBuf> {
+    for e in std::fs::read_dir(dir).ok()? {
+        let p = e.ok()?.path();
+        if p.file_name().is_some_and(|n| n == name) {
+            return Some(p);
+        }
+        if p.is_dir()
+            && let Some(f) = find(&p, name)
+        {
+            return Some(f);
+        }
+    }
+    None
+}
+
+/// A client against a server of the release before PROBLEMS: that server answers the unknown
+/// kind 26 with ERROR, and the client takes the problems from STATS instead. The old server is
+/// played by a script of its exact replies (it is not in this tree to run).
+#[test]
+fn problems_from_a_server_that_predates_them_come_from_stats() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let old_server = std::thread::spawn(move || {
+        let (mut s, _) = listener.accept().unwrap();
+        let hello: protocol::Hello = read(&mut s).meta().unwrap();
+        let nonce = auth::nonce();
+        let c = protocol::Challenge {
+            version: protocol::VERSION,
+            server: "haar (before PROBLEMS)".into(),
+            nonce: nonce.clone(),
+        };
+        s.write_all(&frame(Kind::Challenge, 0, &protocol::to_meta(&c), &[]))
+            .unwrap();
+        let a: protocol::Auth = read(&mut s).meta().unwrap();
+        assert_eq!(a.proof, auth::client_proof(RO, &nonce, &hello.nonce));
+        let w = protocol::Welcome {
+            access: protocol::Access::ReadOnly,
+            proof: auth::server_proof(RO, &hello.nonce, &nonce),
+            local: None,
+        };
+        s.write_all(&frame(Kind::Welcome, 0, &protocol::to_meta(&w), &[]))
+            .unwrap();
+        let mut kinds = Vec::new();
+        loop {
+            let mut f = Frame::default();
+            if protocol::read_frame(&mut s, Limits::SESSION, &mut f).is_err() {
+                return kinds;
+            }
+            kinds.push(f.kind);
+            let reply = if f.kind == 26 {
+                let m = protocol::ErrorMeta {
+                    message: "unknown or unexpected request kind 26 (unknown)".into(),
+                    exit_code: 1,
+                };
+                protocol::encode(
+                    Kind::Error,
+                    protocol::FLAG_END,
+                    f.id,
+                    &protocol::to_meta(&m),
+                    &[],
+                )
+            } else {
+                let end = serde_json::json!({ "databases": [protocol::StatsEntry {
+                    db: "class=od".into(),
+                    fields: 3,
+                    bytes: 30,
+                    dead_fields: 0,
+                    dead_bytes: 0,
+                    problems: vec!["index segment 2: crc mismatch".into()],
+                }] });
+                protocol::encode(
+                    Kind::End,
+                    protocol::FLAG_END,
+                    f.id,
+                    &protocol::to_meta(&end),
+                    &[],
+                )
+            };
+            s.write_all(&reply.unwrap()).unwrap();
+        }
+    });
+    let c = RemoteStore::connect(&addr, &cfg(RO)).unwrap();
+    let got = c.problems(&Request::parse("class=od").unwrap()).unwrap();
+    assert_eq!(
+        got,
+        vec!["database class=od: index segment 2: crc mismatch"]
+    );
+    drop(c);
+    assert_eq!(
+        old_server.join().unwrap(),
+        vec![Kind::Problems as u8, Kind::Stats as u8]
+    );
+}
