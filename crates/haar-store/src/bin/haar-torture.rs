@@ -6,6 +6,7 @@
 //!        haar-torture read posix|pmem ROOT WRITERS BATCHES FIELDS_PER_BATCH SIZE SECONDS
 //!        haar-torture reuse ROOT TRIAL WRITER ROUNDS FIELDS_PER_ROUND SIZE
 //!        haar-torture hold ROOT EXPVER I
+//!        haar-torture create ROOT SIZE I
 //!
 //! The `read` form is a concurrent reader: for SECONDS it keeps retrieving every field of
 //! every writer, checking each visible field byte for byte, that a writer's visible batches
@@ -200,8 +201,33 @@ fn hold(a: &[String]) {
     }
 }
 
+/// `create ROOT SIZE I`: opens (and, the first time, creates) a pmem pool of SIZE bytes in
+/// ROOT, archives field I of the reuse torture's database `crea`, flushes and prints `ok I`.
+/// The pool-creation test kills it while it creates the pool.
+fn create(a: &[String]) {
+    let root = std::path::PathBuf::from(&a[2]);
+    let size: u64 = a[3].parse().expect("SIZE");
+    let i: u32 = a[4].parse().expect("I");
+    let backend = PmemBackend::open(
+        &root,
+        PmemOptions {
+            initial_size: size,
+            ..PmemOptions::default()
+        },
+    )
+    .expect("pmem");
+    let mut store = Store::with_options(Arc::new(backend), StoreOptions::default());
+    let k = reuse_key("crea", i);
+    store.archive(&k, &payload(&k, 0, 4096)).expect("archive");
+    store.flush().expect("flush");
+    println!("ok {i}");
+}
+
 fn main() {
     let a: Vec<String> = std::env::args().collect();
+    if a.get(1).map(String::as_str) == Some("create") && a.len() == 5 {
+        return create(&a);
+    }
     if a.get(1).map(String::as_str) == Some("read") && a.len() == 9 {
         return reader(&a);
     }

@@ -416,6 +416,7 @@ impl Backend for PmemBackend {
             "persist_mode": format!("{:?}", m.mode()),
             "dax": m.is_dax(),
             "space_reuse": free.is_some(),
+            "created_over_interrupted_creation": self.pool.recovered(),
         });
         if let Some(f) = free {
             v["free_bytes"] = f.bytes.into();

@@ -43,6 +43,8 @@ const OFF_CRC: usize = 56;
 const OFF_LINK0: usize = 64;
 /// Version 3: the process table and free table (offset, entries each), after the epoch.
 const OFF_TABLES: usize = 80;
+/// Version 3: 1 if this pool was created over what an interrupted creation left.
+pub(super) const OFF_RECOVERED: usize = 120;
 
 /// The mapped pool and this process's state over it, shared (by `Arc`) by the backend, its
 /// writers and its readers. `heap` and `commit` add their own `impl Pool` blocks.
@@ -139,6 +141,11 @@ impl Pool {
         })
     }
 
+    /// Whether this pool was created over the leftover of an interrupted creation.
+    pub(super) fn recovered(&self) -> bool {
+        self.version >= 3 && self.map.atomic_u64(OFF_RECOVERED).load(Ordering::Acquire) == 1
+    }
+
     /// The heap top: the end of the space reserved so far.
     pub(super) fn heap_top(&self) -> u64 {
         self.map.atomic_u64(OFF_HEAP_TOP).load(Ordering::Acquire)
@@ -158,7 +165,8 @@ impl Pool {
         opts: &PmemOptions,
     ) -> Result<(u64, u64, u32, Option<Tables>, bool)> {
         let len = map.refresh_len().map_err(|e| Error::io("stat", path, e))?;
-        if len == 0 {
+        let recovered = len > 0 && interrupted_creation(map, len);
+        if len == 0 || recovered {
             let slots = opts.slots.max(1);
             let heap_start = (HEADER as u64 + 8 * slots).next_multiple_of(4096);
             // The tables come first in the heap, zeroed by the new file (all entries empty).
@@ -169,9 +177,18 @@ impl Pool {
                 nfree: FREE_ENTRIES,
             };
             let heap_top = tables.free + FREE_ENTRIES * FREE_ENTRY;
-            let size = opts.initial_size.max(heap_top + (16 << 20));
+            let size = opts.initial_size.max(heap_top + (16 << 20)).max(len as u64);
             map.grow(size as usize)
                 .map_err(|e| pool_grow_error(path, size, e))?;
+            if recovered {
+                // What the interrupted creation wrote (never used: no magic, nothing
+                // allocated or committed) is zeroed before the header is written again.
+                let n = (heap_top as usize).min(len);
+                let p = map.ptr_mut(0, n).expect("inside the file");
+                // SAFETY: we hold the exclusive creation lock; nothing in the file is
+                // published (it has no magic, so no process has opened it).
+                unsafe { std::ptr::write_bytes(p, 0, n) };
+            }
             // Provision: fault in (and so zero) every page now, once, instead of paying
             // first-touch costs inside archive (several times slower than a copy into
             // resident pages).
@@ -184,6 +201,8 @@ impl Pool {
             h[OFF_HEAP_TOP..OFF_HEAP_TOP + 8].copy_from_slice(&heap_top.to_le_bytes());
             h[OFF_NSLOTS..OFF_NSLOTS + 8].copy_from_slice(&slots.to_le_bytes());
             h[OFF_EPOCH..OFF_EPOCH + 8].copy_from_slice(&1u64.to_le_bytes());
+            h[OFF_RECOVERED..OFF_RECOVERED + 8]
+                .copy_from_slice(&u64::from(recovered).to_le_bytes());
             for (k, v) in [tables.procs, tables.nprocs, tables.free, tables.nfree]
                 .into_iter()
                 .enumerate()
@@ -214,13 +233,11 @@ impl Pool {
             )
         })?;
         if &h[0..8] != MAGIC {
-            if h.iter().all(|&b| b == 0) {
-                return Err(corrupt(
-                    path,
-                    "pool header is all zeros (creation interrupted?): remove the file to start a new pool",
-                ));
-            }
-            return Err(corrupt(path, "not a haar pool (bad magic)"));
+            return Err(corrupt(
+                path,
+                "not a haar pool (no magic, and not what an interrupted creation leaves: it \
+                 holds data); move it away if it is not a pool, else report the damage",
+            ));
         }
         let version = u32::from_le_bytes(h[8..12].try_into().unwrap());
         if !(VERSION_NO_EXTENSIONS..=VERSION).contains(&version) {
@@ -340,6 +357,37 @@ impl Pool {
         let _ = flock(&self.file, libc::LOCK_UN);
         res
     }
+}
+
+/// Whether the file at the pool's path is what an interrupted creation leaves (design §5.1):
+/// no magic (the last store of a creation), and either nothing else written, or a header
+/// complete but for its magic whose heap and commit log were never used. Anything else
+/// without a magic may be damage to a pool with data, and is never overwritten.
+fn interrupted_creation(map: &PoolMapping, len: usize) -> bool {
+    let Some(h) = map.slice(0, len.min(HEADER)) else {
+        return false;
+    };
+    if h.starts_with(MAGIC) {
+        return false;
+    }
+    if h.iter().all(|&b| b == 0) {
+        return true;
+    }
+    if h.len() < 128 || h[0..8] != [0; 8] {
+        return false;
+    }
+    let mut with = h[..128].to_vec();
+    with[0..8].copy_from_slice(MAGIC);
+    let word = |o: usize| u64::from_le_bytes(with[o..o + 8].try_into().unwrap());
+    let crc = u32::from_le_bytes(with[OFF_CRC..OFF_CRC + 4].try_into().unwrap());
+    let version = u32::from_le_bytes(with[8..12].try_into().unwrap());
+    // The heap top a new pool starts with: after the tables (version 3) or at the heap start.
+    let fresh_top = if version >= 3 {
+        word(OFF_TABLES + 16).saturating_add(word(OFF_TABLES + 24).saturating_mul(FREE_ENTRY))
+    } else {
+        word(OFF_HEAP_START)
+    };
+    crc == header_crc(&with) && word(OFF_TAIL) == 0 && word(OFF_HEAP_TOP) == fresh_top
 }
 
 fn pool_grow_error(path: &Path, size: u64, e: io::Error) -> Error {
