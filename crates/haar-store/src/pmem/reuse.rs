@@ -420,6 +420,10 @@ impl Pool {
                 if st.load(SeqCst) != s || len < need {
                     continue;
                 }
+                // Only ever inside the heap (a damaged table must not hand out the header).
+                if off < self.heap_floor() || off + len > self.heap_top() {
+                    continue;
+                }
                 if epoch > 0 && epoch > *safe.get_or_insert_with(|| self.safe_epoch(&t)) {
                     continue;
                 }
