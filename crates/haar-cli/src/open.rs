@@ -37,6 +37,7 @@ pub fn open_options(cli: &Cli) -> OpenOptions {
         replicas: o.servers.replicas.unwrap_or(1),
         token_file: o.token.token_file,
         tls_ca: o.servers.tls_ca,
+        read_only: false,
     }
 }
 
@@ -48,6 +49,21 @@ pub fn config(cli: &Cli) -> Result<Config, Failure> {
 /// Opens the local store the options describe.
 pub fn store(cli: &Cli) -> Result<Store, Failure> {
     Ok(open_options(cli).local()?)
+}
+
+/// Opens the local store the options describe for a command that only reads: a store that
+/// does not exist is an error (exit 2), never created.
+pub fn store_for_reading(cli: &Cli) -> Result<Store, Failure> {
+    let mut o = open_options(cli);
+    o.read_only = true;
+    Ok(o.local()?)
+}
+
+/// As [`field_store`], for a command that only reads (see [`store_for_reading`]).
+pub fn field_store_for_reading(cli: &Cli) -> Result<Box<dyn FieldStore>, Failure> {
+    let mut o = open_options(cli);
+    o.read_only = true;
+    Ok(o.field_store()?)
 }
 
 /// Parses a REQUEST argument: `k=v/v,k=v` or `@FILE` (one or more requests).

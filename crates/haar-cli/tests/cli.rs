@@ -371,6 +371,7 @@ fn closed_stdout_ends_quietly_with_exit_0() {
 fn retrieve_of_nothing_prints_no_empty_missing_line() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("empty");
+    std::fs::create_dir_all(&root).unwrap();
     let out = tmp.path().join("out.bin");
     // A request naming no keyword on a store holding nothing: the store's one "missing" key is
     // empty and used to print as a bare `haar: missing:`.
@@ -425,6 +426,7 @@ fn info_prints_values_without_json_quoting() {
         "{text}"
     );
     let pool = tmp.path().join("pool");
+    archive_raw(&pool, "pmem", tmp.path(), 0, "167", b"GRIB0167777");
     let text = ok(&haar(&pool, "pmem", &["info"]));
     assert!(!text.contains('"'), "{text}");
     assert!(
@@ -747,4 +749,33 @@ fn compact_merges_without_changing_any_answer() {
             stderr(&o)
         );
     }
+}
+
+/// Reads never create or re-create a store (issue 14): list, retrieve, axes and info on a
+/// root where nothing was archived exit 2 naming it, and leave no pool file or directory; a
+/// pool file cut to 0 bytes is not re-created by a retrieve.
+#[test]
+fn reads_never_create_a_store() {
+    let tmp = tempfile::tempdir().unwrap();
+    for backend in ["pmem", "posix"] {
+        let root = tmp.path().join(format!("new-{backend}"));
+        for cmd in [
+            vec!["list", "class=od"],
+            vec!["retrieve", "class=od,param=167", "-o", "/dev/null"],
+            vec!["axes", "class=od"],
+            vec!["info"],
+        ] {
+            let o = haar(&root, backend, &cmd);
+            assert_eq!(code(&o), 2, "{backend} {cmd:?}: {}", stderr(&o));
+            assert!(stderr(&o).contains("no store at"), "{}", stderr(&o));
+            assert!(!root.exists(), "{backend} {cmd:?} created {}", root.display());
+        }
+    }
+    let pool = tmp.path().join("cut");
+    archive_raw(&pool, "pmem", tmp.path(), 0, "167", b"GRIB0167777");
+    std::fs::File::create(pool.join("haar.pool")).unwrap(); // truncated to 0 bytes
+    let o = haar(&pool, "pmem", &["retrieve", "class=od,param=167", "-o", "/dev/null"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(stderr(&o).contains("empty"), "{}", stderr(&o));
+    assert_eq!(std::fs::metadata(pool.join("haar.pool")).unwrap().len(), 0);
 }

@@ -117,6 +117,31 @@ impl Config {
         }
     }
 
+    /// Opens the configured backend for reading: a store that does not exist is
+    /// [`Error::NoStore`], never created (no pool file made, no root directory).
+    pub fn open_backend_for_reading(&self) -> Result<Arc<dyn Backend>> {
+        match self.backend {
+            BackendKind::Posix
+                if !self.roots.is_empty() && !self.roots.iter().any(|r| r.is_dir()) =>
+            {
+                Err(Error::NoStore {
+                    path: self.roots[0].clone(),
+                    detail: "no such directory: nothing was archived there; check --root, \
+                             --backend or the configuration"
+                        .into(),
+                })
+            }
+            BackendKind::Pmem if !self.roots.is_empty() => Ok(Arc::new(PmemBackend::open(
+                &self.roots[0],
+                PmemOptions {
+                    create: false,
+                    ..self.pmem_options()
+                },
+            )?)),
+            _ => self.open_backend(),
+        }
+    }
+
     /// Opens the configured backend.
     pub fn open_backend(&self) -> Result<Arc<dyn Backend>> {
         if self.roots.is_empty() {

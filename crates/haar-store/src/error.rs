@@ -68,6 +68,14 @@ pub enum Error {
         /// Sizes and what to do.
         detail: String,
     },
+    /// A read found no store where the configuration points (reads never create one).
+    #[error("no store at {path}: {detail}")]
+    NoStore {
+        /// The root or pool file that is missing.
+        path: PathBuf,
+        /// What is missing and what to check.
+        detail: String,
+    },
     /// A configuration that cannot be used.
     #[error("configuration: {0}")]
     Config(String),
@@ -240,6 +248,7 @@ impl Error {
         match self {
             Error::BadKey { .. } | Error::BadRequest { .. } | Error::Config(_) => Class::Input,
             Error::Remote { class, .. } => *class,
+            Error::NoStore { .. } => Class::Missing,
             Error::Io { .. }
             | Error::Net { .. }
             | Error::Lanes { .. }

@@ -98,6 +98,9 @@ pub struct OpenOptions {
     pub token_file: Option<PathBuf>,
     /// Connect to servers over TLS, trusting the CA certificate(s) in this PEM file.
     pub tls_ca: Option<PathBuf>,
+    /// Open for reading only: a local store that does not exist is an error
+    /// ([`haar_store::Error::NoStore`]) instead of being created.
+    pub read_only: bool,
 }
 
 impl Default for OpenOptions {
@@ -110,6 +113,7 @@ impl Default for OpenOptions {
             replicas: 1,
             token_file: None,
             tls_ca: None,
+            read_only: false,
         }
     }
 }
@@ -216,9 +220,15 @@ impl OpenOptions {
         store_options_of(&self.config()?)
     }
 
-    /// Opens the local store the configuration describes.
+    /// Opens the local store the configuration describes (with [`OpenOptions::read_only`],
+    /// only if it exists).
     pub fn local(&self) -> Result<Store> {
-        store_of(self.config()?)
+        let cfg = self.config()?;
+        if self.read_only {
+            let opts = store_options_of(&cfg)?;
+            return Ok(Store::with_options(cfg.open_backend_for_reading()?, opts));
+        }
+        store_of(cfg)
     }
 
     /// Token (`$HAAR_TOKEN` or the token file) and TLS trust for connecting to servers.

@@ -88,7 +88,7 @@ fn plain(v: &serde_json::Value) -> String {
 }
 
 fn list(cli: &Cli, a: &ListArgs) -> Result<(), Failure> {
-    let store = open::field_store(cli)?;
+    let store = open::field_store_for_reading(cli)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut json_items = Vec::new();
@@ -140,7 +140,7 @@ fn list(cli: &Cli, a: &ListArgs) -> Result<(), Failure> {
 }
 
 fn retrieve(cli: &Cli, a: &RetrieveArgs) -> Result<(), Failure> {
-    let store = open::field_store(cli)?;
+    let store = open::field_store_for_reading(cli)?;
     let reqs = open::requests(Some(&a.request))?;
     let tmp = a.output.as_ref().map(|p| {
         let mut t = p.clone().into_os_string();
@@ -254,7 +254,7 @@ fn retrieve(cli: &Cli, a: &RetrieveArgs) -> Result<(), Failure> {
 }
 
 fn axes(cli: &Cli, a: &AxesArgs) -> Result<(), Failure> {
-    let store = open::field_store(cli)?;
+    let store = open::field_store_for_reading(cli)?;
     let mut all = std::collections::BTreeMap::<String, std::collections::BTreeSet<String>>::new();
     for req in open::requests(a.request.as_deref())? {
         for (k, v) in store.axes(&req)? {
@@ -361,7 +361,7 @@ fn info(cli: &Cli, a: &InfoArgs) -> Result<(), Failure> {
         return net::info(cli, a);
     }
     let cfg = open::config(cli)?;
-    let store = open::store(cli)?;
+    let store = open::store_for_reading(cli)?;
     let mut dbs = Vec::new();
     for req in open::requests(a.request.as_deref())? {
         dbs.extend(store.stats(&req)?);

@@ -58,6 +58,9 @@ pub struct PmemOptions {
     pub prefault: Prefault,
     /// [`PmemBackend::provision`] backs the space with 2 MiB pages where the kernel can.
     pub huge_pages: bool,
+    /// Create the pool (and its root) if there is none; `false` for reads, which never create
+    /// or re-create a store and get [`Error::NoStore`] instead.
+    pub create: bool,
 }
 
 /// When a process reserves and pre-faults (maps, page by page) its first chunk of the heap;
@@ -86,6 +89,7 @@ impl Default for PmemOptions {
             chunk: DEFAULT_CHUNK,
             prefault: Prefault::Create,
             huge_pages: false,
+            create: true,
         }
     }
 }
@@ -107,10 +111,33 @@ pub struct PmemBackend {
 impl PmemBackend {
     /// Opens the pool in `root`, creating it on first use.
     pub fn open(root: &Path, opts: PmemOptions) -> Result<PmemBackend> {
+        let path = root.join(POOL_FILE);
+        if !opts.create {
+            // A read: the pool must exist, with something in it.
+            match fs::metadata(&path) {
+                Ok(m) if m.len() > 0 => {}
+                Ok(_) => {
+                    return Err(Error::NoStore {
+                        path,
+                        detail: "the pool file is empty (its creation never ran); archive \
+                                 into it to create the pool"
+                            .into(),
+                    });
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return Err(Error::NoStore {
+                        path,
+                        detail: "no pool file: nothing was archived there; check --root, \
+                                 --backend or the configuration"
+                            .into(),
+                    });
+                }
+                Err(e) => return Err(Error::io("stat", &path, e)),
+            }
+        }
         fs::create_dir_all(root).map_err(|e| Error::io("create root", root, e))?;
         let lock_dir = root.join("locks");
         fs::create_dir_all(&lock_dir).map_err(|e| Error::io("create", &lock_dir, e))?;
-        let path = root.join(POOL_FILE);
         let pool = Arc::new(Pool::open(path.clone(), &opts)?);
         let ino = fs::metadata(&path)
             .map_err(|e| Error::io("stat", &path, e))?

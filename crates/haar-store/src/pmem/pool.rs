@@ -166,6 +166,14 @@ impl Pool {
     ) -> Result<(u64, u64, u32, Option<Tables>, bool)> {
         let len = map.refresh_len().map_err(|e| Error::io("stat", path, e))?;
         let recovered = len > 0 && interrupted_creation(map, len);
+        if (len == 0 || recovered) && !opts.create {
+            return Err(Error::NoStore {
+                path: path.to_path_buf(),
+                detail: "the pool was never completely created (an interrupted creation); \
+                         archive into it to create the pool"
+                    .into(),
+            });
+        }
         if len == 0 || recovered {
             let slots = opts.slots.max(1);
             let heap_start = (HEADER as u64 + 8 * slots).next_multiple_of(4096);
