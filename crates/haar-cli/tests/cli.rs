@@ -768,14 +768,62 @@ fn reads_never_create_a_store() {
             let o = haar(&root, backend, &cmd);
             assert_eq!(code(&o), 2, "{backend} {cmd:?}: {}", stderr(&o));
             assert!(stderr(&o).contains("no store at"), "{}", stderr(&o));
-            assert!(!root.exists(), "{backend} {cmd:?} created {}", root.display());
+            assert!(
+                !root.exists(),
+                "{backend} {cmd:?} created {}",
+                root.display()
+            );
         }
     }
     let pool = tmp.path().join("cut");
     archive_raw(&pool, "pmem", tmp.path(), 0, "167", b"GRIB0167777");
     std::fs::File::create(pool.join("haar.pool")).unwrap(); // truncated to 0 bytes
-    let o = haar(&pool, "pmem", &["retrieve", "class=od,param=167", "-o", "/dev/null"]);
+    let o = haar(
+        &pool,
+        "pmem",
+        &["retrieve", "class=od,param=167", "-o", "/dev/null"],
+    );
     assert_eq!(code(&o), 2, "{}", stderr(&o));
     assert!(stderr(&o).contains("empty"), "{}", stderr(&o));
     assert_eq!(std::fs::metadata(pool.join("haar.pool")).unwrap().len(), 0);
+}
+
+/// Corruption is never reported as absence (issue 14): a field missing from a database whose
+/// index is damaged makes `retrieve` exit 3 naming the damaged file and the key, not exit 2.
+#[test]
+fn retrieve_of_a_field_in_damaged_bytes_exits_3_naming_the_file() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("store");
+    archive_raw(&root, "posix", tmp.path(), 0, "167", b"GRIB0167777");
+    fn find(dir: &Path, prefix: &str, out: &mut Vec<std::path::PathBuf>) {
+        for e in std::fs::read_dir(dir).unwrap().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                find(&p, prefix, out);
+            } else if p.file_name().unwrap().to_string_lossy().ends_with(prefix) {
+                out.push(p);
+            }
+        }
+    }
+    let mut index = Vec::new();
+    find(&root, ".index", &mut index);
+    assert_eq!(index.len(), 1, "{index:?}"); // the archiving process's index: step 0
+    archive_raw(&root, "posix", tmp.path(), 1, "167", b"GRIB1167777");
+    let mut bytes = std::fs::read(&index[0]).unwrap();
+    bytes[40] ^= 0xff; // inside the first segment (the flush of step 0)
+    std::fs::write(&index[0], &bytes).unwrap();
+    let req = format!("{DB},type=fc,levtype=sfc,step=0,param=167");
+    let o = haar(&root, "posix", &["retrieve", &req, "-o", "/dev/null"]);
+    assert_eq!(code(&o), 3, "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains(&index[0].display().to_string()), "{err}");
+    assert!(err.contains("damaged"), "{err}");
+    assert!(err.contains("step=0"), "{err}");
+    // The undamaged flush still reads.
+    let req = format!("{DB},type=fc,levtype=sfc,step=1,param=167");
+    ok(&haar(
+        &root,
+        "posix",
+        &["retrieve", &req, "-o", "/dev/null"],
+    ));
 }

@@ -164,6 +164,7 @@ fn retrieve(cli: &Cli, a: &RetrieveArgs) -> Result<(), Failure> {
         )),
     };
     let mut missing = Vec::new();
+    let mut damaged = 0;
     let mut found = 0;
     let mut bytes = 0;
     // Set when stdout's reader went away mid-field: the store reports the write as an I/O
@@ -183,6 +184,9 @@ fn retrieve(cli: &Cli, a: &RetrieveArgs) -> Result<(), Failure> {
             };
             found += rep.found;
             bytes += rep.bytes;
+            if !rep.missing.is_empty() {
+                damaged += rep.problems.len();
+            }
             missing.extend(rep.missing);
             for p in &rep.problems {
                 eprintln!("haar: warning: {p}");
@@ -240,6 +244,15 @@ fn retrieve(cli: &Cli, a: &RetrieveArgs) -> Result<(), Failure> {
         } else {
             ""
         };
+        if damaged > 0 {
+            // Corruption is never reported as absence: a missing field may be in the damage.
+            return Err(Failure::io(format!(
+                "{} requested field(s) missing and the database(s) they belong to are damaged \
+                 (the warnings above name the files): they may have been among the damaged \
+                 bytes{no_file}",
+                missing.len()
+            )));
+        }
         return Err(Failure::missing(if named.is_empty() {
             format!("no field retrieved{no_file} (use --allow-missing to accept an empty result)")
         } else {
