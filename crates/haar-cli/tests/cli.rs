@@ -827,3 +827,37 @@ fn retrieve_of_a_field_in_damaged_bytes_exits_3_naming_the_file() {
         &["retrieve", &req, "-o", "/dev/null"],
     ));
 }
+
+/// A damaged `db.key` does not make its database vanish (issue 14): `list` warns and `info`
+/// reports it, naming the file, on both backends.
+#[test]
+fn a_damaged_db_key_is_reported_not_hidden() {
+    let tmp = tempfile::tempdir().unwrap();
+    for backend in ["posix", "pmem"] {
+        let root = tmp.path().join(backend);
+        archive_raw(&root, backend, tmp.path(), 0, "167", b"GRIB0167777");
+        let dbs = if backend == "pmem" {
+            root.join("catalogue")
+        } else {
+            root.clone()
+        };
+        let dir = std::fs::read_dir(&dbs)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .find(|p| p.join("db.key").exists())
+            .expect("a database directory");
+        let key = dir.join("db.key");
+        std::fs::write(&key, b"garbage").unwrap();
+        let o = haar(&root, backend, &["list", "class=od"]);
+        let err = stderr(&o);
+        assert!(err.contains(&key.display().to_string()), "{backend}: {err}");
+        assert!(err.contains("damaged"), "{backend}: {err}");
+        let text = ok(&haar(&root, backend, &["info"]));
+        assert!(
+            text.contains(&key.display().to_string()),
+            "{backend}: {text}"
+        );
+        assert!(text.contains("problem:"), "{backend}: {text}");
+    }
+}

@@ -54,6 +54,13 @@ pub trait Backend: Send + Sync {
     /// Every database present, in no particular order.
     fn databases(&self) -> Result<Vec<Key>>;
 
+    /// Databases whose `db.key` is there but cannot be read or decoded (damage), each as
+    /// "PATH: reason": they are missing from [`Backend::databases`], and since their key is
+    /// unknown every listing reports them (corruption is never absence).
+    fn damaged_databases(&self) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Removes `db` and its bytes; fails with [`crate::Error::Busy`] while any writer holds it.
     fn wipe_database(&self, db: &Key) -> Result<()>;
 

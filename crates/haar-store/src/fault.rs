@@ -101,6 +101,9 @@ impl Backend for FaultyBackend {
     fn databases(&self) -> Result<Vec<Key>> {
         self.inner.databases()
     }
+    fn damaged_databases(&self) -> Vec<String> {
+        self.inner.damaged_databases()
+    }
     fn wipe_database(&self, db: &Key) -> Result<()> {
         self.inner.wipe_database(db)
     }

@@ -210,6 +210,33 @@ impl PosixBackend {
     }
 }
 
+/// What a database directory (posix root entry or pmem catalogue entry) holds.
+pub(crate) enum DbDir {
+    /// A database, by the key its `db.key` names.
+    Database(Key),
+    /// Not a database: no `db.key` (not haar's, or being created or wiped).
+    Other,
+    /// A `db.key` that cannot be read or decoded: "PATH: reason".
+    Damaged(String),
+}
+
+/// Reads the `db.key` of the directory `dir`.
+pub(crate) fn read_db_dir(dir: &Path) -> DbDir {
+    let path = dir.join("db.key");
+    match fs::read(&path) {
+        Ok(bytes) => match format::decode_db_key_file(&bytes) {
+            Ok(key) => DbDir::Database(key),
+            Err(e) => DbDir::Damaged(format!(
+                "{}: damaged ({e}); the database there cannot be read or listed: restore the \
+                 file (its key is the directory's name, design §4.2) or move the directory away",
+                path.display()
+            )),
+        },
+        Err(e) if e.kind() == io::ErrorKind::NotFound || !dir.is_dir() => DbDir::Other,
+        Err(e) => DbDir::Damaged(format!("{}: cannot read: {e}", path.display())),
+    }
+}
+
 fn open_lock(dir: &Path) -> Result<File> {
     let path = dir.join("lock");
     OpenOptions::new()
@@ -268,16 +295,24 @@ impl Backend for PosixBackend {
                 if ent.file_name().as_encoded_bytes().starts_with(b".") {
                     continue;
                 }
-                // A directory without a readable db.key is not a haar database (or is being
-                // wiped); it is skipped rather than failing every listing.
-                if let Ok(bytes) = fs::read(ent.path().join("db.key"))
-                    && let Ok(key) = format::decode_db_key_file(&bytes)
-                {
+                if let DbDir::Database(key) = read_db_dir(&ent.path()) {
                     out.push(key);
                 }
             }
         }
         Ok(out)
+    }
+
+    fn damaged_databases(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        for root in &self.roots {
+            for ent in fs::read_dir(root).into_iter().flatten().flatten() {
+                if let DbDir::Damaged(why) = read_db_dir(&ent.path()) {
+                    out.push(why);
+                }
+            }
+        }
+        out
     }
 
     fn wipe_database(&self, db: &Key) -> Result<()> {

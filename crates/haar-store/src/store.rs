@@ -878,6 +878,12 @@ impl Store {
                 out.extend(p.into_iter().map(|p| format!("database {db}: {p}")));
             }
         }
+        out.extend(
+            self.backend
+                .damaged_databases()
+                .into_iter()
+                .map(|why| format!("unreadable database: {why}")),
+        );
         Ok(out)
     }
 
@@ -900,6 +906,18 @@ impl Store {
                 out.push(s);
             }
         }
+        // A database whose key cannot be read is reported, whatever the request: it might
+        // match (corruption is never absence).
+        out.extend(
+            self.backend
+                .damaged_databases()
+                .into_iter()
+                .map(|why| DbStats {
+                    db: "(unreadable database)".into(),
+                    problems: vec![why],
+                    ..DbStats::default()
+                }),
+        );
         Ok(out)
     }
 }

@@ -372,14 +372,24 @@ impl Backend for PmemBackend {
         let mut out = Vec::new();
         for ent in rd {
             let ent = ent.map_err(|e| Error::io("list", &self.cat_dir, e))?;
-            // A directory without a readable db.key is being created or wiped: skipped.
-            if let Ok(bytes) = fs::read(ent.path().join("db.key"))
-                && let Ok(key) = format::decode_db_key_file(&bytes)
-            {
+            // A directory without a db.key is being created or wiped: skipped.
+            if let crate::posix::DbDir::Database(key) = crate::posix::read_db_dir(&ent.path()) {
                 out.push(key);
             }
         }
         Ok(out)
+    }
+
+    fn damaged_databases(&self) -> Vec<String> {
+        fs::read_dir(&self.cat_dir)
+            .into_iter()
+            .flatten()
+            .flatten()
+            .filter_map(|ent| match crate::posix::read_db_dir(&ent.path()) {
+                crate::posix::DbDir::Damaged(why) => Some(why),
+                _ => None,
+            })
+            .collect()
     }
 
     fn wipe_database(&self, db: &Key) -> Result<()> {
