@@ -861,3 +861,77 @@ fn a_damaged_db_key_is_reported_not_hidden() {
         assert!(text.contains("problem:"), "{backend}: {text}");
     }
 }
+
+/// Every file and directory the store creates is owner-only by default (0600 / 0700), or what
+/// `file_mode` configures (0640 / 0750); a server refuses a root others can write (issue 14).
+#[test]
+fn store_files_are_private_by_default_and_as_configured() {
+    use std::os::unix::fs::PermissionsExt;
+    fn walk(p: &Path, out: &mut Vec<(std::path::PathBuf, u32)>) {
+        let m = std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        out.push((p.to_path_buf(), m));
+        if p.is_dir() {
+            for e in std::fs::read_dir(p).unwrap().flatten() {
+                walk(&e.path(), out);
+            }
+        }
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    for (mode, file, dir) in [(None, 0o600, 0o700), (Some("0640"), 0o640, 0o750)] {
+        for backend in ["posix", "pmem"] {
+            let root = tmp
+                .path()
+                .join(format!("{backend}-{}", mode.unwrap_or("default")));
+            let cfg = tmp
+                .path()
+                .join(format!("{backend}-{}.yaml", mode.unwrap_or("default")));
+            let mut yaml = format!("backend: {backend}\nroots: [{}]\n", root.display());
+            if let Some(m) = mode {
+                yaml.push_str(&format!("file_mode: \"{m}\"\n"));
+            }
+            std::fs::write(&cfg, yaml).unwrap();
+            let f = tmp.path().join("field.bin");
+            std::fs::write(&f, b"GRIB0167777").unwrap();
+            let key = format!("{DB},type=fc,levtype=sfc,step=0,param=167");
+            let o = Command::new(env!("CARGO_BIN_EXE_haar"))
+                .args(["--config", cfg.to_str().unwrap(), "archive", "--key", &key])
+                .arg(&f)
+                .output()
+                .unwrap();
+            ok(&o);
+            let mut all = Vec::new();
+            walk(&root, &mut all);
+            assert!(all.len() > 3, "{all:?}");
+            for (p, m) in all {
+                let want = if p.is_dir() { dir } else { file };
+                assert_eq!(m, want, "{backend} {mode:?}: {} is {m:04o}", p.display());
+            }
+        }
+    }
+    // A bad mode is refused with the setting named.
+    let cfg = tmp.path().join("bad.yaml");
+    std::fs::write(&cfg, "file_mode: \"0755\"\n").unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_haar"))
+        .args(["--config", cfg.to_str().unwrap(), "info"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    assert!(stderr(&o).contains("file_mode"), "{}", stderr(&o));
+    // A server will not serve a root others can write.
+    let open = tmp.path().join("open-root");
+    std::fs::create_dir(&open).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_haar"))
+        .args([
+            "--root",
+            open.to_str().unwrap(),
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+        ])
+        .env("HAAR_TOKEN", "secret-token-for-the-test")
+        .output()
+        .unwrap();
+    assert_ne!(code(&o), 0);
+    assert!(stderr(&o).contains("writable by others"), "{}", stderr(&o));
+}

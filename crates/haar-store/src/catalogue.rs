@@ -9,7 +9,7 @@
 use std::collections::{HashMap, HashSet};
 
 use rustc_hash::FxHashMap;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -442,7 +442,7 @@ impl Catalogue {
 /// Opens (creating) the lock file at `path` and takes `flock(op)` on it; `None` when `op`
 /// has `LOCK_NB` and the lock cannot be taken now. The lock lasts as long as the file.
 fn lock_file(path: &Path, op: libc::c_int) -> Result<Option<File>> {
-    let f = OpenOptions::new()
+    let f = crate::perm::create_options()
         .create(true)
         .truncate(false)
         .write(true)
@@ -506,7 +506,7 @@ pub fn merge(
     let Some(dir) = backend.catalogue_dir(db)? else {
         return Ok(MergeOutcome::Unsupported);
     };
-    match fs::create_dir(&dir) {
+    match crate::perm::create_dir(&dir) {
         Ok(()) => {}
         Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(MergeOutcome::Gone),

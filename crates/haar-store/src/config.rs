@@ -64,6 +64,9 @@ pub struct Config {
     pub pool_huge_pages: bool,
     /// Schema file (FDB5 rule language); the built-in schema when absent.
     pub schema: Option<PathBuf>,
+    /// Mode of the files the store creates, octal (`"0600"`, the default: owner only;
+    /// `"0640"` for a group of readers); directories get the matching execute bits.
+    pub file_mode: Option<String>,
 }
 
 impl Default for Config {
@@ -78,6 +81,7 @@ impl Default for Config {
             pool_prefault: Prefault::Create,
             pool_huge_pages: false,
             schema: None,
+            file_mode: None,
         }
     }
 }
@@ -120,6 +124,7 @@ impl Config {
     /// Opens the configured backend for reading: a store that does not exist is
     /// [`Error::NoStore`], never created (no pool file made, no root directory).
     pub fn open_backend_for_reading(&self) -> Result<Arc<dyn Backend>> {
+        self.apply_file_mode()?;
         match self.backend {
             BackendKind::Posix
                 if !self.roots.is_empty() && !self.roots.iter().any(|r| r.is_dir()) =>
@@ -142,8 +147,17 @@ impl Config {
         }
     }
 
+    /// Sets this process's mode for created files from `file_mode` (design §6.1).
+    pub fn apply_file_mode(&self) -> Result<()> {
+        if let Some(m) = &self.file_mode {
+            crate::perm::set_file_mode(crate::perm::parse_file_mode(m)?);
+        }
+        Ok(())
+    }
+
     /// Opens the configured backend.
     pub fn open_backend(&self) -> Result<Arc<dyn Backend>> {
+        self.apply_file_mode()?;
         if self.roots.is_empty() {
             return Err(Error::Config(
                 "`roots` is empty: give at least one directory".into(),

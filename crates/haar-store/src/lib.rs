@@ -16,6 +16,7 @@ pub mod fault;
 pub mod format;
 pub mod frontend;
 pub mod memory;
+pub mod perm;
 pub mod pmem;
 pub mod posix;
 mod run;

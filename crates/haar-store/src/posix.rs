@@ -6,7 +6,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::{FileExt, MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{FileExt, MetadataExt};
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -100,7 +100,7 @@ impl PosixBackend {
             ));
         }
         for r in &roots {
-            fs::create_dir_all(r).map_err(|e| Error::io("create root", r, e))?;
+            crate::perm::create_dir_all(r).map_err(|e| Error::io("create root", r, e))?;
         }
         Ok(PosixBackend { roots, fsync })
     }
@@ -163,12 +163,12 @@ impl PosixBackend {
             reason: reason.into(),
         })?;
         let build = || -> io::Result<()> {
-            fs::create_dir(&tmp)?;
-            let mut f = File::create(tmp.join("db.key"))?;
+            crate::perm::create_dir(&tmp)?;
+            let mut f = crate::perm::create_file(&tmp.join("db.key"))?;
             f.write_all(&key_bytes)?;
-            let mut t = File::create(tmp.join("toc"))?;
+            let mut t = crate::perm::create_file(&tmp.join("toc"))?;
             t.write_all(&format::encode_toc_header())?;
-            File::create(tmp.join("lock"))?;
+            crate::perm::create_file(&tmp.join("lock"))?;
             if self.fsync == FsyncPolicy::Always {
                 f.sync_all()?;
                 t.sync_all()?;
@@ -239,7 +239,7 @@ pub(crate) fn read_db_dir(dir: &Path) -> DbDir {
 
 fn open_lock(dir: &Path) -> Result<File> {
     let path = dir.join("lock");
-    OpenOptions::new()
+    crate::perm::create_options()
         .read(true)
         .write(true)
         .create(true)
@@ -436,11 +436,10 @@ struct PosixWriter {
 }
 
 fn create_excl(path: &Path) -> Result<File> {
-    OpenOptions::new()
+    crate::perm::create_options()
         .read(true)
         .write(true)
         .create_new(true)
-        .mode(0o644)
         .open(path)
         .map_err(|e| Error::io("create", path, e))
 }

@@ -187,7 +187,7 @@ pub(crate) fn write_atomic(dir: &Path, name: &str, bytes: &[u8]) -> Result<()> {
     // A name of its own, so that concurrent writers of the same file never share one.
     let tmp = dir.join(format!("{name}.{:016x}.tmp", crate::posix::random_u64()));
     let path = dir.join(name);
-    let mut f = File::create(&tmp).map_err(|e| Error::io("create", &tmp, e))?;
+    let mut f = crate::perm::create_file(&tmp).map_err(|e| Error::io("create", &tmp, e))?;
     f.write_all(bytes)
         .and_then(|_| f.sync_data())
         .map_err(|e| Error::io("write", &tmp, e))?;
@@ -717,7 +717,7 @@ impl RunWriter {
         } else {
             part_path(dir, id)
         };
-        let f = File::create(&tmp).map_err(|e| Error::io("create", &tmp, e))?;
+        let f = crate::perm::create_file(&tmp).map_err(|e| Error::io("create", &tmp, e))?;
         let mut out = BufWriter::with_capacity(1 << 20, f);
         out.write_all(&[0u8; HEADER])
             .map_err(|e| Error::io("write", &tmp, e))?;

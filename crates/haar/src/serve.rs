@@ -55,6 +55,7 @@ pub fn bind(opts: &OpenOptions, serve: &ServeOptions) -> Result<Server> {
         None => None,
     };
     let local = haar_net::server::local_offer(&cfg, schema_text);
+    refuse_open_roots(&cfg.roots)?;
     let backend = cfg.open_backend()?;
     Server::bind(
         &serve.listen,
@@ -67,4 +68,26 @@ pub fn bind(opts: &OpenOptions, serve: &ServeOptions) -> Result<Server> {
         },
     )
     .map_err(|e| Error::net("cannot listen on", &serve.listen, e))
+}
+
+/// A server refuses to serve a root that others can write (design §6.1): anyone on the
+/// machine could then replace its files under the server. Roots that do not exist yet are
+/// created by the store with the configured (owner-only by default) mode.
+fn refuse_open_roots(roots: &[std::path::PathBuf]) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    for r in roots {
+        if let Ok(m) = std::fs::metadata(r) {
+            let mode = m.permissions().mode() & 0o7777;
+            // Writable by others (sticky or not): anyone could plant a database there.
+            if mode & 0o002 != 0 {
+                return Err(Error::Config(format!(
+                    "store root {} is writable by others (mode {mode:04o}): a server will not \
+                     serve it; restrict it (chmod o-w {}) or use another root",
+                    r.display(),
+                    r.display()
+                )));
+            }
+        }
+    }
+    Ok(())
 }

@@ -17,7 +17,7 @@ mod pool;
 mod reuse;
 
 use std::collections::HashSet;
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, File};
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -135,9 +135,16 @@ impl PmemBackend {
                 Err(e) => return Err(Error::io("stat", &path, e)),
             }
         }
-        fs::create_dir_all(root).map_err(|e| Error::io("create root", root, e))?;
+        crate::perm::create_dir_all(root).map_err(|e| Error::io("create root", root, e))?;
         let lock_dir = root.join("locks");
-        fs::create_dir_all(&lock_dir).map_err(|e| Error::io("create", &lock_dir, e))?;
+        crate::perm::create_dir_all(&lock_dir).map_err(|e| Error::io("create", &lock_dir, e))?;
+        // The pool file is created here, with the configured mode, before it is mapped.
+        crate::perm::create_options()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&path)
+            .map_err(|e| Error::io("create", &path, e))?;
         let pool = Arc::new(Pool::open(path.clone(), &opts)?);
         let ino = fs::metadata(&path)
             .map_err(|e| Error::io("stat", &path, e))?
@@ -200,7 +207,7 @@ impl PmemBackend {
             ".catalogue.tmp-{:016x}",
             crate::posix::random_u64()
         ));
-        fs::create_dir(&tmp).map_err(|e| Error::io("create", &tmp, e))?;
+        crate::perm::create_dir(&tmp).map_err(|e| Error::io("create", &tmp, e))?;
         let made = self
             .scan_databases()
             .and_then(|dbs| dbs.iter().try_for_each(|db| Self::make_db_dir(&tmp, db)));
@@ -220,7 +227,7 @@ impl PmemBackend {
         if dir.join("db.key").exists() {
             return Ok(());
         }
-        match fs::create_dir(&dir) {
+        match crate::perm::create_dir(&dir) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(Error::io("create", &dir, e)),
@@ -288,7 +295,7 @@ impl PmemBackend {
 
     fn lock_file(&self, db: &Key) -> Result<File> {
         let path = self.lock_dir.join(format::db_dir_name(db));
-        OpenOptions::new()
+        crate::perm::create_options()
             .read(true)
             .write(true)
             .create(true)
