@@ -186,8 +186,19 @@ impl Pool {
             };
             let heap_top = tables.free + FREE_ENTRIES * FREE_ENTRY;
             let size = opts.initial_size.max(heap_top + (16 << 20)).max(len as u64);
-            map.grow(size as usize)
-                .map_err(|e| pool_grow_error(path, size, e))?;
+            map.grow(size as usize).map_err(|e| {
+                let mut err = pool_grow_error(path, size, e);
+                if size > opts.initial_size
+                    && let Error::PoolFull { detail, .. } = &mut err
+                {
+                    detail.push_str(&format!(
+                        " (a new pool needs at least {size} bytes: its {slots} commit slots, \
+                         tables and a first 16 MiB; pool_size {} was raised to that)",
+                        opts.initial_size
+                    ));
+                }
+                err
+            })?;
             if recovered {
                 // What the interrupted creation wrote (never used: no magic, nothing
                 // allocated or committed) is zeroed before the header is written again.
