@@ -7,6 +7,9 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use rustls::pki_types::pem::{self, PemObject};
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
 use crate::protocol::{self, Frame, Header, Kind, Limits, WireError};
 
 /// A connected byte stream (plain or TLS) the protocol runs over.
@@ -147,7 +150,7 @@ fn provider() -> Arc<rustls::crypto::CryptoProvider> {
 
 /// A TLS 1.3 server configuration from a PEM certificate chain and private key.
 pub fn tls_server(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, String> {
-    let certs = rustls_pemfile::certs(&mut &read_pem(cert, "certificate")?[..])
+    let certs = CertificateDer::pem_slice_iter(&read_pem(cert, "certificate")?)
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| format!("TLS certificate {}: {e}", cert.display()))?;
     if certs.is_empty() {
@@ -156,9 +159,12 @@ pub fn tls_server(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, 
             cert.display()
         ));
     }
-    let key_der = rustls_pemfile::private_key(&mut &read_pem(key, "key")?[..])
-        .map_err(|e| format!("TLS key {}: {e}", key.display()))?
-        .ok_or_else(|| format!("TLS key {} holds no PEM private key", key.display()))?;
+    let key_der = PrivateKeyDer::from_pem_slice(&read_pem(key, "key")?).map_err(|e| match e {
+        pem::Error::NoItemsFound => {
+            format!("TLS key {} holds no PEM private key", key.display())
+        }
+        e => format!("TLS key {}: {e}", key.display()),
+    })?;
     let cfg = rustls::ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13])
         .map_err(|e| e.to_string())?
@@ -177,7 +183,7 @@ pub fn tls_server(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, 
 /// A TLS 1.3 client configuration trusting the certificates (CA or the server's own) in `ca`.
 pub fn tls_client(ca: &Path) -> Result<Arc<rustls::ClientConfig>, String> {
     let mut roots = rustls::RootCertStore::empty();
-    for c in rustls_pemfile::certs(&mut &read_pem(ca, "CA certificate")?[..]) {
+    for c in CertificateDer::pem_slice_iter(&read_pem(ca, "CA certificate")?) {
         let c = c.map_err(|e| format!("TLS CA {}: {e}", ca.display()))?;
         roots
             .add(c)
