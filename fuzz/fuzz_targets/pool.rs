@@ -35,6 +35,15 @@ fn template() -> &'static (Vec<u8>, PathBuf) {
             "/tmp"
         };
         let dir = PathBuf::from(base).join(format!("haar-fuzz-pool-{}", std::process::id()));
+        // libFuzzer ends a run without unwinding: remove what runs that have ended left.
+        for e in std::fs::read_dir(base).into_iter().flatten().flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if let Some(pid) = name.strip_prefix("haar-fuzz-pool-")
+                && !std::path::Path::new(&format!("/proc/{pid}")).exists()
+            {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
         let _ = std::fs::remove_dir_all(&dir);
         let root = dir.join("template");
         let b = PmemBackend::open(&root, options()).expect("template pool");
