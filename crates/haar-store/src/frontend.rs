@@ -126,17 +126,40 @@ pub trait FieldStore: Send {
     /// as `problems`, without counting every field (a local store answers from its
     /// catalogue in O(runs)).
     fn problems(&self, req: &Request) -> Result<Vec<String>> {
-        Ok(self
-            .stats(req)?
-            .into_iter()
-            .flat_map(|s| {
-                let db = s.db;
-                s.problems
-                    .into_iter()
-                    .map(move |p| format!("database {db}: {p}"))
-            })
-            .collect())
+        Ok(problems_of(self.stats(req)?))
     }
+}
+
+/// The problems of per-database statistics, each prefixed with its database (as
+/// [`FieldStore::problems`] reports them).
+pub fn problems_of(stats: Vec<DbStats>) -> Vec<String> {
+    stats
+        .into_iter()
+        .flat_map(|s| {
+            let db = s.db;
+            s.problems
+                .into_iter()
+                .map(move |p| format!("database {db}: {p}"))
+        })
+        .collect()
+}
+
+/// How a pmem pool's heap divides (design §5.4), from the backend's `info` and the
+/// statistics of every database: live + dead + free + other (segment records, tables,
+/// space of killed writers). `None` for backends without a free table.
+pub fn pool_space(backend_info: &serde_json::Value, dbs: &[DbStats]) -> Option<serde_json::Value> {
+    let used = backend_info["heap_used_bytes"].as_u64()?;
+    let free = backend_info.get("free_bytes")?.as_u64().unwrap_or(0);
+    let live: u64 = dbs.iter().map(|d| d.bytes).sum();
+    let dead: u64 = dbs.iter().map(|d| d.dead_bytes).sum();
+    Some(serde_json::json!({
+        "heap_used_bytes": used,
+        "live_bytes": live,
+        "dead_bytes": dead,
+        "free_bytes": free,
+        "free_waiting_bytes": backend_info["free_waiting_bytes"],
+        "other_bytes": used.saturating_sub(live + dead + free),
+    }))
 }
 
 /// The values present per keyword among `fields` (empty values left out).

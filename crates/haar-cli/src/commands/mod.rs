@@ -383,21 +383,12 @@ fn info(cli: &Cli, a: &InfoArgs) -> Result<(), Failure> {
     let total_fields: u64 = dbs.iter().map(|d| d.fields).sum();
     let total_bytes: u64 = dbs.iter().map(|d| d.bytes).sum();
     let dead_bytes: u64 = dbs.iter().map(|d| d.dead_bytes).sum();
-    // A pmem pool's heap, whole store only: live + dead + free + the rest (design §5.4).
-    let space = match (a.request.is_none(), backend["heap_used_bytes"].as_u64()) {
-        (true, Some(used)) if backend.get("free_bytes").is_some() => {
-            let free = backend["free_bytes"].as_u64().unwrap_or(0);
-            Some(json!({
-                "heap_used_bytes": used,
-                "live_bytes": total_bytes,
-                "dead_bytes": dead_bytes,
-                "free_bytes": free,
-                "free_waiting_bytes": backend["free_waiting_bytes"],
-                "other_bytes": used.saturating_sub(total_bytes + dead_bytes + free),
-            }))
-        }
-        _ => None,
-    };
+    // A pmem pool's heap, whole store only (design §5.4).
+    let space = a
+        .request
+        .is_none()
+        .then(|| haar_store::frontend::pool_space(&backend, &dbs))
+        .flatten();
     let mut v = json!({
         "version": env!("CARGO_PKG_VERSION"),
         "config": cfg,

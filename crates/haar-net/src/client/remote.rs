@@ -517,16 +517,7 @@ impl FieldStore for RemoteStore {
                     Kind::Problems as u8
                 )) =>
             {
-                Ok(self
-                    .stats(req)?
-                    .into_iter()
-                    .flat_map(|s| {
-                        let db = s.db;
-                        s.problems
-                            .into_iter()
-                            .map(move |p| format!("database {db}: {p}"))
-                    })
-                    .collect())
+                Ok(haar_store::frontend::problems_of(self.stats(req)?))
             }
             Err(e) => Err(e),
         }
