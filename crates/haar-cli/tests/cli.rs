@@ -935,3 +935,46 @@ fn store_files_are_private_by_default_and_as_configured() {
     assert_ne!(code(&o), 0);
     assert!(stderr(&o).contains("writable by others"), "{}", stderr(&o));
 }
+
+/// `retrieve -o` onto a device or a FIFO writes through it: the write-beside-then-rename of
+/// regular files would replace `/dev/null` itself with a regular file (as root it did, and
+/// every later reader of /dev/null got the text written there).
+#[test]
+fn retrieve_onto_a_device_or_fifo_writes_through_it() {
+    use std::os::unix::fs::FileTypeExt;
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("store");
+    archive_raw(&root, "posix", tmp.path(), 0, "167", b"GRIB0167777");
+    let req = format!("{DB},type=fc,levtype=sfc,step=0,param=167");
+    let fifo = tmp.path().join("fifo");
+    let path = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read(fifo).unwrap())
+    };
+    ok(&haar(
+        &root,
+        "posix",
+        &["retrieve", &req, "-o", fifo.to_str().unwrap()],
+    ));
+    assert_eq!(reader.join().unwrap(), b"GRIB0167777");
+    assert!(std::fs::metadata(&fifo).unwrap().file_type().is_fifo());
+    assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 3); // store, raw file, fifo
+    ok(&haar(
+        &root,
+        "posix",
+        &["retrieve", &req, "-o", "/dev/null"],
+    ));
+    let null = std::fs::metadata("/dev/null").unwrap();
+    assert!(
+        null.file_type().is_char_device(),
+        "/dev/null replaced: {null:?}"
+    );
+    let leftovers: Vec<_> = std::fs::read_dir("/dev")
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains(".haar-tmp-"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}

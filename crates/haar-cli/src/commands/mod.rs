@@ -142,7 +142,18 @@ fn list(cli: &Cli, a: &ListArgs) -> Result<(), Failure> {
 fn retrieve(cli: &Cli, a: &RetrieveArgs) -> Result<(), Failure> {
     let store = open::field_store_for_reading(cli)?;
     let reqs = open::requests(Some(&a.request))?;
+    // A regular file (or a new one) is written whole beside it, then renamed into place; a
+    // device, FIFO or socket (`-o /dev/null`, a named pipe) is written directly: renaming over
+    // it would replace the device node with a regular file.
+    let special = a
+        .output
+        .as_ref()
+        .and_then(|p| std::fs::metadata(p).ok())
+        .is_some_and(|m| !m.is_file());
     let tmp = a.output.as_ref().map(|p| {
+        if special {
+            return p.clone();
+        }
         let mut t = p.clone().into_os_string();
         t.push(format!(".haar-tmp-{}", std::process::id()));
         std::path::PathBuf::from(t)
@@ -155,7 +166,11 @@ fn retrieve(cli: &Cli, a: &RetrieveArgs) -> Result<(), Failure> {
     let mut sink: Box<dyn Write> = match &tmp {
         Some(t) => Box::new(std::io::BufWriter::with_capacity(
             1 << 20,
-            std::fs::File::create(t)
+            std::fs::OpenOptions::new()
+                .write(true)
+                .create(!special)
+                .truncate(!special)
+                .open(t)
                 .map_err(|e| Failure::io(format!("cannot create {}: {e}", t.display())))?,
         )),
         None => Box::new(std::io::BufWriter::with_capacity(
@@ -202,14 +217,14 @@ fn retrieve(cli: &Cli, a: &RetrieveArgs) -> Result<(), Failure> {
     })();
     drop(sink);
     if let Err(e) = result {
-        if let Some(t) = &tmp {
+        if let Some(t) = tmp.as_ref().filter(|_| !special) {
             let _ = std::fs::remove_file(t);
         }
         return Err(e);
     }
     eprintln!("haar: retrieved {found} field(s), {bytes} bytes");
     let refuse = !missing.is_empty() && !a.allow_missing;
-    if let (Some(t), Some(out)) = (&tmp, &a.output) {
+    if let (Some(t), Some(out)) = (tmp.as_ref().filter(|_| !special), &a.output) {
         if refuse {
             // A partial result is not left where a script would take it for a complete one.
             let _ = std::fs::remove_file(t);
@@ -239,7 +254,7 @@ fn retrieve(cli: &Cli, a: &RetrieveArgs) -> Result<(), Failure> {
         eprintln!("haar: … and {} more missing", named.len() - 20);
     }
     if refuse {
-        let no_file = if a.output.is_some() {
+        let no_file = if a.output.is_some() && !special {
             "; no output file written"
         } else {
             ""
