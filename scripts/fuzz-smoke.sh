@@ -44,17 +44,7 @@ echo "== seeding corpora (fuzz/seed.sh)"
 fuzz/seed.sh
 
 echo "== building all fuzz targets (release, sanitizer: $sanitizer) [$(elapsed)]"
-# fuzz/target is shared with the seed generator's stable build, and cargo caches rustc's
-# answers to its target probe there (.rustc_info.json). On this project's machines that cache
-# was once seen holding a failed nightly probe (its stdin text a C compiler's error), which
-# then failed every later build; it is only a cache, so it is dropped, and the build retried
-# once without it.
-rm -f fuzz/target/.rustc_info.json
-if ! cargo +nightly fuzz build -s "$sanitizer"; then
-    echo "== build failed; retrying once without cargo's cached rustc probe [$(elapsed)]"
-    rm -f fuzz/target/.rustc_info.json
-    cargo +nightly fuzz build -s "$sanitizer"
-fi
+cargo +nightly fuzz build -s "$sanitizer"
 
 mapfile -t targets < <(cargo +nightly fuzz list)
 if ((${#targets[@]} == 0)); then
