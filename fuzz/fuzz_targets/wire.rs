@@ -8,7 +8,7 @@
 //! every frame the server sends back decodes.
 #![no_main]
 
-use std::io::{Cursor, Write};
+use std::io::{Cursor, Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -86,33 +86,66 @@ fn frame(kind: Kind, meta: &[u8]) -> Vec<u8> {
     protocol::encode(kind, 0, 0, meta, &[]).unwrap()
 }
 
-fn read(s: &mut TcpStream) -> Option<Frame> {
+/// Reads a frame, and its tag when the session is sealed (design §8: plain TCP after login).
+fn read(s: &mut TcpStream, rx: Option<&mut protocol::Sealer>) -> Option<Frame> {
     let mut f = Frame::default();
     match protocol::read_frame(s, Limits::SESSION, &mut f) {
-        Ok(()) => Some(f),
+        Ok(()) => {}
         // Anything the server sends must be a valid frame; a closed or reset socket is fine.
         Err(protocol::WireError::Frame(e)) => panic!("the server sent a bad frame: {e}"),
-        Err(_) => None,
+        Err(_) => return None,
     }
+    if let Some(rx) = rx {
+        let mut tag = [0u8; protocol::TAG_LEN];
+        s.read_exact(&mut tag).ok()?;
+        let kind = f.kind().expect("the server sends known kinds");
+        let h = protocol::encode_header(kind, f.flags, f.id, &f.meta, f.data.len()).unwrap();
+        if let Err(e) = rx.open(&h, &f.meta, &f.data, &tag) {
+            panic!("the server sent a frame with a bad tag: {e}");
+        }
+    }
+    Some(f)
 }
 
+/// The two directions' tags of a logged-in session: (frames sent, frames received).
+type Sealers = (protocol::Sealer, protocol::Sealer);
+
 /// Logs in with `token` as a real client does; `None` if the server is not reachable.
-fn login(s: &mut TcpStream, token: &str) -> Option<()> {
+fn login(s: &mut TcpStream, token: &str) -> Option<Sealers> {
     let nonce = auth::nonce();
     let hello = protocol::Hello {
         version: protocol::VERSION,
         client: "fuzz".into(),
         nonce: nonce.clone(),
+        host: None,
     };
     s.write_all(&frame(Kind::Hello, &protocol::to_meta(&hello)))
         .ok()?;
-    let c: protocol::Challenge = read(s)?.meta().ok()?;
+    let c: protocol::Challenge = read(s, None)?.meta().ok()?;
     let proof = auth::client_proof(token, &c.nonce, &nonce);
     let a = protocol::to_meta(&protocol::Auth { proof });
     s.write_all(&frame(Kind::Auth, &a)).ok()?;
-    let w = read(s)?;
+    let keys = auth::frame_keys(token, &c.nonce, &nonce);
+    let mut rx = protocol::Sealer::new(keys.server_to_client);
+    let w = read(s, Some(&mut rx))?;
     assert_eq!(w.kind(), Some(Kind::Welcome), "a correct proof was refused");
-    Some(())
+    Some((protocol::Sealer::new(keys.client_to_server), rx))
+}
+
+/// The fuzzed bytes as a logged-in client sends them: every leading frame that decodes, tagged
+/// (so the session's request handling is reached), then whatever is left as it is (which the
+/// decoder or the tag check must refuse).
+fn tagged(tx: &mut protocol::Sealer, mut bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len());
+    while let Ok((f, used)) = protocol::decode(bytes, Limits::SESSION) {
+        let Some(kind) = f.kind() else { break };
+        let h = protocol::encode_header(kind, f.flags, f.id, &f.meta, f.data.len()).unwrap();
+        out.extend_from_slice(&bytes[..used]);
+        out.extend_from_slice(&tx.seal(&h, &f.meta, &f.data));
+        bytes = &bytes[used..];
+    }
+    out.extend_from_slice(bytes);
+    out
 }
 
 fn against_server(mode: u8, bytes: &[u8]) {
@@ -121,17 +154,20 @@ fn against_server(mode: u8, bytes: &[u8]) {
     };
     let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
     let _ = s.set_write_timeout(Some(Duration::from_secs(5)));
-    let logged_in = match mode % 3 {
-        0 => Some(()),
-        1 => login(&mut s, RW),
-        _ => login(&mut s, RO),
+    let mut sealers = match mode % 3 {
+        0 => None,
+        1 => Some(login(&mut s, RW)),
+        _ => Some(login(&mut s, RO)),
     };
-    if logged_in.is_none() {
-        return;
-    }
-    let _ = s.write_all(bytes);
+    let sent = match &mut sealers {
+        None => bytes.to_vec(),
+        Some(None) => return,
+        Some(Some((tx, _))) => tagged(tx, bytes),
+    };
+    let _ = s.write_all(&sent);
     let _ = s.shutdown(Shutdown::Write);
-    while let Some(f) = read(&mut s) {
+    let mut rx = sealers.flatten().map(|(_, rx)| rx);
+    while let Some(f) = read(&mut s, rx.as_mut()) {
         // A WATCH stream only ends when the client closes.
         if matches!(f.kind(), Some(Kind::Event | Kind::Heartbeat)) {
             break;

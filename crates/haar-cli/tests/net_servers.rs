@@ -267,6 +267,7 @@ fn a_hello_of_another_version_is_refused_clearly() {
         version: 99,
         client: "haar 99.0".into(),
         nonce: "ab".into(),
+        host: None,
     });
     sock.write_all(&protocol::encode(Kind::Hello, 0, 7, &hello, &[]).unwrap())
         .unwrap();
@@ -277,7 +278,8 @@ fn a_hello_of_another_version_is_refused_clearly() {
     assert_eq!(f.id, 7);
     let r: protocol::Refused = f.meta().unwrap();
     assert!(
-        r.reason.contains("version 99") && r.reason.contains("version 1"),
+        r.reason.contains("version 99")
+            && r.reason.contains(&format!("version {}", protocol::VERSION)),
         "{}",
         r.reason
     );

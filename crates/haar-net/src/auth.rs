@@ -9,7 +9,7 @@ use std::path::Path;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
-use crate::protocol::Access;
+use crate::protocol::{Access, FrameKeys};
 
 type HmacSha256 = Hmac<Sha256>;
 
@@ -50,6 +50,37 @@ pub fn client_proof(token: &str, server_nonce: &str, client_nonce: &str) -> Stri
 /// The server's proof: `hex(HMAC-SHA256(token, "haar-server-v1" ‖ client_nonce ‖ server_nonce))`.
 pub fn server_proof(token: &str, client_nonce: &str, server_nonce: &str) -> String {
     mac(token, b"haar-server-v1", client_nonce, server_nonce)
+}
+
+fn key(token: &str, label: &[u8], server_nonce: &str, client_nonce: &str) -> [u8; 32] {
+    let mut m = HmacSha256::new_from_slice(token.as_bytes()).expect("HMAC takes any key length");
+    m.update(label);
+    m.update(server_nonce.as_bytes());
+    m.update(client_nonce.as_bytes());
+    m.finalize().into_bytes().into()
+}
+
+/// The frame keys of a plain-TCP connection (design §8, version 2), one per direction:
+/// `HMAC-SHA256(token, "haar-frames-v2 client" ‖ server_nonce ‖ client_nonce)` and the same
+/// with `"haar-frames-v2 server"`. Only the two ends know the token, and the nonces are fresh
+/// per connection, so no frame of another connection or direction verifies.
+pub fn frame_keys(token: &str, server_nonce: &str, client_nonce: &str) -> FrameKeys {
+    FrameKeys {
+        client_to_server: key(token, b"haar-frames-v2 client", server_nonce, client_nonce),
+        server_to_client: key(token, b"haar-frames-v2 server", server_nonce, client_nonce),
+    }
+}
+
+/// A client's evidence that it runs on the machine with boot id `boot_id`, bound to its nonce:
+/// `hex(SHA-256("haar-host-v2" ‖ boot_id ‖ client_nonce))`. The server compares it with its own
+/// boot id's; the boot id itself never travels.
+pub fn host_proof(boot_id: &str, client_nonce: &str) -> String {
+    use sha2::Digest;
+    let mut h = Sha256::new();
+    h.update(b"haar-host-v2");
+    h.update(boot_id.as_bytes());
+    h.update(client_nonce.as_bytes());
+    hex(&h.finalize())
 }
 
 /// Compares in time independent of where the strings differ.
@@ -147,6 +178,22 @@ mod tests {
         assert!(t.check(&client_proof("xx", "s", "c"), "s", "c").is_none());
         assert!(Tokens::default().check(&p, "s", "c").is_none());
         assert!(!format!("{t:?}").contains("rw\""));
+    }
+
+    #[test]
+    fn frame_keys_differ_by_direction_token_and_nonce() {
+        let k = frame_keys("secret", "s", "c");
+        assert_ne!(k.client_to_server, k.server_to_client);
+        assert_ne!(
+            k.client_to_server,
+            frame_keys("other", "s", "c").client_to_server
+        );
+        assert_ne!(
+            k.client_to_server,
+            frame_keys("secret", "s", "d").client_to_server
+        );
+        assert_eq!(host_proof("b", "n"), host_proof("b", "n"));
+        assert_ne!(host_proof("b", "n"), host_proof("b", "m"));
     }
 
     #[test]

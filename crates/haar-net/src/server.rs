@@ -512,6 +512,11 @@ fn refuse_at_accept(shared: &Shared, stream: TcpStream, peer: SocketAddr, reason
 }
 
 fn refuse(wire: &mut Wire, id: u64, reason: String) -> Result<(), WireError> {
+    let peer = wire
+        .socket()
+        .peer_addr()
+        .map_or_else(|_| "unknown peer".to_string(), |a| a.to_string());
+    eprintln!("haar serve: {peer}: refused: {reason}");
     wire.send(
         Kind::Refused,
         FLAG_END,
@@ -585,11 +590,33 @@ fn handshake(shared: &Shared, wire: &mut Wire) -> Result<Option<Access>, WireErr
         )?;
         return Ok(None);
     };
+    // The store's whereabouts only to a client on this machine, and to a reader only what
+    // reading needs (design §8).
+    let same_host = match (&hello.host, boot_id()) {
+        (Some(theirs), Some(ours)) => {
+            auth::constant_time_eq(theirs, &auth::host_proof(&ours, &hello.nonce))
+        }
+        _ => false,
+    };
+    let local = match &shared.config.local {
+        Some(_) if !same_host => None,
+        Some(offer) if access == Access::ReadOnly => offer.for_reader(),
+        offer => offer.clone(),
+    };
     let welcome = protocol::Welcome {
         access,
         proof: auth::server_proof(token, &hello.nonce, &server_nonce),
-        local: shared.config.local.clone(),
+        local,
     };
+    // Plain TCP: from WELCOME on, every frame of both directions is tagged (design §8); TLS
+    // protects its records itself.
+    if shared.config.tls.is_none() {
+        let keys = auth::frame_keys(token, &server_nonce, &hello.nonce);
+        wire.seal(
+            protocol::Sealer::new(keys.server_to_client),
+            protocol::Sealer::new(keys.client_to_server),
+        );
+    }
     wire.send(Kind::Welcome, 0, f.id, &to_meta(&welcome), &[])?;
     wire.flush()?;
     Ok(Some(access))
@@ -773,6 +800,7 @@ impl Session {
                     };
                     let _ = self.wire.send(Kind::Error, FLAG_END, 0, &to_meta(&m), &[]);
                     let _ = self.wire.flush();
+                    self.linger();
                     return Err(e.into());
                 }
                 Err(e) => return Err(e),

@@ -10,7 +10,7 @@ use std::time::Duration;
 use rustls::pki_types::pem::{self, PemObject};
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-use crate::protocol::{self, Frame, Header, Kind, Limits, WireError};
+use crate::protocol::{self, Frame, Header, Kind, Limits, Sealer, TAG_LEN, WireError};
 
 /// A connected byte stream (plain or TLS) the protocol runs over.
 pub trait Conn: Read + Write + Send {
@@ -48,6 +48,8 @@ pub const RETAIN: usize = 16 << 20;
 pub struct Wire {
     r: BufReader<Box<dyn Conn>>,
     wbuf: Vec<u8>,
+    /// Frame tags once [`Wire::seal`] is called: (frames sent, frames received).
+    sealers: Option<(Sealer, Sealer)>,
 }
 
 impl Wire {
@@ -56,7 +58,14 @@ impl Wire {
         Wire {
             r: BufReader::with_capacity(GATHER, conn),
             wbuf: Vec::with_capacity(GATHER),
+            sealers: None,
         }
+    }
+
+    /// From now on every frame sent carries a tag under `send` and every frame read must
+    /// carry a valid one under `receive` (design §8: plain TCP after the login).
+    pub fn seal(&mut self, send: Sealer, receive: Sealer) {
+        self.sealers = Some((send, receive));
     }
 
     /// The socket.
@@ -66,7 +75,8 @@ impl Wire {
 
     /// Reads the next frame into `frame` (buffers reused).
     pub fn read(&mut self, limits: Limits, frame: &mut Frame) -> Result<(), WireError> {
-        protocol::read_frame(&mut self.r, limits, frame)
+        let (h, header) = self.read_header(limits)?;
+        self.read_body(&h, &header, frame)
     }
 
     /// Reads the next header only (see [`protocol::read_header`]).
@@ -77,14 +87,21 @@ impl Wire {
         protocol::read_header(&mut self.r, limits)
     }
 
-    /// Reads the body of the frame whose header [`Wire::read_header`] returned.
+    /// Reads the body of the frame whose header [`Wire::read_header`] returned, and on a
+    /// sealed wire its tag, which must verify before the caller sees the frame.
     pub fn read_body(
         &mut self,
         h: &[u8; protocol::HEADER_LEN],
         header: &Header,
         frame: &mut Frame,
     ) -> Result<(), WireError> {
-        protocol::read_body(&mut self.r, h, header, frame)
+        protocol::read_body(&mut self.r, h, header, frame)?;
+        if let Some((_, receive)) = &mut self.sealers {
+            let mut tag = [0u8; TAG_LEN];
+            self.r.read_exact(&mut tag)?;
+            receive.open(h, &frame.meta, &frame.data, &tag)?;
+        }
+        Ok(())
     }
 
     /// Queues a frame; large data parts are written through at once. Call [`Wire::flush`] when
@@ -98,6 +115,10 @@ impl Wire {
         data: &[u8],
     ) -> Result<(), WireError> {
         let h = protocol::encode_header(kind, flags, id, meta, data.len())?;
+        let tag = self
+            .sealers
+            .as_mut()
+            .map(|(send, _)| send.seal(&h, meta, data));
         self.wbuf.extend_from_slice(&h);
         self.wbuf.extend_from_slice(meta);
         if data.len() >= GATHER {
@@ -107,9 +128,12 @@ impl Wire {
             conn.write_all(data)?;
         } else {
             self.wbuf.extend_from_slice(data);
-            if self.wbuf.len() >= GATHER {
-                self.flush()?;
-            }
+        }
+        if let Some(tag) = tag {
+            self.wbuf.extend_from_slice(&tag);
+        }
+        if self.wbuf.len() >= GATHER {
+            self.flush()?;
         }
         Ok(())
     }

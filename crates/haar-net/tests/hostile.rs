@@ -223,6 +223,7 @@ fn hello(nonce: &str) -> Vec<u8> {
         version: protocol::VERSION,
         client: "hostile test".into(),
         nonce: nonce.into(),
+        host: None,
     };
     frame(Kind::Hello, 0, &protocol::to_meta(&h), &[])
 }
@@ -251,12 +252,31 @@ fn closed_within(s: &mut TcpStream, wait: Duration) -> bool {
     }
 }
 
-/// What a client sends and receives while logging in, raw.
+/// Reads a tagged frame (design §8: plain TCP after the login) and checks its tag.
+fn read_sealed(s: &mut TcpStream, rx: &mut protocol::Sealer) -> Frame {
+    let f = read(s);
+    let mut tag = [0u8; protocol::TAG_LEN];
+    s.read_exact(&mut tag).unwrap();
+    let h =
+        protocol::encode_header(f.kind().unwrap(), f.flags, f.id, &f.meta, f.data.len()).unwrap();
+    rx.open(&h, &f.meta, &f.data, &tag).unwrap();
+    f
+}
+
+/// What a client sends and receives while logging in, raw, and the frame tags of the session.
 struct Login {
     stream: TcpStream,
     hello: Vec<u8>,
     auth: Vec<u8>,
     server_nonce: String,
+    tx: protocol::Sealer,
+}
+
+impl Login {
+    /// A frame of this session, tagged as a client tags it.
+    fn sealed(&mut self, kind: Kind, id: u64, meta: &[u8], data: &[u8]) -> Vec<u8> {
+        protocol::encode_sealed(&mut self.tx, kind, 0, id, meta, data).unwrap()
+    }
 }
 
 fn login(addr: &str, token: &str) -> Login {
@@ -273,7 +293,9 @@ fn login(addr: &str, token: &str) -> Login {
         &[],
     );
     s.write_all(&auth).unwrap();
-    let w = read(&mut s);
+    let keys = auth::frame_keys(token, &c.nonce, &client_nonce);
+    let mut rx = protocol::Sealer::new(keys.server_to_client);
+    let w = read_sealed(&mut s, &mut rx);
     assert_eq!(
         w.kind(),
         Some(Kind::Welcome),
@@ -285,6 +307,7 @@ fn login(addr: &str, token: &str) -> Login {
         hello,
         auth,
         server_nonce: c.nonce,
+        tx: protocol::Sealer::new(keys.client_to_server),
     }
 }
 
@@ -460,9 +483,8 @@ fn a_client_that_never_reads_is_dropped_at_the_write_timeout() {
         )
     };
     assert_eq!(rc, 0);
-    l.stream
-        .write_all(&frame(Kind::Retrieve, 1, &request_meta(req, false), &[]))
-        .unwrap();
+    let retrieve = l.sealed(Kind::Retrieve, 1, &request_meta(req, false), &[]);
+    l.stream.write_all(&retrieve).unwrap();
     // Take nothing until the server has given up on this reply.
     s.wait_log("write timeout");
     // What was in flight ends short of the reply, then the connection is closed.
@@ -501,6 +523,19 @@ fn a_replayed_handshake_is_refused() {
         .unwrap();
     assert_eq!(read(&mut c).kind(), Some(Kind::Challenge));
     assert_eq!(read(&mut c).kind(), Some(Kind::Refused));
+    // Each failed login is a line in the server's log with the peer's address and the reason.
+    let refusals = |log: String| {
+        log.lines()
+            .filter(|l| {
+                l.starts_with("haar serve: 127.0.0.1:") && l.contains(": refused: token rejected")
+            })
+            .count()
+    };
+    let until = Instant::now() + Duration::from_secs(30);
+    while refusals(s.log()) < 2 {
+        assert!(Instant::now() < until, "{}", s.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
     // The recorded connection itself is unaffected.
     drop(recorded);
     s.serves(1);
@@ -825,21 +860,32 @@ fn problems_from_a_server_that_predates_them_come_from_stats() {
             proof: auth::server_proof(RO, &hello.nonce, &nonce),
             local: None,
         };
-        s.write_all(&frame(Kind::Welcome, 0, &protocol::to_meta(&w), &[]))
-            .unwrap();
+        let keys = auth::frame_keys(RO, &nonce, &hello.nonce);
+        let mut tx = protocol::Sealer::new(keys.server_to_client);
+        let mut rx = protocol::Sealer::new(keys.client_to_server);
+        let welcome =
+            protocol::encode_sealed(&mut tx, Kind::Welcome, 0, 0, &protocol::to_meta(&w), &[]);
+        s.write_all(&welcome.unwrap()).unwrap();
         let mut kinds = Vec::new();
         loop {
             let mut f = Frame::default();
             if protocol::read_frame(&mut s, Limits::SESSION, &mut f).is_err() {
                 return kinds;
             }
+            let mut tag = [0u8; protocol::TAG_LEN];
+            s.read_exact(&mut tag).unwrap();
+            let h =
+                protocol::encode_header(f.kind().unwrap(), f.flags, f.id, &f.meta, f.data.len())
+                    .unwrap();
+            rx.open(&h, &f.meta, &f.data, &tag).unwrap();
             kinds.push(f.kind);
             let reply = if f.kind == 26 {
                 let m = protocol::ErrorMeta {
                     message: "unknown or unexpected request kind 26 (unknown)".into(),
                     exit_code: 1,
                 };
-                protocol::encode(
+                protocol::encode_sealed(
+                    &mut tx,
                     Kind::Error,
                     protocol::FLAG_END,
                     f.id,
@@ -855,7 +901,8 @@ fn problems_from_a_server_that_predates_them_come_from_stats() {
                     dead_bytes: 0,
                     problems: vec!["index segment 2: crc mismatch".into()],
                 }] });
-                protocol::encode(
+                protocol::encode_sealed(
+                    &mut tx,
                     Kind::End,
                     protocol::FLAG_END,
                     f.id,
@@ -877,4 +924,151 @@ fn problems_from_a_server_that_predates_them_come_from_stats() {
         old_server.join().unwrap(),
         vec![Kind::Problems as u8, Kind::Stats as u8]
     );
+}
+
+/// Frames of one direction of a connection, as the protocol cuts them: header, meta, data, and
+/// the tag once the login has passed (`tagged_from` frames in: 2 from the client, HELLO and
+/// AUTH; 1 from the server, CHALLENGE).
+fn next_frame(r: &mut TcpStream, index: usize, tagged_from: usize) -> Option<Vec<u8>> {
+    let mut h = [0u8; protocol::HEADER_LEN];
+    r.read_exact(&mut h).ok()?;
+    let header = protocol::decode_header(&h, Limits::SESSION).ok()?;
+    let tag = if index >= tagged_from {
+        protocol::TAG_LEN
+    } else {
+        0
+    };
+    let mut rest = vec![0u8; header.meta_len as usize + header.data_len as usize + tag];
+    r.read_exact(&mut rest).ok()?;
+    Some([h.to_vec(), rest].concat())
+}
+
+/// What the man in the middle does to the client's second ARCHIVE after the login.
+#[derive(Clone, Copy, Debug)]
+enum Attack {
+    /// Passes every byte (the control: the proxy itself changes nothing).
+    None,
+    /// Changes a byte of the field and recomputes both CRCs (field and frame), keeping the tag:
+    /// what an attacker on the path does, and what the CRCs alone accepted in version 1.
+    Alter,
+    /// Never forwards the frame.
+    Drop,
+    /// Forwards it, then sends the first ARCHIVE of the connection again.
+    Replay,
+}
+
+/// A proxy between a client and `server` on real sockets, for one connection: the server's
+/// bytes pass untouched, the client's frames are cut as the protocol does and `attack` is
+/// applied to its second ARCHIVE.
+fn man_in_the_middle(server: &str, attack: Attack) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let server = server.to_string();
+    std::thread::spawn(move || {
+        let (mut client, _) = listener.accept().unwrap();
+        let mut upstream = TcpStream::connect(&server).unwrap();
+        let (mut from_server, mut to_client) =
+            (upstream.try_clone().unwrap(), client.try_clone().unwrap());
+        std::thread::spawn(move || {
+            let _ = std::io::copy(&mut from_server, &mut to_client);
+            let _ = to_client.shutdown(Shutdown::Both);
+        });
+        let mut archives = Vec::new();
+        let mut index = 0;
+        while let Some(mut f) = next_frame(&mut client, index, 2) {
+            index += 1;
+            if f[4] == Kind::Archive as u8 {
+                archives.push(f.clone());
+                if archives.len() == 2 {
+                    match attack {
+                        Attack::None => {}
+                        Attack::Drop => continue,
+                        Attack::Replay => f.extend_from_slice(&archives[0]),
+                        Attack::Alter => {
+                            let (frame, used) = protocol::decode(&f, Limits::SESSION).unwrap();
+                            let tag = f[used..].to_vec();
+                            let mut data = frame.data.clone();
+                            data[0] ^= 0x40;
+                            let mut meta: protocol::FieldMeta = frame.meta().unwrap();
+                            meta.crc = haar_persist::crc32c(&data);
+                            f = [
+                                protocol::encode(
+                                    Kind::Archive,
+                                    frame.flags,
+                                    frame.id,
+                                    &protocol::to_meta(&meta),
+                                    &data,
+                                )
+                                .unwrap(),
+                                tag,
+                            ]
+                            .concat();
+                        }
+                    }
+                }
+            }
+            if upstream.write_all(&f).is_err() {
+                break;
+            }
+        }
+        let _ = upstream.shutdown(Shutdown::Write);
+    });
+    addr
+}
+
+#[test]
+fn frames_altered_dropped_or_replayed_in_flight_are_refused() {
+    let s = Child_::start(limits());
+    s.serves(0);
+    let direct = RemoteStore::connect(&s.addr, &cfg(RW)).unwrap();
+    let everything = || {
+        direct
+            .list(&Request::default())
+            .unwrap()
+            .iter()
+            .map(|f| (f.key(), f.data.crc, f.data.length))
+            .collect::<Vec<_>>()
+    };
+    // The control: through a proxy that changes nothing, both fields are stored.
+    let proxy = man_in_the_middle(&s.addr, Attack::None);
+    let mut c = RemoteStore::connect(&proxy, &cfg(RW)).unwrap();
+    c.archive(&key(1), &data(1, 5000)).unwrap();
+    c.archive(&key(2), &data(2, 5000)).unwrap();
+    c.flush().unwrap();
+    let before = everything();
+    assert_eq!(before.len(), 3);
+    for (n, attack) in [Attack::Alter, Attack::Drop, Attack::Replay]
+        .into_iter()
+        .enumerate()
+    {
+        let proxy = man_in_the_middle(&s.addr, attack);
+        let mut c = RemoteStore::connect(&proxy, &cfg(RW)).unwrap();
+        let step = 10 + 2 * n as u32;
+        c.archive(&key(step), &data(step, 5000)).unwrap();
+        c.archive(&key(step + 1), &data(step + 1, 5000)).unwrap();
+        let e = c.flush().unwrap_err().to_string();
+        assert!(
+            e.contains("frame MAC mismatch") && e.contains(&proxy),
+            "{attack:?}: {e}"
+        );
+        // Refused, logged with the peer's address, and nothing of the connection stored.
+        let logged = format!("frame MAC mismatch at frame {}", [1, 1, 2][n]);
+        s.wait_log(&logged);
+        assert!(
+            s.log()
+                .lines()
+                .filter(|l| l.contains("frame MAC mismatch"))
+                .all(|l| l.starts_with("haar serve: 127.0.0.1:")),
+            "{}",
+            s.log()
+        );
+        assert_eq!(everything(), before, "{attack:?} changed the store");
+    }
+    assert_eq!(
+        s.log().matches("frame MAC mismatch").count(),
+        3,
+        "{}",
+        s.log()
+    );
+    s.serves(30);
 }

@@ -255,6 +255,7 @@ fn version_mismatch_is_refused_naming_both_versions() {
         version: 99,
         client: "time traveller".into(),
         nonce: "00".into(),
+        host: None,
     });
     s.write_all(&protocol::encode(Kind::Hello, 0, 0, &hello, &[]).unwrap())
         .unwrap();
@@ -264,7 +265,8 @@ fn version_mismatch_is_refused_naming_both_versions() {
     assert_eq!(frame.kind(), Some(Kind::Refused));
     let r: protocol::Refused = frame.meta().unwrap();
     assert!(
-        r.reason.contains("version 99") && r.reason.contains("version 1"),
+        r.reason.contains("version 99")
+            && r.reason.contains(&format!("version {}", protocol::VERSION)),
         "{}",
         r.reason
     );
@@ -392,4 +394,97 @@ fn watch_replays_then_streams_exactly_once_and_wait_completes() {
     assert!(!m3.replay && !m4.replay && m4.seq > m3.seq);
     assert_eq!(e3.key.get("step"), Some("1"));
     assert_eq!(e4.key.get("param"), Some("167"));
+}
+
+/// Logs in raw with `token` and `host(nonce)` in HELLO; the WELCOME the server sends (its tag
+/// checked).
+fn welcome(
+    addr: SocketAddr,
+    token: &str,
+    host: impl Fn(&str) -> Option<String>,
+) -> protocol::Welcome {
+    let mut s = TcpStream::connect(addr).unwrap();
+    let read = |s: &mut TcpStream| {
+        let mut f = protocol::Frame::default();
+        protocol::read_frame(s, Limits::HANDSHAKE, &mut f).unwrap();
+        f
+    };
+    let nonce = haar_net::auth::nonce();
+    let hello = protocol::to_meta(&protocol::Hello {
+        version: protocol::VERSION,
+        client: "welcome test".into(),
+        nonce: nonce.clone(),
+        host: host(&nonce),
+    });
+    s.write_all(&protocol::encode(Kind::Hello, 0, 0, &hello, &[]).unwrap())
+        .unwrap();
+    let c: protocol::Challenge = read(&mut s).meta().unwrap();
+    let proof = haar_net::auth::client_proof(token, &c.nonce, &nonce);
+    let auth = protocol::to_meta(&protocol::Auth { proof });
+    s.write_all(&protocol::encode(Kind::Auth, 0, 0, &auth, &[]).unwrap())
+        .unwrap();
+    let f = read(&mut s);
+    assert_eq!(f.kind(), Some(Kind::Welcome));
+    let mut tag = [0u8; protocol::TAG_LEN];
+    s.read_exact(&mut tag).unwrap();
+    let keys = haar_net::auth::frame_keys(token, &c.nonce, &nonce);
+    let h = protocol::encode_header(Kind::Welcome, f.flags, f.id, &f.meta, 0).unwrap();
+    protocol::Sealer::new(keys.server_to_client)
+        .open(&h, &f.meta, &f.data, &tag)
+        .unwrap();
+    f.meta().unwrap()
+}
+
+#[test]
+fn welcome_tells_a_reader_only_what_reading_needs() {
+    let f = start_offering(|root| {
+        let cfg = haar_store::Config {
+            backend: haar_store::BackendKind::Posix,
+            roots: vec![root.to_path_buf()],
+            fsync: FsyncPolicy::Never,
+            pool_size: 12345 << 20,
+            schema: Some("/etc/secret/schema".into()),
+            ..haar_store::Config::default()
+        };
+        haar_net::server::local_offer(&cfg, Some("schema text".into()))
+    });
+    let boot_id = haar_net::server::boot_id().expect("this test needs a boot id");
+    let here = |nonce: &str| Some(haar_net::auth::host_proof(&boot_id, nonce));
+    // A client elsewhere (no host evidence, or evidence of another machine) learns nothing
+    // of the store, whatever its token; nor does one replaying evidence made for another nonce.
+    for token in ["rw-secret", "ro-secret"] {
+        assert_eq!(welcome(f.addr, token, |_| None).local, None, "{token}");
+        let elsewhere = |n: &str| Some(haar_net::auth::host_proof("another-machine", n));
+        assert_eq!(welcome(f.addr, token, elsewhere).local, None, "{token}");
+        assert_eq!(
+            welcome(f.addr, token, |_| here("00")).local,
+            None,
+            "{token}"
+        );
+    }
+    let with_nonce = |token: &str| {
+        welcome(f.addr, token, here)
+            .local
+            .expect("an offer to a client on the same machine")
+    };
+    // On this machine, a reader gets the backend and roots only.
+    let reader = with_nonce("ro-secret");
+    let store = &reader.store;
+    assert_eq!(store["backend"], "posix");
+    assert_eq!(store["roots"], serde_json::json!([f.root]));
+    assert_eq!(store["schema"], serde_json::Value::Null, "{store}");
+    assert_ne!(
+        store["pool_size"],
+        serde_json::json!(12345u64 << 20),
+        "{store}"
+    );
+    assert_eq!(
+        store["fsync"],
+        serde_json::to_value(haar_store::Config::default().fsync).unwrap()
+    );
+    assert_eq!(reader.schema.as_deref(), Some("schema text"));
+    // A writer on this machine gets the store's configuration as before.
+    let writer = with_nonce("rw-secret");
+    assert_eq!(writer.store["pool_size"], serde_json::json!(12345u64 << 20));
+    assert_eq!(writer.store["schema"], "/etc/secret/schema");
 }

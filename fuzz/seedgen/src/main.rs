@@ -180,6 +180,7 @@ fn wire_seeds(dir: &Path) {
             version: protocol::VERSION,
             client: "seed".into(),
             nonce: "00".repeat(32),
+            host: None,
         }),
         b"",
     );

@@ -186,7 +186,9 @@ impl RemoteStore {
                 loop {
                     s.wire.read(Limits::SESSION, &mut f)?;
                     replied = true;
-                    if f.id != id {
+                    // An ERROR ends the request whatever its id: a server closing the connection
+                    // for a bad frame cannot tell which request that frame belonged to.
+                    if f.id != id && f.kind() != Some(Kind::Error) {
                         return Err(io::Error::other(format!(
                             "reply for request {} while waiting for {id}: stream out of step",
                             f.id

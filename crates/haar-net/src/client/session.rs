@@ -118,6 +118,7 @@ pub(super) fn connect(addr: &str, cfg: &ClientConfig) -> Result<Session> {
         version: protocol::VERSION,
         client: format!("haar {}", env!("CARGO_PKG_VERSION")),
         nonce: client_nonce.clone(),
+        host: crate::server::boot_id().map(|b| auth::host_proof(&b, &client_nonce)),
     };
     wire.send(Kind::Hello, 0, 0, &to_meta(&hello), &[])
         .map_err(hs)?;
@@ -167,7 +168,26 @@ pub(super) fn connect(addr: &str, cfg: &ClientConfig) -> Result<Session> {
     wire.send(Kind::Auth, 0, 0, &to_meta(&protocol::Auth { proof }), &[])
         .map_err(hs)?;
     wire.flush().map_err(|e| hs(e.into()))?;
-    wire.read(Limits::HANDSHAKE, &mut f).map_err(hs)?;
+    // WELCOME is the server's first tagged frame on plain TCP (design §8): it is checked
+    // under the keys this token derives, so its access and same-host offer are the server's.
+    let (h, header) = wire.read_header(Limits::HANDSHAKE).map_err(hs)?;
+    if cfg.tls.is_none() && header.kind == Kind::Welcome as u8 {
+        let keys = auth::frame_keys(token, &challenge.nonce, &client_nonce);
+        wire.seal(
+            protocol::Sealer::new(keys.client_to_server),
+            protocol::Sealer::new(keys.server_to_client),
+        );
+    }
+    wire.read_body(&h, &header, &mut f).map_err(|e| match e {
+        WireError::Frame(protocol::FrameError::Mac { .. }) => Error::Remote {
+            server: addr.into(),
+            message: format!(
+                "the server's WELCOME failed its check ({e}): wrong server, another token, or a man in the middle; check the address and HAAR_TOKEN"
+            ),
+            class: haar_store::Class::Input,
+        },
+        e => hs(e),
+    })?;
     let welcome: Welcome = match f.kind() {
         Some(Kind::Welcome) => f.meta().map_err(|e| hs(e.into()))?,
         Some(Kind::Refused) => return Err(refused(&f)),

@@ -13,6 +13,11 @@ pub struct Hello {
     pub client: String,
     /// 32 random bytes, hex.
     pub nonce: String,
+    /// Same-host evidence ([`crate::auth::host_proof`] of this machine's boot id and the
+    /// nonce): a server offers its store for same-host reads only when it matches its own.
+    /// Absent when the client's machine has no boot id.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
 }
 
 /// `CHALLENGE`.
@@ -51,7 +56,8 @@ pub struct Welcome {
     /// The server's proof that it knows the token too.
     pub proof: String,
     /// Where the server's store is, for clients on the same machine (design §8, same-host
-    /// reads).
+    /// reads): only to a client whose HELLO proved the same boot id, and to a read-only token
+    /// only what opening it for reading needs ([`LocalOffer::for_reader`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub local: Option<LocalOffer>,
 }
@@ -70,6 +76,24 @@ pub struct LocalOffer {
     /// Schema text; absent for the built-in schema.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schema: Option<String>,
+}
+
+impl LocalOffer {
+    /// The offer cut to what a reader needs to open the store: the backend and its roots
+    /// (every other setting at its default, no schema path: the schema text travels
+    /// separately). `None` if the configuration does not parse.
+    pub fn for_reader(&self) -> Option<LocalOffer> {
+        let full: haar_store::Config = serde_json::from_value(self.store.clone()).ok()?;
+        let reader = haar_store::Config {
+            backend: full.backend,
+            roots: full.roots,
+            ..haar_store::Config::default()
+        };
+        Some(LocalOffer {
+            store: serde_json::to_value(&reader).ok()?,
+            ..self.clone()
+        })
+    }
 }
 
 /// `REFUSED` (and `ERROR` before a request).

@@ -1,5 +1,6 @@
-//! The wire protocol of `docs/design.md` §8, version 1: the frame codec here, the JSON bodies
-//! of every message in `messages` (re-exported).
+//! The wire protocol of `docs/design.md` §8, version 2: the frame codec here, the JSON bodies
+//! of every message in `messages` (re-exported), the frame tags of plain-TCP connections in
+//! `seal` (re-exported).
 //!
 //! Pure: encoding and decoding never touch a socket and never panic on any input; every length
 //! is bounded before anything is allocated. The only I/O here are [`read_frame`] and
@@ -11,8 +12,10 @@ use serde::{Serialize, de::DeserializeOwned};
 
 /// First four bytes of every frame.
 pub const MAGIC: [u8; 4] = *b"HAR1";
-/// The protocol version this build speaks (sent in HELLO and CHALLENGE).
-pub const VERSION: u32 = 1;
+/// The protocol version this build speaks (sent in HELLO and CHALLENGE). Version 2 (issue 14)
+/// tags every frame after the login on plain TCP ([`Sealer`]); a peer of another version is
+/// refused with both versions named.
+pub const VERSION: u32 = 2;
 /// Bytes in a frame header.
 pub const HEADER_LEN: usize = 28;
 /// Flag bit 0: last frame of a reply stream.
@@ -183,6 +186,15 @@ pub enum FrameError {
         expected: u32,
         /// Computed.
         actual: u32,
+    },
+    /// A protected frame whose tag does not match: altered, injected, replayed, reordered,
+    /// or a frame before it was dropped on the way.
+    #[error(
+        "frame MAC mismatch at frame {seq} of this connection: the frame was altered, injected, replayed or reordered on the way, or one before it was dropped (the connection is closed)"
+    )]
+    Mac {
+        /// The frame's number in its direction (0 = the first after the login).
+        seq: u64,
     },
     /// Fewer bytes than the frame needs (only from [`decode`]).
     #[error("truncated frame: {need} more bytes needed")]
@@ -530,6 +542,8 @@ pub fn to_meta<T: Serialize>(v: &T) -> Vec<u8> {
 
 mod messages;
 pub use messages::*;
+mod seal;
+pub use seal::*;
 
 #[cfg(test)]
 mod tests {
