@@ -58,6 +58,11 @@ pub struct Cli {
     // The store and server options given before the subcommand's name.
     #[command(flatten)]
     pub before: OpenArgs,
+    /// More log on stderr: `-v` adds logins, `-vv` debugging, `-vvv` everything (refusals,
+    /// failed logins and closed connections are logged without it). `HAAR_LOG` (a filter such
+    /// as `info` or `haar_net=debug`) replaces it.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    pub verbose: u8,
     /// What to do.
     #[command(subcommand)]
     pub command: Command,

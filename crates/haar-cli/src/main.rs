@@ -97,6 +97,7 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
+    init_log(cli.verbose);
     // A worker's stdout is its parent's protocol pipe (and its println! goes to stderr): a
     // worker that loses it must not pass for one that finished, so it keeps the plain panic.
     if !matches!(cli.command, args::Command::WorkloadWorker(_)) {
@@ -111,6 +112,29 @@ fn main() -> ExitCode {
         }
     }
 }
+
+/// Events (the server's refusals, failed logins, closed connections) go to stderr, one line
+/// each with their fields (`peer=… reason=…`): warnings and errors by default, more with each
+/// `-v`; `HAAR_LOG` (tracing's filter syntax, e.g. `info` or `haar_net=debug`) replaces both.
+fn init_log(verbose: u8) {
+    use tracing_subscriber::EnvFilter;
+    let by_flag = ["warn", "info", "debug", "trace"][usize::from(verbose.min(3))];
+    let filter = match std::env::var(LOG_ENV) {
+        Ok(spec) if !spec.trim().is_empty() => EnvFilter::try_new(&spec).unwrap_or_else(|e| {
+            eprintln!("haar: ${LOG_ENV}={spec:?} is not a log filter ({e}); using {by_flag}");
+            EnvFilter::new(by_flag)
+        }),
+        _ => EnvFilter::new(by_flag),
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
+}
+
+/// The environment variable holding the log filter.
+const LOG_ENV: &str = "HAAR_LOG";
 
 /// Rust ignores SIGPIPE, so a write to a closed pipe fails with EPIPE and `println!` panics on
 /// it. The commands write through `outln!`, which turns EPIPE into `Failure::output_closed`;

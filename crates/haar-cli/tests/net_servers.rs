@@ -588,3 +588,98 @@ fn serve_bounds_connections_and_handshakes() {
     };
     assert!(c.list(&Request::default()).unwrap().is_empty());
 }
+
+/// `haar serve` with `extra` arguments and `log_env` as `HAAR_LOG`, its stderr in `log`.
+fn spawn_logging_server(root: &Path, log: &Path, extra: &[&str], log_env: Option<&str>) -> Server {
+    let mut cmd = Command::new(HAAR);
+    cmd.arg("--root")
+        .arg(root)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .args(extra)
+        .env("HAAR_TOKEN", TOKEN)
+        .env_remove("HAAR_CONFIG")
+        .env_remove("HAAR_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(std::fs::File::create(log).unwrap());
+    if let Some(v) = log_env {
+        cmd.env("HAAR_LOG", v);
+    }
+    let mut child = cmd.spawn().expect("haar serve starts");
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+    let addr = line
+        .trim()
+        .strip_prefix("listening on ")
+        .unwrap_or_else(|| panic!("first line was {line:?}"))
+        .to_string();
+    Server {
+        child,
+        addr,
+        root: root.to_path_buf(),
+    }
+}
+
+/// Waits (up to 30 s) until `log` holds a line with every one of `parts`.
+fn wait_log_line(log: &Path, parts: &[&str]) -> String {
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        let text = std::fs::read_to_string(log).unwrap();
+        if let Some(l) = text.lines().find(|l| parts.iter().all(|p| l.contains(p))) {
+            return l.to_string();
+        }
+        assert!(Instant::now() < until, "no line with {parts:?} in: {text}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn the_server_logs_each_refused_login_with_peer_and_reason_and_more_with_v() {
+    let dir = tempfile::tempdir().unwrap();
+    for (extra, log_env, logins_shown) in [
+        (&[][..], None, false),
+        (&["-v"][..], None, true),
+        (&["-vv"][..], Some("warn"), false),
+        (&[][..], Some("haar_net=info"), true),
+    ] {
+        let log = dir.path().join("server.log");
+        let s = spawn_logging_server(&dir.path().join("root"), &log, extra, log_env);
+        let out = haar(&["--servers", &s.addr, "list", "class=od"], Some("wrong"));
+        assert_eq!(out.status.code(), Some(1));
+        let refused = wait_log_line(&log, &["refused", "reason=token rejected"]);
+        assert!(
+            refused.contains(" WARN ") && refused.contains("peer=127.0.0.1:"),
+            "{refused}"
+        );
+        let out = haar(&["--servers", &s.addr, "list", "class=od"], Some(TOKEN));
+        assert!(out.status.success(), "{out:?}");
+        if logins_shown {
+            let l = wait_log_line(&log, &["logged in", "peer=127.0.0.1:"]);
+            assert!(
+                l.contains(" INFO ") && l.contains("access=ReadWrite"),
+                "{l}"
+            );
+        } else {
+            // The refusal after the login is a marker that the login was handled by then.
+            let _ = haar(
+                &["--servers", &s.addr, "list", "class=od"],
+                Some("wrong again"),
+            );
+            wait_log_line(&log, &["refused"]);
+            let until = Instant::now() + Duration::from_secs(30);
+            while std::fs::read_to_string(&log)
+                .unwrap()
+                .matches("refused")
+                .count()
+                < 2
+            {
+                assert!(Instant::now() < until);
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            let text = std::fs::read_to_string(&log).unwrap();
+            assert!(!text.contains("logged in"), "{extra:?} {log_env:?}: {text}");
+        }
+    }
+}

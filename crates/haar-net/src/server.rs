@@ -443,14 +443,15 @@ impl Server {
                     if exhausted {
                         // The connection stays in the backlog: wait for descriptors to be freed
                         // instead of spinning on the same error.
-                        eprintln!(
-                            "haar serve: accept on {}: {e}; retrying in 100 ms (raise `ulimit -n` or lower max_connections)",
-                            self.shared.name
+                        tracing::warn!(
+                            listener = %self.shared.name,
+                            error = %e,
+                            "accept failed; retrying in 100 ms (raise `ulimit -n` or lower max_connections)"
                         );
                         std::thread::sleep(Duration::from_millis(100));
                     } else {
                         // A connection reset before it was accepted, and the like.
-                        eprintln!("haar serve: accept on {}: {e}", self.shared.name);
+                        tracing::warn!(listener = %self.shared.name, error = %e, "accept failed");
                     }
                     continue;
                 }
@@ -465,16 +466,17 @@ impl Server {
             let shared = self.shared.clone();
             let spawned = std::thread::Builder::new()
                 .name("haar-conn".into())
-                .spawn(move || {
-                    if let Err(e) = connection(&shared, stream, slot) {
-                        eprintln!("haar serve: {peer}: {e}");
-                    }
+                .spawn(move || match connection(&shared, stream, slot) {
+                    Ok(()) => tracing::debug!(%peer, "connection closed"),
+                    Err(e) => tracing::warn!(%peer, error = %e, "connection closed"),
                 });
             if let Err(e) = spawned {
                 // The closure (socket and slot) is dropped: the connection is closed and
                 // uncounted.
-                eprintln!(
-                    "haar serve: {peer}: refused: cannot start a thread for it ({e}); lower max_connections"
+                tracing::error!(
+                    %peer,
+                    error = %e,
+                    "refused: cannot start a thread for the connection; lower max_connections"
                 );
                 std::thread::sleep(Duration::from_millis(10));
             }
@@ -499,7 +501,7 @@ pub fn serve(addr: impl ToSocketAddrs, target: Target, config: ServerConfig) -> 
 /// Refuses a connection over a limit without a thread: one REFUSED frame if it can be written
 /// at once (plain TCP only: a TLS client could not read it), then close.
 fn refuse_at_accept(shared: &Shared, stream: TcpStream, peer: SocketAddr, reason: &str) {
-    eprintln!("haar serve: {peer}: refused: {reason}");
+    tracing::warn!(%peer, %reason, "refused");
     if shared.config.tls.is_none() && stream.set_nonblocking(true).is_ok() {
         let meta = to_meta(&Refused {
             reason: reason.to_string(),
@@ -515,8 +517,8 @@ fn refuse(wire: &mut Wire, id: u64, reason: String) -> Result<(), WireError> {
     let peer = wire
         .socket()
         .peer_addr()
-        .map_or_else(|_| "unknown peer".to_string(), |a| a.to_string());
-    eprintln!("haar serve: {peer}: refused: {reason}");
+        .map_or_else(|_| "unknown".to_string(), |a| a.to_string());
+    tracing::warn!(%peer, %reason, "refused");
     wire.send(
         Kind::Refused,
         FLAG_END,
@@ -686,6 +688,9 @@ fn connection(shared: &Arc<Shared>, stream: TcpStream, mut slot: Slot) -> Result
         return Ok(());
     };
     slot.logged_in();
+    if let Ok(peer) = wire.socket().peer_addr() {
+        tracing::info!(%peer, ?access, tls = shared.config.tls.is_some(), "logged in");
+    }
     wire.set_read_timeout(Some(limits.idle_timeout))?;
     wire.set_write_timeout(Some(limits.write_timeout))?;
     let store = shared.open().map_err(|e| io::Error::other(e.to_string()))?;

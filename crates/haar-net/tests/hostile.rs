@@ -32,6 +32,11 @@ fn child_server() {
     }
     let env = |k: &str| std::env::var(k).unwrap();
     let ms = |k: &str| Duration::from_millis(env(k).parse().unwrap());
+    // The log on stderr, as `haar serve` prints it.
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .init();
     let backend = PosixBackend::new(
         vec![PathBuf::from(env("HAAR_HOSTILE_ROOT"))],
         FsyncPolicy::Never,
@@ -527,7 +532,9 @@ fn a_replayed_handshake_is_refused() {
     let refusals = |log: String| {
         log.lines()
             .filter(|l| {
-                l.starts_with("haar serve: 127.0.0.1:") && l.contains(": refused: token rejected")
+                l.contains(" WARN ")
+                    && l.contains("refused peer=127.0.0.1:")
+                    && l.contains("reason=token rejected")
             })
             .count()
     };
@@ -1058,7 +1065,7 @@ fn frames_altered_dropped_or_replayed_in_flight_are_refused() {
             s.log()
                 .lines()
                 .filter(|l| l.contains("frame MAC mismatch"))
-                .all(|l| l.starts_with("haar serve: 127.0.0.1:")),
+                .all(|l| l.contains(" WARN ") && l.contains("peer=127.0.0.1:")),
             "{}",
             s.log()
         );

@@ -152,3 +152,23 @@ fn an_option_before_a_subcommand_that_does_not_use_it_is_refused() {
         );
     }
 }
+
+#[test]
+fn verbosity_counts_before_or_after_the_subcommand() {
+    assert_eq!(cli("haar serve").unwrap().verbose, 0);
+    assert_eq!(cli("haar -v serve").unwrap().verbose, 1);
+    assert_eq!(cli("haar serve -vv").unwrap().verbose, 2);
+    assert_eq!(cli("haar serve --verbose -v").unwrap().verbose, 2);
+    assert_eq!(cli("haar --root /tmp/x list -v").unwrap().verbose, 1);
+    // `-v` (the log's verbosity) is global: every subcommand takes it.
+    let mut cmd = Cli::command();
+    cmd.build();
+    // (`help`, clap's own, takes no option.)
+    for sub in cmd.get_subcommands().filter(|s| s.get_name() != "help") {
+        assert!(
+            sub.get_arguments().any(|a| a.get_id() == "verbose"),
+            "haar {} does not take -v",
+            sub.get_name()
+        );
+    }
+}
