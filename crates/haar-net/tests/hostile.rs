@@ -950,8 +950,9 @@ fn next_frame(r: &mut TcpStream, index: usize, tagged_from: usize) -> Option<Vec
     Some([h.to_vec(), rest].concat())
 }
 
-/// What the man in the middle does to the client's second ARCHIVE after the login.
-#[derive(Clone, Copy, Debug)]
+/// What the man in the middle does: to the client's second ARCHIVE after the login, or to the
+/// server's first FIELD.
+#[derive(Clone, Copy, Debug, PartialEq)]
 enum Attack {
     /// Passes every byte (the control: the proxy itself changes nothing).
     None,
@@ -962,63 +963,85 @@ enum Attack {
     Drop,
     /// Forwards it, then sends the first ARCHIVE of the connection again.
     Replay,
+    /// [`Attack::Alter`] on the server's first FIELD (a retrieve's reply).
+    AlterReply,
 }
 
-/// A proxy between a client and `server` on real sockets, for one connection: the server's
-/// bytes pass untouched, the client's frames are cut as the protocol does and `attack` is
-/// applied to its second ARCHIVE.
+/// `f` (a tagged ARCHIVE or FIELD) with a byte of its field changed and both CRCs recomputed,
+/// its tag kept.
+fn altered(f: &[u8]) -> Vec<u8> {
+    let (frame, used) = protocol::decode(f, Limits::SESSION).unwrap();
+    let mut data = frame.data.clone();
+    data[0] ^= 0x40;
+    let mut meta: protocol::FieldMeta = frame.meta().unwrap();
+    meta.crc = haar_persist::crc32c(&data);
+    let kind = frame.kind().unwrap();
+    [
+        protocol::encode(
+            kind,
+            frame.flags,
+            frame.id,
+            &protocol::to_meta(&meta),
+            &data,
+        )
+        .unwrap(),
+        f[used..].to_vec(),
+    ]
+    .concat()
+}
+
+/// A proxy between clients and `server` on real sockets: each connection's frames are cut as
+/// the protocol does and `attack` is applied to that connection's frames.
 fn man_in_the_middle(server: &str, attack: Attack) -> String {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     let server = server.to_string();
     std::thread::spawn(move || {
-        let (mut client, _) = listener.accept().unwrap();
-        let mut upstream = TcpStream::connect(&server).unwrap();
-        let (mut from_server, mut to_client) =
-            (upstream.try_clone().unwrap(), client.try_clone().unwrap());
-        std::thread::spawn(move || {
-            let _ = std::io::copy(&mut from_server, &mut to_client);
-            let _ = to_client.shutdown(Shutdown::Both);
-        });
-        let mut archives = Vec::new();
-        let mut index = 0;
-        while let Some(mut f) = next_frame(&mut client, index, 2) {
-            index += 1;
-            if f[4] == Kind::Archive as u8 {
-                archives.push(f.clone());
-                if archives.len() == 2 {
-                    match attack {
-                        Attack::None => {}
-                        Attack::Drop => continue,
-                        Attack::Replay => f.extend_from_slice(&archives[0]),
-                        Attack::Alter => {
-                            let (frame, used) = protocol::decode(&f, Limits::SESSION).unwrap();
-                            let tag = f[used..].to_vec();
-                            let mut data = frame.data.clone();
-                            data[0] ^= 0x40;
-                            let mut meta: protocol::FieldMeta = frame.meta().unwrap();
-                            meta.crc = haar_persist::crc32c(&data);
-                            f = [
-                                protocol::encode(
-                                    Kind::Archive,
-                                    frame.flags,
-                                    frame.id,
-                                    &protocol::to_meta(&meta),
-                                    &data,
-                                )
-                                .unwrap(),
-                                tag,
-                            ]
-                            .concat();
+        for client in listener.incoming() {
+            let mut client = client.unwrap();
+            let mut upstream = TcpStream::connect(&server).unwrap();
+            let (mut from_server, mut to_client) =
+                (upstream.try_clone().unwrap(), client.try_clone().unwrap());
+            std::thread::spawn(move || {
+                let mut index = 0;
+                let mut fields = 0;
+                while let Some(mut f) = next_frame(&mut from_server, index, 1) {
+                    index += 1;
+                    if f[4] == Kind::Field as u8 {
+                        fields += 1;
+                        if fields == 1 && attack == Attack::AlterReply {
+                            f = altered(&f);
                         }
                     }
+                    if to_client.write_all(&f).is_err() {
+                        break;
+                    }
                 }
-            }
-            if upstream.write_all(&f).is_err() {
-                break;
-            }
+                let _ = to_client.shutdown(Shutdown::Both);
+            });
+            std::thread::spawn(move || {
+                let mut archives = Vec::new();
+                let mut index = 0;
+                while let Some(mut f) = next_frame(&mut client, index, 2) {
+                    index += 1;
+                    if f[4] == Kind::Archive as u8 {
+                        archives.push(f.clone());
+                        if archives.len() == 2 {
+                            match attack {
+                                Attack::None | Attack::AlterReply => {}
+                                Attack::Drop => continue,
+                                Attack::Replay => f.extend_from_slice(&archives[0]),
+                                Attack::Alter => f = altered(&f),
+                            }
+                        }
+                    }
+                    if upstream.write_all(&f).is_err() {
+                        break;
+                    }
+                }
+                let _ = upstream.shutdown(Shutdown::Write);
+            });
         }
-        let _ = upstream.shutdown(Shutdown::Write);
     });
     addr
 }
@@ -1077,5 +1100,22 @@ fn frames_altered_dropped_or_replayed_in_flight_are_refused() {
         "{}",
         s.log()
     );
+    // A reply altered on its way to the client (CRCs recomputed): the client takes no byte of
+    // it and fails naming the server and the MAC, on the retry's new connection as well.
+    let proxy = man_in_the_middle(&s.addr, Attack::AlterReply);
+    let c = RemoteStore::connect(&proxy, &cfg(RO)).unwrap();
+    let mut got = Vec::new();
+    let e = c
+        .retrieve(&single(&key(1)), &mut |_, b, _| {
+            got.push(b.to_vec());
+            Ok(())
+        })
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("frame MAC mismatch") && e.contains(&proxy),
+        "{e}"
+    );
+    assert!(got.is_empty(), "an altered field reached the caller");
     s.serves(30);
 }
