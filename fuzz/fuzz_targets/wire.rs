@@ -118,11 +118,16 @@ fn login(s: &mut TcpStream, token: &str) -> Option<Sealers> {
         client: "fuzz".into(),
         nonce: nonce.clone(),
         host: None,
+        tags: true, // a tagged session, as every connection off loopback is
     };
     s.write_all(&frame(Kind::Hello, &protocol::to_meta(&hello)))
         .ok()?;
     let c: protocol::Challenge = read(s, None)?.meta().ok()?;
-    let proof = auth::client_proof(token, &c.nonce, &nonce);
+    let tags = auth::TagsAgreed {
+        asked: true,
+        granted: c.tags,
+    };
+    let proof = auth::client_proof(token, &c.nonce, &nonce, tags);
     let a = protocol::to_meta(&protocol::Auth { proof });
     s.write_all(&frame(Kind::Auth, &a)).ok()?;
     let keys = auth::frame_keys(token, &c.nonce, &nonce);

@@ -268,6 +268,7 @@ fn a_hello_of_another_version_is_refused_clearly() {
         client: "haar 99.0".into(),
         nonce: "ab".into(),
         host: None,
+        tags: false,
     });
     sock.write_all(&protocol::encode(Kind::Hello, 0, 7, &hello, &[]).unwrap())
         .unwrap();

@@ -1,6 +1,7 @@
 //! Network figures on this machine: `cargo run --release -p haar-net --example net_bench --
 //! PATH/TO/haar [pmem|posix] [FIELDS] [REPEATS]`. Starts `haar serve` on a fresh root under
-//! /dev/shm, prints one JSON line per repeat.
+//! /dev/shm, prints one JSON line per repeat and frame-tag mode: `auto` (loopback: untagged)
+//! and `always` (the client asks for tags, as one off loopback does), alternately.
 
 fn main() {
     let mut args = std::env::args().skip(1);
@@ -11,15 +12,21 @@ fn main() {
     let fields: usize = args.next().map(|s| s.parse().unwrap()).unwrap_or(800);
     let repeats: usize = args.next().map(|s| s.parse().unwrap()).unwrap_or(3);
     let token = haar_net::auth::nonce();
-    let cfg = haar_net::ClientConfig {
-        token: Some(token.clone()),
-        ..Default::default()
-    };
+    use haar_net::protocol::FrameTags;
     for _ in 0..repeats {
-        let dir = tempfile::tempdir_in("/dev/shm").unwrap();
-        let server =
-            haar_net::bench::spawn_server(exe.as_ref(), dir.path(), &backend, &token).unwrap();
-        let r = haar_net::bench::run(&server.addr, &cfg, fields, 800 << 10, 200).unwrap();
-        println!("{}", serde_json::to_string(&r).unwrap());
+        for tags in [FrameTags::Auto, FrameTags::Always] {
+            let cfg = haar_net::ClientConfig {
+                token: Some(token.clone()),
+                frame_tags: tags,
+                ..Default::default()
+            };
+            let dir = tempfile::tempdir_in("/dev/shm").unwrap();
+            let server =
+                haar_net::bench::spawn_server(exe.as_ref(), dir.path(), &backend, &token).unwrap();
+            let r = haar_net::bench::run(&server.addr, &cfg, fields, 800 << 10, 200).unwrap();
+            let mut v = serde_json::to_value(&r).unwrap();
+            v["frame_tags"] = format!("{tags:?}").to_lowercase().into();
+            println!("{v}");
+        }
     }
 }

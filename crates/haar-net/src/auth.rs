@@ -34,22 +34,54 @@ pub fn hex(b: &[u8]) -> String {
     s
 }
 
-fn mac(token: &str, label: &[u8], first: &str, second: &str) -> String {
+/// The frame-tag negotiation of one handshake (design §8): what the client's HELLO asked and
+/// what the server's CHALLENGE granted. Both proofs cover it, so a man in the middle who
+/// rewrites either flag (to turn the tags off) makes the login fail.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TagsAgreed {
+    /// HELLO's `tags`.
+    pub asked: bool,
+    /// CHALLENGE's `tags`.
+    pub granted: bool,
+}
+
+impl TagsAgreed {
+    /// The byte the proofs cover: ASCII `'0' + asked + 2 × granted`.
+    fn byte(self) -> u8 {
+        b'0' + u8::from(self.asked) + 2 * u8::from(self.granted)
+    }
+}
+
+fn mac(token: &str, label: &[u8], first: &str, second: &str, tags: TagsAgreed) -> String {
     let mut m = HmacSha256::new_from_slice(token.as_bytes()).expect("HMAC takes any key length");
     m.update(label);
     m.update(first.as_bytes());
     m.update(second.as_bytes());
+    m.update(&[tags.byte()]);
     hex(&m.finalize().into_bytes())
 }
 
-/// The client's proof: `hex(HMAC-SHA256(token, "haar-auth-v1" ‖ server_nonce ‖ client_nonce))`.
-pub fn client_proof(token: &str, server_nonce: &str, client_nonce: &str) -> String {
-    mac(token, b"haar-auth-v1", server_nonce, client_nonce)
+/// The client's proof:
+/// `hex(HMAC-SHA256(token, "haar-auth-v2" ‖ server_nonce ‖ client_nonce ‖ tags))`, `tags` the
+/// byte of [`TagsAgreed`].
+pub fn client_proof(
+    token: &str,
+    server_nonce: &str,
+    client_nonce: &str,
+    tags: TagsAgreed,
+) -> String {
+    mac(token, b"haar-auth-v2", server_nonce, client_nonce, tags)
 }
 
-/// The server's proof: `hex(HMAC-SHA256(token, "haar-server-v1" ‖ client_nonce ‖ server_nonce))`.
-pub fn server_proof(token: &str, client_nonce: &str, server_nonce: &str) -> String {
-    mac(token, b"haar-server-v1", client_nonce, server_nonce)
+/// The server's proof:
+/// `hex(HMAC-SHA256(token, "haar-server-v2" ‖ client_nonce ‖ server_nonce ‖ tags))`.
+pub fn server_proof(
+    token: &str,
+    client_nonce: &str,
+    server_nonce: &str,
+    tags: TagsAgreed,
+) -> String {
+    mac(token, b"haar-server-v2", client_nonce, server_nonce, tags)
 }
 
 fn key(token: &str, label: &[u8], server_nonce: &str, client_nonce: &str) -> [u8; 32] {
@@ -118,6 +150,7 @@ impl Tokens {
         proof: &str,
         server_nonce: &str,
         client_nonce: &str,
+        tags: TagsAgreed,
     ) -> Option<(Access, &str)> {
         let candidates = [
             (Access::ReadWrite, self.read_write.as_deref()),
@@ -125,8 +158,11 @@ impl Tokens {
         ];
         candidates.into_iter().find_map(|(access, token)| {
             let token = token?;
-            constant_time_eq(&client_proof(token, server_nonce, client_nonce), proof)
-                .then_some((access, token))
+            constant_time_eq(
+                &client_proof(token, server_nonce, client_nonce, tags),
+                proof,
+            )
+            .then_some((access, token))
         })
     }
 }
@@ -157,26 +193,57 @@ mod tests {
     use super::*;
 
     #[test]
-    fn proofs_bind_token_and_both_nonces() {
-        let p = client_proof("secret", "s", "c");
+    fn proofs_bind_token_both_nonces_and_the_tag_negotiation() {
+        let n = TagsAgreed::default();
+        let p = client_proof("secret", "s", "c", n);
         assert_eq!(p.len(), 64);
-        assert_ne!(p, client_proof("other", "s", "c"));
-        assert_ne!(p, client_proof("secret", "c", "s"));
-        assert_ne!(p, server_proof("secret", "s", "c"));
+        assert_ne!(p, client_proof("other", "s", "c", n));
+        assert_ne!(p, client_proof("secret", "c", "s", n));
+        assert_ne!(p, server_proof("secret", "s", "c", n));
+        // Every flag of the negotiation changes both proofs: a downgrade in flight fails.
+        let all = [(false, false), (true, false), (false, true), (true, true)]
+            .map(|(asked, granted)| TagsAgreed { asked, granted });
+        for (i, a) in all.iter().enumerate() {
+            for b in &all[i + 1..] {
+                assert_ne!(
+                    client_proof("k", "s", "c", *a),
+                    client_proof("k", "s", "c", *b)
+                );
+                assert_ne!(
+                    server_proof("k", "c", "s", *a),
+                    server_proof("k", "c", "s", *b)
+                );
+            }
+        }
         let t = Tokens {
             read_write: Some("rw".into()),
             read_only: Some("ro".into()),
         };
         assert_eq!(
-            t.check(&client_proof("rw", "s", "c"), "s", "c").unwrap().0,
+            t.check(&client_proof("rw", "s", "c", n), "s", "c", n)
+                .unwrap()
+                .0,
             Access::ReadWrite
         );
         assert_eq!(
-            t.check(&client_proof("ro", "s", "c"), "s", "c").unwrap().0,
+            t.check(&client_proof("ro", "s", "c", n), "s", "c", n)
+                .unwrap()
+                .0,
             Access::ReadOnly
         );
-        assert!(t.check(&client_proof("xx", "s", "c"), "s", "c").is_none());
-        assert!(Tokens::default().check(&p, "s", "c").is_none());
+        assert!(
+            t.check(&client_proof("xx", "s", "c", n), "s", "c", n)
+                .is_none()
+        );
+        assert!(Tokens::default().check(&p, "s", "c", n).is_none());
+        let granted = TagsAgreed {
+            asked: false,
+            granted: true,
+        };
+        assert!(
+            t.check(&client_proof("rw", "s", "c", n), "s", "c", granted)
+                .is_none()
+        );
         assert!(!format!("{t:?}").contains("rw\""));
     }
 

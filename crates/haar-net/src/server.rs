@@ -96,6 +96,9 @@ pub struct ServerConfig {
     pub local: Option<LocalOffer>,
     /// Bounds on connections, handshakes and idle peers.
     pub limits: ServerLimits,
+    /// When plain-TCP connections tag their frames (design §8): by default when the client's
+    /// address is not a loopback address or the client asks.
+    pub frame_tags: protocol::FrameTags,
 }
 
 /// Bounds that keep hostile or broken peers from exhausting a server (design §8). The
@@ -564,10 +567,22 @@ fn handshake(shared: &Shared, wire: &mut Wire) -> Result<Option<Access>, WireErr
         return Ok(None);
     }
     let server_nonce = auth::nonce();
+    // Plain TCP tags its frames after the login when the client asks or this server's rule
+    // says so (design §8); TLS protects its records itself.
+    let tags = auth::TagsAgreed {
+        asked: hello.tags,
+        granted: shared.config.tls.is_none()
+            && (hello.tags
+                || shared
+                    .config
+                    .frame_tags
+                    .wanted(wire.socket().peer_addr().ok())),
+    };
     let challenge = Challenge {
         version: protocol::VERSION,
         server: format!("haar {} at {}", env!("CARGO_PKG_VERSION"), shared.name),
         nonce: server_nonce.clone(),
+        tags: tags.granted,
     };
     wire.send(Kind::Challenge, 0, f.id, &to_meta(&challenge), &[])?;
     wire.flush()?;
@@ -579,15 +594,17 @@ fn handshake(shared: &Shared, wire: &mut Wire) -> Result<Option<Access>, WireErr
             return Ok(None);
         }
     };
-    let Some((access, token)) = shared
-        .config
-        .tokens
-        .check(&proof, &server_nonce, &hello.nonce)
+    let Some((access, token)) =
+        shared
+            .config
+            .tokens
+            .check(&proof, &server_nonce, &hello.nonce, tags)
     else {
         refuse(
             wire,
             f.id,
-            "token rejected: check HAAR_TOKEN (or --token-file) on the client against the server's"
+            "token rejected: check HAAR_TOKEN (or --token-file) on the client against the server's \
+             (a handshake altered in flight is refused the same way)"
                 .into(),
         )?;
         return Ok(None);
@@ -607,12 +624,11 @@ fn handshake(shared: &Shared, wire: &mut Wire) -> Result<Option<Access>, WireErr
     };
     let welcome = protocol::Welcome {
         access,
-        proof: auth::server_proof(token, &hello.nonce, &server_nonce),
+        proof: auth::server_proof(token, &hello.nonce, &server_nonce, tags),
         local,
     };
-    // Plain TCP: from WELCOME on, every frame of both directions is tagged (design §8); TLS
-    // protects its records itself.
-    if shared.config.tls.is_none() {
+    // From WELCOME on, every frame of both directions is tagged when agreed (design §8).
+    if tags.granted {
         let keys = auth::frame_keys(token, &server_nonce, &hello.nonce);
         wire.seal(
             protocol::Sealer::new(keys.server_to_client),

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use haar_core::Key;
 use haar_core::request::Request;
 use haar_net::auth::{self, Tokens};
-use haar_net::protocol::{self, Frame, Kind, Limits};
+use haar_net::protocol::{self, Frame, FrameTags, Kind, Limits};
 use haar_net::{ClientConfig, RemoteStore, Server, ServerConfig, ServerLimits, Target};
 use haar_store::{FieldStore, FsyncPolicy, PosixBackend, StoreOptions};
 
@@ -61,6 +61,7 @@ fn child_server() {
                 read_only: Some(RO.into()),
             },
             limits,
+            frame_tags: FrameTags::Always,
             ..ServerConfig::default()
         },
     )
@@ -229,6 +230,7 @@ fn hello(nonce: &str) -> Vec<u8> {
         client: "hostile test".into(),
         nonce: nonce.into(),
         host: None,
+        tags: false,
     };
     frame(Kind::Hello, 0, &protocol::to_meta(&h), &[])
 }
@@ -290,7 +292,14 @@ fn login(addr: &str, token: &str) -> Login {
     let hello = hello(&client_nonce);
     s.write_all(&hello).unwrap();
     let c: protocol::Challenge = read(&mut s).meta().unwrap();
-    let proof = auth::client_proof(token, &c.nonce, &client_nonce);
+    // The test servers always tag (FrameTags::Always): the sessions below are tagged although
+    // they run over loopback.
+    assert!(c.tags, "the test server grants frame tags");
+    let tags = auth::TagsAgreed {
+        asked: false,
+        granted: true,
+    };
+    let proof = auth::client_proof(token, &c.nonce, &client_nonce, tags);
     let auth = frame(
         Kind::Auth,
         0,
@@ -857,14 +866,19 @@ fn problems_from_a_server_that_predates_them_come_from_stats() {
             version: protocol::VERSION,
             server: "haar (before PROBLEMS)".into(),
             nonce: nonce.clone(),
+            tags: true,
         };
         s.write_all(&frame(Kind::Challenge, 0, &protocol::to_meta(&c), &[]))
             .unwrap();
+        let tags = auth::TagsAgreed {
+            asked: hello.tags,
+            granted: true,
+        };
         let a: protocol::Auth = read(&mut s).meta().unwrap();
-        assert_eq!(a.proof, auth::client_proof(RO, &nonce, &hello.nonce));
+        assert_eq!(a.proof, auth::client_proof(RO, &nonce, &hello.nonce, tags));
         let w = protocol::Welcome {
             access: protocol::Access::ReadOnly,
-            proof: auth::server_proof(RO, &hello.nonce, &nonce),
+            proof: auth::server_proof(RO, &hello.nonce, &nonce, tags),
             local: None,
         };
         let keys = auth::frame_keys(RO, &nonce, &hello.nonce);
@@ -940,7 +954,8 @@ fn next_frame(r: &mut TcpStream, index: usize, tagged_from: usize) -> Option<Vec
     let mut h = [0u8; protocol::HEADER_LEN];
     r.read_exact(&mut h).ok()?;
     let header = protocol::decode_header(&h, Limits::SESSION).ok()?;
-    let tag = if index >= tagged_from {
+    // A REFUSED ends a failed login: no keys, no tag.
+    let tag = if index >= tagged_from && header.kind != Kind::Refused as u8 {
         protocol::TAG_LEN
     } else {
         0
@@ -965,6 +980,24 @@ enum Attack {
     Replay,
     /// [`Attack::Alter`] on the server's first FIELD (a retrieve's reply).
     AlterReply,
+    /// Sets the CHALLENGE's `tags` to false (CRC recomputed): a downgrade to untagged frames.
+    StripGranted,
+    /// Sets the HELLO's `tags` to false (CRC recomputed): a client's request for tags hidden.
+    StripAsked,
+}
+
+/// `f` (an untagged handshake frame) with its JSON meta's `tags` set to false.
+fn without_tags(f: &[u8]) -> Vec<u8> {
+    let (frame, used) = protocol::decode(f, Limits::SESSION).unwrap();
+    let mut meta: serde_json::Value = serde_json::from_slice(&frame.meta).unwrap();
+    meta["tags"] = serde_json::Value::Bool(false);
+    let meta = serde_json::to_vec(&meta).unwrap();
+    let kind = frame.kind().unwrap();
+    [
+        protocol::encode(kind, frame.flags, frame.id, &meta, &frame.data).unwrap(),
+        f[used..].to_vec(),
+    ]
+    .concat()
 }
 
 /// `f` (a tagged ARCHIVE or FIELD) with a byte of its field changed and both CRCs recomputed,
@@ -1007,6 +1040,9 @@ fn man_in_the_middle(server: &str, attack: Attack) -> String {
                 let mut fields = 0;
                 while let Some(mut f) = next_frame(&mut from_server, index, 1) {
                     index += 1;
+                    if index == 1 && attack == Attack::StripGranted {
+                        f = without_tags(&f);
+                    }
                     if f[4] == Kind::Field as u8 {
                         fields += 1;
                         if fields == 1 && attack == Attack::AlterReply {
@@ -1024,11 +1060,17 @@ fn man_in_the_middle(server: &str, attack: Attack) -> String {
                 let mut index = 0;
                 while let Some(mut f) = next_frame(&mut client, index, 2) {
                     index += 1;
+                    if index == 1 && attack == Attack::StripAsked {
+                        f = without_tags(&f);
+                    }
                     if f[4] == Kind::Archive as u8 {
                         archives.push(f.clone());
                         if archives.len() == 2 {
                             match attack {
-                                Attack::None | Attack::AlterReply => {}
+                                Attack::None
+                                | Attack::AlterReply
+                                | Attack::StripGranted
+                                | Attack::StripAsked => {}
                                 Attack::Drop => continue,
                                 Attack::Replay => f.extend_from_slice(&archives[0]),
                                 Attack::Alter => f = altered(&f),
@@ -1118,4 +1160,38 @@ fn frames_altered_dropped_or_replayed_in_flight_are_refused() {
     );
     assert!(got.is_empty(), "an altered field reached the caller");
     s.serves(30);
+}
+
+/// The tag negotiation cannot be turned off in flight: a man in the middle who clears the
+/// server's grant (CHALLENGE) or the client's request (HELLO) leaves the two ends with
+/// different transcripts, both proofs cover them, and the login is refused and logged.
+#[test]
+fn a_handshake_downgraded_in_flight_is_refused() {
+    let s = Child_::start(limits());
+    let asking = ClientConfig {
+        frame_tags: FrameTags::Always,
+        ..cfg(RW)
+    };
+    for (attack, client) in [
+        (Attack::StripGranted, cfg(RW)),
+        (Attack::StripGranted, asking.clone()),
+        (Attack::StripAsked, asking.clone()),
+    ] {
+        let proxy = man_in_the_middle(&s.addr, attack);
+        let e = RemoteStore::connect(&proxy, &client)
+            .map(|_| ())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains(&proxy) && (e.contains("token rejected") || e.contains("would not tag")),
+            "{attack:?}: {e}"
+        );
+    }
+    s.wait_log("reason=token rejected");
+    // The control: through a proxy that changes nothing, both clients log in and tag.
+    for client in [cfg(RW), asking] {
+        let proxy = man_in_the_middle(&s.addr, Attack::None);
+        let c = RemoteStore::connect(&proxy, &client).unwrap();
+        c.list(&Request::default()).unwrap();
+    }
 }

@@ -256,6 +256,7 @@ fn version_mismatch_is_refused_naming_both_versions() {
         client: "time traveller".into(),
         nonce: "00".into(),
         host: None,
+        tags: false,
     });
     s.write_all(&protocol::encode(Kind::Hello, 0, 0, &hello, &[]).unwrap())
         .unwrap();
@@ -415,11 +416,17 @@ fn welcome(
         client: "welcome test".into(),
         nonce: nonce.clone(),
         host: host(&nonce),
+        tags: true, // asked, so that the WELCOME is tagged and its tag checked here
     });
     s.write_all(&protocol::encode(Kind::Hello, 0, 0, &hello, &[]).unwrap())
         .unwrap();
     let c: protocol::Challenge = read(&mut s).meta().unwrap();
-    let proof = haar_net::auth::client_proof(token, &c.nonce, &nonce);
+    assert!(c.tags, "a server grants the tags a client asks for");
+    let tags = haar_net::auth::TagsAgreed {
+        asked: true,
+        granted: true,
+    };
+    let proof = haar_net::auth::client_proof(token, &c.nonce, &nonce, tags);
     let auth = protocol::to_meta(&protocol::Auth { proof });
     s.write_all(&protocol::encode(Kind::Auth, 0, 0, &auth, &[]).unwrap())
         .unwrap();

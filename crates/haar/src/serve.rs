@@ -21,6 +21,8 @@ pub struct ServeOptions {
     pub tls: Option<(PathBuf, PathBuf)>,
     /// Bounds on connections, handshakes and idle peers (design §8).
     pub limits: ServerLimits,
+    /// When plain-TCP connections tag their frames (design §8).
+    pub frame_tags: haar_net::protocol::FrameTags,
 }
 
 /// Binds a server over the local store `opts` configures, with the read-write token from
@@ -65,6 +67,7 @@ pub fn bind(opts: &OpenOptions, serve: &ServeOptions) -> Result<Server> {
             tls,
             local,
             limits: serve.limits,
+            frame_tags: serve.frame_tags,
         },
     )
     .map_err(|e| Error::net("cannot listen on", &serve.listen, e))

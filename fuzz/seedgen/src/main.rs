@@ -181,6 +181,7 @@ fn wire_seeds(dir: &Path) {
             client: "seed".into(),
             nonce: "00".repeat(32),
             host: None,
+            tags: true,
         }),
         b"",
     );

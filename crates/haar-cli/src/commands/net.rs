@@ -52,6 +52,13 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SECS", default_value_t = ServerLimits::WRITE_TIMEOUT.as_secs_f64(),
           value_parser = positive_secs)]
     pub write_timeout: f64,
+    /// When plain-TCP connections carry a keyed tag on every frame after the login (design
+    /// §8): `auto` (default) tags a connection whose client is not on a loopback address, or
+    /// that asks; `always` tags loopback connections too. TLS connections never carry tags
+    /// (TLS authenticates its records).
+    #[arg(long, value_name = "auto|always", default_value = "auto",
+          value_parser = parse_frame_tags)]
+    pub frame_tags: haar_net::protocol::FrameTags,
     #[command(flatten)]
     pub store: StoreArgs,
     #[command(flatten)]
@@ -129,6 +136,10 @@ fn servers(cli: &Cli) -> Result<Vec<String>, Failure> {
     })
 }
 
+fn parse_frame_tags(s: &str) -> Result<haar_net::protocol::FrameTags, String> {
+    s.parse()
+}
+
 /// `haar serve`: binds, prints `listening on ADDR`, serves until killed.
 pub fn serve(cli: &Cli, a: &ServeArgs) -> Result<(), Failure> {
     let opts = open::open_options(cli);
@@ -145,6 +156,7 @@ pub fn serve(cli: &Cli, a: &ServeArgs) -> Result<(), Failure> {
                 idle_timeout: Duration::from_secs_f64(a.idle_timeout),
                 write_timeout: Duration::from_secs_f64(a.write_timeout),
             },
+            frame_tags: a.frame_tags,
         },
     )?;
     // The backend as `haar bench` and the scripts have always seen it (no "local " prefix).

@@ -81,7 +81,7 @@ fn the_forms_in_use_still_parse() {
         "haar serve --listen 0.0.0.0:7000 --root /dev/shm/haar --backend pmem",
         "haar --root /d --backend pmem serve --listen 0.0.0.0:7070 --token-file t",
         "haar --config c.yaml serve --listen 127.0.0.1:0 --token-file t",
-        "haar serve --listen 127.0.0.1:0 --max-connections 512 --max-unauthenticated 32 --handshake-timeout 5 --idle-timeout 300 --write-timeout 30",
+        "haar serve --listen 127.0.0.1:0 --max-connections 512 --max-unauthenticated 32 --handshake-timeout 5 --idle-timeout 300 --write-timeout 30 --frame-tags always",
         "haar --servers n1:7000,n2:7000 --replicas 2 archive data.grib",
         "haar --servers n1:7000,n2:7000 wait step=12",
         "haar --servers n1:7000,n2:7000 --replicas 2 wait step=12",

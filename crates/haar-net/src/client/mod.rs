@@ -38,6 +38,9 @@ pub struct ClientConfig {
     /// Serve retrieves from the server's own store when it is on this machine and offers it
     /// (design §8, same-host reads); `HAAR_LOCAL_READS=0` turns the default off.
     pub local_reads: bool,
+    /// When to ask for frame tags on plain TCP (design §8): by default when the server's
+    /// address is not a loopback address.
+    pub frame_tags: crate::protocol::FrameTags,
 }
 
 impl Default for ClientConfig {
@@ -47,6 +50,7 @@ impl Default for ClientConfig {
             tls: None,
             connect_timeout: Duration::from_secs(5),
             local_reads: std::env::var_os("HAAR_LOCAL_READS").is_none_or(|v| v != "0"),
+            frame_tags: crate::protocol::FrameTags::Auto,
         }
     }
 }

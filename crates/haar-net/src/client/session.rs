@@ -71,6 +71,7 @@ pub(super) fn connect(addr: &str, cfg: &ClientConfig) -> Result<Session> {
         s.set_write_timeout(Some(cfg.connect_timeout))
     };
     setup(&stream).map_err(|e| io_error("connect", addr, e))?;
+    let stream_peer = stream.peer_addr().ok();
     let conn: Box<dyn Conn> = match &cfg.tls {
         Some(tls) => {
             let host = addr.rsplit_once(':').map(|(h, _)| h).unwrap_or(addr);
@@ -83,6 +84,8 @@ pub(super) fn connect(addr: &str, cfg: &ClientConfig) -> Result<Session> {
         }
         None => Box::new(stream),
     };
+    // Plain TCP asks for frame tags unless the server is on a loopback address (design §8).
+    let ask_tags = cfg.tls.is_none() && cfg.frame_tags.wanted(stream_peer);
     let mut wire = Wire::new(conn);
     let hs = |e: WireError| match e {
         WireError::Io(ref io)
@@ -119,6 +122,7 @@ pub(super) fn connect(addr: &str, cfg: &ClientConfig) -> Result<Session> {
         client: format!("haar {}", env!("CARGO_PKG_VERSION")),
         nonce: client_nonce.clone(),
         host: crate::server::boot_id().map(|b| auth::host_proof(&b, &client_nonce)),
+        tags: ask_tags,
     };
     wire.send(Kind::Hello, 0, 0, &to_meta(&hello), &[])
         .map_err(hs)?;
@@ -163,15 +167,26 @@ pub(super) fn connect(addr: &str, cfg: &ClientConfig) -> Result<Session> {
             class: haar_store::Class::Input,
         });
     }
+    if ask_tags && !challenge.tags {
+        return Err(Error::Remote {
+            server: addr.into(),
+            message: "would not tag its frames although this client asked (its address is not a loopback address): the connection could be altered in flight; use TLS, or check for a man in the middle".into(),
+            class: haar_store::Class::Input,
+        });
+    }
+    let tags = auth::TagsAgreed {
+        asked: ask_tags,
+        granted: challenge.tags,
+    };
     let token = cfg.token.as_deref().unwrap_or("");
-    let proof = auth::client_proof(token, &challenge.nonce, &client_nonce);
+    let proof = auth::client_proof(token, &challenge.nonce, &client_nonce, tags);
     wire.send(Kind::Auth, 0, 0, &to_meta(&protocol::Auth { proof }), &[])
         .map_err(hs)?;
     wire.flush().map_err(|e| hs(e.into()))?;
     // WELCOME is the server's first tagged frame on plain TCP (design §8): it is checked
     // under the keys this token derives, so its access and same-host offer are the server's.
     let (h, header) = wire.read_header(Limits::HANDSHAKE).map_err(hs)?;
-    if cfg.tls.is_none() && header.kind == Kind::Welcome as u8 {
+    if tags.granted && header.kind == Kind::Welcome as u8 {
         let keys = auth::frame_keys(token, &challenge.nonce, &client_nonce);
         wire.seal(
             protocol::Sealer::new(keys.client_to_server),
@@ -199,7 +214,7 @@ pub(super) fn connect(addr: &str, cfg: &ClientConfig) -> Result<Session> {
             .into()));
         }
     };
-    let expected = auth::server_proof(token, &client_nonce, &challenge.nonce);
+    let expected = auth::server_proof(token, &client_nonce, &challenge.nonce, tags);
     if !auth::constant_time_eq(&expected, &welcome.proof) {
         return Err(Error::Remote {
             server: addr.into(),

@@ -18,6 +18,10 @@ pub struct Hello {
     /// Absent when the client's machine has no boot id.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// The client asks for frame tags (its server's address is not a loopback address, or it
+    /// is configured to always tag). Bound into both proofs, so it cannot be stripped in flight.
+    #[serde(default)]
+    pub tags: bool,
 }
 
 /// `CHALLENGE`.
@@ -29,6 +33,10 @@ pub struct Challenge {
     pub server: String,
     /// 32 random bytes, hex.
     pub nonce: String,
+    /// Frames after the login carry tags: the client asked, or the server's rule says so
+    /// (its peer is not a loopback address, or it always tags). Bound into both proofs.
+    #[serde(default)]
+    pub tags: bool,
 }
 
 /// `AUTH`.

@@ -16,6 +16,41 @@ pub const MAGIC: [u8; 4] = *b"HAR1";
 /// tags every frame after the login on plain TCP ([`Sealer`]); a peer of another version is
 /// refused with both versions named.
 pub const VERSION: u32 = 2;
+/// When a plain-TCP connection tags its frames (design §8, "Protected traffic"). TLS
+/// connections never do: TLS authenticates its own records.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub enum FrameTags {
+    /// Tag whenever either end's peer address is not a loopback address: traffic that never
+    /// leaves the machine is not tagged (only the host's own root could alter it), traffic
+    /// that can is.
+    #[default]
+    Auto,
+    /// Tag every connection, loopback included.
+    Always,
+}
+
+impl FrameTags {
+    /// Whether this end asks for tags on a connection whose peer is `peer` (`None`: unknown,
+    /// which asks for them).
+    pub fn wanted(self, peer: Option<std::net::SocketAddr>) -> bool {
+        match self {
+            FrameTags::Always => true,
+            FrameTags::Auto => !peer.is_some_and(|a| a.ip().to_canonical().is_loopback()),
+        }
+    }
+}
+
+impl std::str::FromStr for FrameTags {
+    type Err = String;
+    fn from_str(s: &str) -> Result<FrameTags, String> {
+        match s {
+            "auto" => Ok(FrameTags::Auto),
+            "always" => Ok(FrameTags::Always),
+            _ => Err(format!("frame tags `{s}`: expected `auto` or `always`")),
+        }
+    }
+}
+
 /// Bytes in a frame header.
 pub const HEADER_LEN: usize = 28;
 /// Flag bit 0: last frame of a reply stream.
@@ -548,6 +583,34 @@ pub use seal::*;
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn frame_tags_are_wanted_off_loopback() {
+        let addr = |s: &str| Some(s.parse::<std::net::SocketAddr>().unwrap());
+        for a in [
+            "127.0.0.1:1",
+            "127.8.9.10:1",
+            "[::1]:1",
+            "[::ffff:127.0.0.1]:1",
+        ] {
+            assert!(!FrameTags::Auto.wanted(addr(a)), "{a}");
+            assert!(FrameTags::Always.wanted(addr(a)), "{a}");
+        }
+        for a in [
+            "10.0.0.5:1",
+            "192.168.1.1:1",
+            "[2001:db8::1]:1",
+            "[::ffff:10.0.0.5]:1",
+        ] {
+            assert!(FrameTags::Auto.wanted(addr(a)), "{a}");
+        }
+        assert!(
+            FrameTags::Auto.wanted(None),
+            "an unknown peer is not trusted"
+        );
+        assert_eq!("always".parse::<FrameTags>(), Ok(FrameTags::Always));
+        assert!("sometimes".parse::<FrameTags>().is_err());
+    }
     use haar_core::Key;
     use proptest::prelude::*;
 
