@@ -183,6 +183,9 @@ pub struct PoolMapping {
     len: AtomicUsize,
     mode: PersistMode,
     dax: bool,
+    /// The simulated power loss's durable image, when `HAAR_POWER_LOSS` records this pool
+    /// ([`crate::powerfail`]).
+    recorder: Option<std::sync::Arc<crate::powerfail::Recorder>>,
 }
 
 // SAFETY: the mapping is process-wide memory, valid until `Drop`, with no thread affinity.
@@ -244,7 +247,13 @@ impl PoolMapping {
         };
         let (base, dax) = map_shared(&file, reserve)
             .map_err(|e| ctx(&format!("cannot map {reserve} bytes of pool file"), e))?;
+        let recorder = if std::env::var_os(crate::powerfail::POWER_LOSS_ENV).is_some() {
+            crate::powerfail::attach(path, len).map_err(|e| ctx("cannot record pool file", e))?
+        } else {
+            None
+        };
         Ok(PoolMapping {
+            recorder,
             file,
             path: path.to_owned(),
             base,
@@ -314,6 +323,9 @@ impl PoolMapping {
             )
         })?;
         self.len.fetch_max(new_len, Ordering::AcqRel);
+        if let Some(r) = &self.recorder {
+            r.grow(new_len);
+        }
         Ok(())
     }
 
@@ -444,6 +456,9 @@ impl PoolMapping {
         // SAFETY: in bounds (checked); exclusivity and no overlap with `src` (a slice borrowed
         // from elsewhere cannot be an unpublished range) are the caller's.
         unsafe { copy_nt(self.base.as_ptr().add(off), src) };
+        if let Some(r) = &self.recorder {
+            r.nt(off, src.len());
+        }
         Ok(())
     }
 
@@ -458,7 +473,11 @@ impl PoolMapping {
     pub unsafe fn write_nt_crc32c(&self, off: usize, src: &[u8]) -> io::Result<u32> {
         self.check(off, src.len())?;
         // SAFETY: as `write_nt`.
-        Ok(unsafe { copy_nt_crc32c(self.base.as_ptr().add(off), src) })
+        let crc = unsafe { copy_nt_crc32c(self.base.as_ptr().add(off), src) };
+        if let Some(r) = &self.recorder {
+            r.nt(off, src.len());
+        }
+        Ok(crc)
     }
 
     /// Makes `off..off + len` durable with the mapping's [`PersistMode`], and fences every
@@ -470,7 +489,23 @@ impl PoolMapping {
         self.check(off, len)?;
         // SAFETY: the range is inside the live file mapping (checked).
         unsafe { persist(self.base.as_ptr().add(off), len, self.mode) }
-            .map_err(|e| annotate(e, &self.path, "cannot persist pool range"))
+            .map_err(|e| annotate(e, &self.path, "cannot persist pool range"))?;
+        if let Some(r) = &self.recorder {
+            // SAFETY: `file_len` bytes from the base are mapped.
+            unsafe { r.persist(self.base.as_ptr(), self.file_len(), off, len) };
+        }
+        Ok(())
+    }
+
+    /// A store fence ([`crate::sfence`]): the non-temporal stores this thread issued
+    /// through [`write_nt`](Self::write_nt) are ordered before later stores, and on real
+    /// persistent memory ([`PersistMode::CpuCache`]) durable.
+    pub fn fence(&self) {
+        crate::sfence();
+        if let Some(r) = &self.recorder {
+            // SAFETY: `file_len` bytes from the base are mapped.
+            unsafe { r.fence(self.base.as_ptr(), self.file_len()) };
+        }
     }
 
     /// The 8 bytes at `off` as an atomic, shared with every process that maps the file

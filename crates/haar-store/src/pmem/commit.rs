@@ -269,7 +269,7 @@ impl DbWriter for PmemWriter {
         let pool = &*self.pool;
         // 1. field bytes durable (non-temporal stores need only the fence in CpuCache mode).
         match pool.map.mode() {
-            PersistMode::CpuCache => haar_persist::sfence(),
+            PersistMode::CpuCache => pool.map.fence(),
             PersistMode::Msync => {
                 for &(off, len) in &self.unpersisted {
                     self.persist(off, len)?;

@@ -378,6 +378,11 @@ impl Pool {
     }
 }
 
+/// Bytes from the start of a file without magic that must be zero, past the header, for it to
+/// be taken for an interrupted creation whatever its header holds (design §5.1): the commit
+/// slots, tables and first heap bytes of any pool that was ever used lie inside.
+const CREATION_PROBE: usize = 64 << 20;
+
 /// Whether the file at the pool's path is what an interrupted creation leaves (design §5.1):
 /// no magic (the last store of a creation), and either nothing else written, or a header
 /// complete but for its magic whose heap and commit log were never used. Anything else
@@ -394,6 +399,17 @@ fn interrupted_creation(map: &PoolMapping, len: usize) -> bool {
     }
     if h.len() < 128 || h[0..8] != [0; 8] {
         return false;
+    }
+    // A power cut before the header's persist may leave any of its cache lines durable and
+    // not the others (a header that is neither zeros nor complete). A creation writes nothing
+    // else before its magic, and a pool that was ever used holds non-zero bytes right after
+    // the header (its commit slots, process table, heap): zeros there mean nothing to lose.
+    let probe = len.min(CREATION_PROBE);
+    if let Some(rest) = map.slice(128, probe.saturating_sub(128))
+        && probe > 128
+        && rest.iter().all(|&b| b == 0)
+    {
+        return true;
     }
     let mut with = h[..128].to_vec();
     with[0..8].copy_from_slice(MAGIC);
