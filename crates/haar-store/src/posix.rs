@@ -72,6 +72,26 @@ pub(crate) fn flock(file: &File, op: libc::c_int) -> io::Result<()> {
     }
 }
 
+/// How long a wipe or purge waits for a database's writers to let go before it reports the
+/// database busy (design §4.6): a writer that is just finishing, or a descriptor of the lock
+/// briefly inherited by a child process between its fork and exec, is not worth an error.
+pub(crate) const EXCLUSIVE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// An exclusive `flock(2)` on `file`, retried for up to [`EXCLUSIVE_GRACE`].
+pub(crate) fn flock_exclusive_patiently(file: &File) -> io::Result<()> {
+    let until = std::time::Instant::now() + EXCLUSIVE_GRACE;
+    loop {
+        match flock(file, libc::LOCK_EX | libc::LOCK_NB) {
+            Err(e)
+                if e.kind() == io::ErrorKind::WouldBlock && std::time::Instant::now() < until =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            r => return r,
+        }
+    }
+}
+
 fn sync(file: &File, path: &Path, policy: FsyncPolicy) -> Result<()> {
     if policy == FsyncPolicy::Always {
         file.sync_data()
@@ -320,8 +340,7 @@ impl Backend for PosixBackend {
             return Ok(());
         };
         let lock = open_lock(&dir)?;
-        flock(&lock, libc::LOCK_EX | libc::LOCK_NB)
-            .map_err(|_| busy(db, &dir, "writers hold it"))?;
+        flock_exclusive_patiently(&lock).map_err(|_| busy(db, &dir, "writers hold it"))?;
         let toc_path = dir.join("toc");
         let mut toc = OpenOptions::new()
             .append(true)
@@ -351,8 +370,7 @@ impl Backend for PosixBackend {
             reason: "no such database".into(),
         })?;
         let lock = open_lock(&dir)?;
-        flock(&lock, libc::LOCK_EX | libc::LOCK_NB)
-            .map_err(|_| busy(db, &dir, "writers hold it"))?;
+        flock_exclusive_patiently(&lock).map_err(|_| busy(db, &dir, "writers hold it"))?;
         Ok(Box::new(PosixExclusive {
             dir,
             _lock: lock,

@@ -306,7 +306,12 @@ impl PmemBackend {
 
     fn try_lock(&self, db: &Key, op: libc::c_int, what: &str) -> Result<File> {
         let f = self.lock_file(db)?;
-        flock(&f, op | libc::LOCK_NB).map_err(|_| Error::Busy {
+        let locked = if op == libc::LOCK_EX {
+            crate::posix::flock_exclusive_patiently(&f)
+        } else {
+            flock(&f, op | libc::LOCK_NB)
+        };
+        locked.map_err(|_| Error::Busy {
             db: db.to_string(),
             detail: format!(
                 "{what} (pool {}); retry when they have finished",
