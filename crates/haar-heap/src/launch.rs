@@ -19,7 +19,8 @@ pub const LIB_ENV: &str = "HAAR_HEAP_LIB";
 /// Finds the preload library: `$HAAR_HEAP_LIB`, else next to the running executable (cargo
 /// puts `target/release/libhaar_heap_preload.so` beside `target/release/haar`), else in
 /// `../lib/` and `../lib/haar/` beside it (an installed layout). When the executable is a
-/// test in `target/*/deps/`, the profile directory above it is looked at too.
+/// test or an example (`target/*/deps/`, `target/*/examples/`), the profile directory above
+/// it is looked at too.
 ///
 /// # Errors
 /// [`HeapError::LibraryMissing`], listing every place looked at and how to build it.
@@ -44,7 +45,9 @@ fn find_library_from(env: Option<OsString>, exe: Option<&Path>) -> Result<PathBu
             dir.join("../lib").join(LIB_NAME),
             dir.join("../lib/haar").join(LIB_NAME),
         ];
-        if dir.file_name() == Some(OsStr::new("deps")) {
+        if [OsStr::new("deps"), OsStr::new("examples")]
+            .contains(&dir.file_name().unwrap_or_default())
+        {
             candidates.insert(1, dir.join("..").join(LIB_NAME));
         }
         for c in candidates {

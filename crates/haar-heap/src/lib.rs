@@ -33,8 +33,8 @@ use std::path::PathBuf;
 
 /// C source of the STREAM-shaped triad (dynamic arrays, one thread; not the reference
 /// STREAM) that the tests and `haar_bench::bench::heap` compile and run under the heap:
-/// `triad N REPS` prints `triad_best_gbs=… n=… reps=… bad=…` and exits 0 when every element
-/// is right.
+/// `triad N REPS [OUT]` prints `triad_best_gbs=… n=… reps=… bad=…` (into OUT when given) and
+/// exits 0 when every element is right.
 pub const TRIAD_C: &str = include_str!("triad.c");
 
 /// Why `haar run --heap` could not run the command. Every message names the directory, file
