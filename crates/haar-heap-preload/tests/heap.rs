@@ -285,3 +285,34 @@ fn an_unusable_directory_or_library_stops_before_the_command_runs() {
     assert!(!marker.exists(), "the command ran");
     assert_eq!(entries(work.path()), Vec::<String>::new());
 }
+
+#[test]
+fn sigterm_to_the_launcher_reaches_the_command_and_the_file_goes() {
+    let _g = serial();
+    let dir = pool_dir();
+    let work = tempfile::tempdir().unwrap();
+    let started = work.path().join("started");
+    let spec: HeapSpec = format!("{}:128M", dir.path().display()).parse().unwrap();
+    let lib = library();
+    let script = format!("touch {}; exec sleep 30", started.display());
+    let runner = std::thread::spawn(move || {
+        let argv: Vec<OsString> = vec!["sh".into(), "-c".into(), script.into()];
+        haar_heap::run(&spec, Some(&lib), &argv).unwrap()
+    });
+    let t = std::time::Instant::now();
+    while !started.exists() {
+        assert!(t.elapsed().as_secs() < 20, "the command never started");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    // As `kill PID_OF_HAAR` would: the launcher's handler is installed before the command
+    // starts, so this process survives and the command gets the signal.
+    unsafe { libc::kill(libc::getpid(), libc::SIGTERM) };
+    let ran = runner.join().unwrap();
+    assert_eq!(ran.shell_status(), 128 + libc::SIGTERM as u8);
+    assert!(
+        t.elapsed().as_secs() < 20,
+        "sleep was not ended by the signal"
+    );
+    assert!(!ran.file.exists());
+    assert!(entries(dir.path()).is_empty());
+}
