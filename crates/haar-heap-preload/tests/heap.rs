@@ -129,13 +129,38 @@ fn a_c_program_s_gib_lives_in_the_file_not_in_the_dram_heap() {
     assert!(!ran.file.exists(), "pool file left behind");
     assert!(entries(dir.path()).is_empty(), "{:?}", entries(dir.path()));
 
-    // The contrast: the same program on the C library's heap has no pool and 1 GiB anonymous,
-    // so the figures above measure placement, not the program.
-    let plain = Command::new(&prog).output().unwrap();
-    let out = String::from_utf8_lossy(&plain.stdout);
-    assert!(plain.status.success(), "{out}");
-    assert_eq!(field(&out, "pool_rss_kb"), 0);
-    assert!(field(&out, "anon_kb") > 1_000_000, "{out}");
+    // A program the command starts (sh runs it as a child, not by exec) gets a private pool
+    // in the same directory, not the DRAM heap, and it goes when the program ends.
+    let (ran, out, err) = run_heap(
+        dir.path(),
+        "2G",
+        &["sh", "-c", &format!("{}; true", prog.display())],
+        &[],
+    );
+    assert_eq!(ran.shell_status(), 0, "{out}{err}");
+    assert!(field(&out, "pool_rss_kb") > 1_000_000, "{out}");
+    assert!(
+        field(&out, "file_kb") < 100_000,
+        "the named pool is the shell's: {out}"
+    );
+    assert!(field(&out, "anon_kb") < 100_000, "{out}");
+    assert!(entries(dir.path()).is_empty(), "{:?}", entries(dir.path()));
+
+    // The contrast: the same program on the C library's heap, and with the library preloaded
+    // but no pool named (it is then inert), has no pool and 1 GiB anonymous, so the figures
+    // above measure placement, not the program.
+    for preload in [None, Some(library())] {
+        let mut c = Command::new(&prog);
+        c.env_remove(haar_heap::FILE_ENV);
+        if let Some(lib) = &preload {
+            c.env("LD_PRELOAD", lib);
+        }
+        let plain = c.output().unwrap();
+        let out = String::from_utf8_lossy(&plain.stdout);
+        assert!(plain.status.success(), "{preload:?}: {out}");
+        assert_eq!(field(&out, "pool_rss_kb"), 0);
+        assert!(field(&out, "anon_kb") > 1_000_000, "{preload:?}: {out}");
+    }
 }
 
 #[test]

@@ -1,8 +1,9 @@
 /* An unmodified program as haar run --heap meets it: it knows nothing of the pool. It mallocs
  * 1 GiB (half in 1 MiB pieces, half in one block), writes and checks every byte, grows the
  * block with realloc, takes aligned blocks and calloc'ed ones, then reports where its memory
- * is: the resident size of the mapping of $HAAR_HEAP_FILE (from /proc/self/smaps), the file's
- * allocated size, and the process's anonymous (DRAM heap) RSS. Exit 0 only if every check
+ * is: the resident size of the mappings of files in $HAAR_HEAP_FILE's directory (from
+ * /proc/self/smaps), the named file's allocated size, and the process's anonymous (DRAM
+ * heap) RSS. Exit 0 only if every check
  * passed. */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -23,8 +24,15 @@ static long kb_field(const char *file, const char *key) {
     return v;
 }
 
-/* Rss of every mapping of `path` in /proc/self/smaps, in KiB. */
-static long mapping_rss_kb(const char *path) {
+/* Rss of every mapping of a file in `path`'s directory (the pool, or a private pool made
+ * there, which shows as DIR/#inode (deleted)) in /proc/self/smaps, in KiB. */
+static long mapping_rss_kb(const char *pool) {
+    char path[4096] = "";
+    if (pool) {
+        snprintf(path, sizeof path, "%s", pool);
+        char *slash = strrchr(path, '/');
+        if (slash) slash[1] = 0;
+    }
     FILE *f = fopen("/proc/self/smaps", "r");
     char line[4096];
     int in = 0;
@@ -32,7 +40,7 @@ static long mapping_rss_kb(const char *path) {
     while (f && fgets(line, sizeof line, f)) {
         int hex = (line[0] >= '0' && line[0] <= '9') || (line[0] >= 'a' && line[0] <= 'f');
         if (hex && strchr(line, '-')) { /* a mapping's header line */
-            in = path && strstr(line, path) != NULL;
+            in = pool && strstr(line, path) != NULL;
         } else if (in && !strncmp(line, "Rss:", 4)) {
             sum += atol(line + 4);
         }
