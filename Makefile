@@ -12,8 +12,10 @@ DOCS   := target/docs
 setup:
 	@scripts/setup.sh
 
+# The binaries, and the library `haar run --heap` preloads (next to the haar binary).
 build: setup
 	$(CARGO) build --release --workspace --bins
+	$(CARGO) build --release -p haar-heap-preload
 
 peer: setup
 	@bench/build-peer.sh || echo "make: FDB5 peer not built; haar bench runs without it"

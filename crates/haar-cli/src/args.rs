@@ -313,7 +313,11 @@ impl Command {
                 a.local.onto(o);
                 a.token.onto(o);
             }
-            Command::Bench(_) | Command::Stream(_) | Command::Advise(_) | Command::Generate(_) => {}
+            Command::Bench(_)
+            | Command::Stream(_)
+            | Command::Advise(_)
+            | Command::Run(_)
+            | Command::Generate(_) => {}
         }
     }
 }
@@ -383,6 +387,13 @@ pub enum Command {
     /// Which persistent-memory configuration suits an application (the JCST paper's decision
     /// trees), by flags, an answer file or questions; --probe inspects this machine.
     Advise(crate::commands::advise::AdviseArgs),
+    /// Run an unmodified program with its heap in a file mapped from a directory (a DAX
+    /// mount on persistent memory), as libvmmalloc did: `haar run --heap DIR[:SIZE] --
+    /// COMMAND [ARGS...]`.
+    ///
+    /// Every malloc of COMMAND comes from the file; static data and stacks stay in DRAM. The
+    /// file is removed when COMMAND ends; haar exits with COMMAND's status.
+    Run(crate::commands::run::RunArgs),
     /// Import the fields of an existing FDB5 database (through FDB5's fdb-list and fdb-read),
     /// archive them under the keys FDB5 reports, flush, and verify every field's bytes.
     ///

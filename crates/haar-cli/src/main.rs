@@ -56,6 +56,22 @@ impl Failure {
             message: String::new(),
         }
     }
+    /// A failure with the given exit status, e.g. one a shell would report for a command
+    /// that could not be run (126, 127).
+    pub fn with_status(code: u8, message: impl Into<String>) -> Failure {
+        Failure {
+            code,
+            message: message.into(),
+        }
+    }
+    /// Exit with `code` and no message: the status of a command haar ran (`haar run`), which
+    /// has said what it had to say itself.
+    pub fn quiet(code: u8) -> Failure {
+        Failure {
+            code,
+            message: String::new(),
+        }
+    }
     /// I/O or corruption (exit 3).
     pub fn io(message: impl Into<String>) -> Failure {
         Failure {
@@ -107,7 +123,9 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(f) if f.code == 0 => ExitCode::SUCCESS,
         Err(f) => {
-            eprintln!("haar: {}", f.message);
+            if !f.message.is_empty() {
+                eprintln!("haar: {}", f.message);
+            }
             ExitCode::from(f.code)
         }
     }

@@ -301,6 +301,11 @@ pub struct Probe {
     pub mem_available: Option<u64>,
     /// NUMA nodes: (node, MemTotal of the node, has CPUs).
     pub numa_nodes: Vec<(u32, u64, bool)>,
+    /// NUMA nodes with memory and no CPUs: persistent memory onlined as system RAM (KMEM
+    /// DAX) or CXL memory, with the `numactl` commands that place a program there.
+    pub memory_only_nodes: Vec<MemoryOnlyNode>,
+    /// `numactl -H`'s `available:` line when numactl is installed (probing `/` only).
+    pub numactl: Option<String>,
     /// Installed memory devices from SMBIOS (type 17), where readable: (size bytes, kind).
     pub dimms: Vec<(u64, String)>,
     /// Regions, namespaces and DAX devices under `/sys/bus/nd/devices`.
@@ -317,6 +322,82 @@ pub struct Probe {
     pub memory_mode: MemoryMode,
     /// What the findings imply, one sentence each.
     pub implications: Vec<String>,
+}
+
+/// A NUMA node with memory and no CPUs: the modern way to use persistent memory (or CXL
+/// memory) as memory without Memory mode: `daxctl reconfigure-device --mode=system-ram`
+/// onlines a device-dax namespace as such a node (KMEM DAX, Linux 5.1+), and `numactl`
+/// places programs on it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MemoryOnlyNode {
+    /// The node number.
+    pub node: u32,
+    /// Its MemTotal in bytes (0 when unreadable).
+    pub bytes: u64,
+    /// Every page of COMMAND on this node: `numactl --membind=N COMMAND`.
+    pub membind: String,
+    /// This node first, DRAM when it is full: `numactl --preferred=N COMMAND`.
+    pub preferred: String,
+}
+
+/// Parses a kernel node or CPU list (`0-3,8,10-11`); malformed parts are skipped.
+pub fn parse_list(s: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for part in s.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                if let (Ok(a), Ok(b)) = (a.trim().parse::<u32>(), b.trim().parse::<u32>()) {
+                    out.extend(a..=b.min(a.saturating_add(4096)));
+                }
+            }
+            None => out.extend(part.trim().parse::<u32>().ok()),
+        }
+    }
+    out
+}
+
+/// The memory-only nodes: in `has_memory` and not in `has_cpu` (sysfs's node masks), or,
+/// where those are not readable, the nodes with memory and an empty `cpulist`.
+fn memory_only_nodes(root: &Path, nodes: &[(u32, u64, bool)]) -> Vec<MemoryOnlyNode> {
+    let ids: Vec<u32> = match (
+        read(root, "sys/devices/system/node/has_memory"),
+        read(root, "sys/devices/system/node/has_cpu"),
+    ) {
+        (Some(mem), Some(cpu)) => {
+            let cpu = parse_list(&cpu);
+            parse_list(&mem)
+                .into_iter()
+                .filter(|n| !cpu.contains(n))
+                .collect()
+        }
+        _ => nodes
+            .iter()
+            .filter(|n| !n.2 && n.1 > 0)
+            .map(|n| n.0)
+            .collect(),
+    };
+    ids.into_iter()
+        .map(|node| MemoryOnlyNode {
+            node,
+            bytes: nodes.iter().find(|n| n.0 == node).map_or(0, |n| n.1),
+            membind: format!("numactl --membind={node} COMMAND"),
+            preferred: format!("numactl --preferred={node} COMMAND"),
+        })
+        .collect()
+}
+
+/// `numactl -H`'s `available: N nodes (…)` line, when numactl is installed.
+fn numactl_available() -> Option<String> {
+    let out = std::process::Command::new("numactl")
+        .arg("-H")
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    text.lines()
+        .find(|l| l.starts_with("available:"))
+        .map(|l| l.trim().to_string())
 }
 
 /// Whether the machine runs persistent memory in Memory mode (DRAM as a cache in front of it).
@@ -511,6 +592,12 @@ pub fn probe(root: &Path) -> Probe {
         .map(|l| l.trim().to_string())
         .collect();
     let memory_mode = memory_mode_verdict(mem_total, &dimms);
+    let memory_only_nodes = memory_only_nodes(root, &numa_nodes);
+    let numactl = if root == Path::new("/") {
+        numactl_available()
+    } else {
+        None
+    };
     let mut p = Probe {
         cpu: cpu_model(root),
         cpus: entries(&root.join("sys/devices/system/cpu"))
@@ -524,6 +611,8 @@ pub fn probe(root: &Path) -> Probe {
         mem_total,
         mem_available,
         numa_nodes,
+        memory_only_nodes,
+        numactl,
         dimms,
         nvdimm: sys_devices(root, "nd"),
         cxl: sys_devices(root, "cxl"),
@@ -574,13 +663,36 @@ pub fn implications(p: &Probe) -> Vec<String> {
     } else {
         out.push("no CXL devices found under /sys/bus/cxl/devices".into());
     }
-    let cpuless: Vec<_> = p.numa_nodes.iter().filter(|n| !n.2 && n.1 > 0).collect();
-    if !cpuless.is_empty() {
+    for n in &p.memory_only_nodes {
         out.push(format!(
-            "{} NUMA node(s) with memory but no CPUs: memory expanders (persistent memory as \
-             system RAM via KMEM DAX, or CXL); bandwidth there differs from DRAM",
-            cpuless.len()
+            "NUMA node {} has {} of memory and no CPUs: persistent memory as system RAM (KMEM \
+             DAX) or CXL memory. Place a whole program there with `{}`, or fill it first and \
+             spill to DRAM with `{}`{}",
+            n.node,
+            human(n.bytes),
+            n.membind,
+            n.preferred,
+            if p.numactl.is_some() {
+                ""
+            } else {
+                " (numactl is not installed: apt-get install numactl)"
+            }
         ));
+    }
+    if p.memory_only_nodes.is_empty() {
+        out.push(if p.dax_mounts.is_empty() {
+            "no NUMA node with memory and no CPUs (KMEM DAX or CXL): persistent memory in a \
+             device-dax namespace becomes one with `daxctl reconfigure-device \
+             --mode=system-ram dax0.0`, then `numactl --membind=N` places programs on it"
+                .to_string()
+        } else {
+            format!(
+                "no NUMA node with memory and no CPUs (KMEM DAX or CXL); to put an unmodified \
+                 program's heap on the DAX mount without Memory mode: `haar run --heap {}:SIZE \
+                 -- COMMAND`",
+                p.dax_mounts[0].mount_point.display()
+            )
+        });
     }
     match &p.memory_mode {
         MemoryMode::Likely(_) => out.push(
@@ -793,6 +905,28 @@ mod tests {
             "{all}"
         );
         assert!(all.contains("CPU-less") || all.contains("no CPUs"), "{all}");
+        assert_eq!(
+            p.memory_only_nodes,
+            vec![MemoryOnlyNode {
+                node: 2,
+                bytes: 5000 * 1024,
+                membind: "numactl --membind=2 COMMAND".into(),
+                preferred: "numactl --preferred=2 COMMAND".into(),
+            }]
+        );
+        assert!(all.contains("numactl --membind=2 COMMAND"), "{all}");
+        assert!(all.contains("numactl --preferred=2 COMMAND"), "{all}");
+        // sysfs's masks win over cpulist when present: node 2 onlined, node 3 offline.
+        write(r, "sys/devices/system/node/has_memory", "0,2\n");
+        write(r, "sys/devices/system/node/has_cpu", "0\n");
+        write(r, "sys/devices/system/node/node3/cpulist", "\n");
+        write(
+            r,
+            "sys/devices/system/node/node3/meminfo",
+            "Node 3 MemTotal: 7 kB\n",
+        );
+        let nodes: Vec<u32> = probe(r).memory_only_nodes.iter().map(|n| n.node).collect();
+        assert_eq!(nodes, [2]);
         assert!(all.contains("1 CXL device"), "{all}");
     }
 
@@ -803,6 +937,20 @@ mod tests {
         assert!(p.nvdimm.is_empty() && p.cxl.is_empty() && p.dax_mounts.is_empty());
         assert!(matches!(p.memory_mode, MemoryMode::Unknown(_)));
         assert!(p.implications[0].contains("no persistent memory found"));
+        assert!(p.memory_only_nodes.is_empty());
+        let all = p.implications.join("\n");
+        assert!(
+            all.contains("daxctl reconfigure-device --mode=system-ram"),
+            "{all}"
+        );
+    }
+
+    #[test]
+    fn node_lists_parse_as_the_kernel_writes_them() {
+        assert_eq!(parse_list("0-3,8,10-11\n"), [0, 1, 2, 3, 8, 10, 11]);
+        assert_eq!(parse_list("0"), [0]);
+        assert_eq!(parse_list(""), Vec::<u32>::new());
+        assert_eq!(parse_list("x,2"), [2]);
     }
 
     #[test]

@@ -39,6 +39,18 @@ impl fmt::Display for Advice {
                 s.push_str(&format!("  {c}\n"));
             }
         }
+        if let Some(heap) = &self.heap {
+            s.push_str(
+                "Without rebooting into Memory mode (App Direct; the heap on persistent memory, \
+                 static data and stacks in DRAM, as libvmmalloc did; suits programs limited by \
+                 DRAM capacity whose data is mostly malloc'ed and not latency bound):\n",
+            );
+            s.push_str(&format!("  {heap}\n"));
+            s.push_str(
+                "  or, with persistent memory onlined as a NUMA node (KMEM DAX): numactl \
+                 --membind=N ./app (haar advise --probe finds N)\n",
+            );
+        }
         if let Some(cfg) = &self.haar_config {
             s.push_str("haar configuration (--config FILE or $HAAR_CONFIG):\n");
             for l in cfg.lines() {
@@ -77,6 +89,23 @@ impl fmt::Display for Probe {
             self.mem_available.map_or("unknown".into(), machine::human)
         ));
         s.push_str(&format!("  NUMA nodes: {}\n", self.numa_nodes.len()));
+        s.push_str(&format!(
+            "  memory-only NUMA nodes (KMEM DAX, CXL):{}\n",
+            none(!self.memory_only_nodes.is_empty())
+        ));
+        for n in &self.memory_only_nodes {
+            s.push_str(&format!(
+                "    node {}: {}  ->  {}  |  {}\n",
+                n.node,
+                machine::human(n.bytes),
+                n.membind,
+                n.preferred
+            ));
+        }
+        s.push_str(&format!(
+            "  numactl: {}\n",
+            self.numactl.as_deref().unwrap_or("not installed")
+        ));
         if self.dimms.is_empty() {
             s.push_str("  installed DIMMs (SMBIOS):  not visible\n");
         } else {

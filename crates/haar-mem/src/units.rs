@@ -5,7 +5,7 @@
 //! Pure: owns the grammar and its error messages, nothing else.
 
 /// Parses a byte size: a number (decimals allowed) and an optional binary unit `B`, `K`/`KB`/
-/// `KiB`, `M`/`MB`/`MiB`, `G`/`GB`/`GiB`; surrounding blanks and a trailing newline are
+/// `KiB`, `M`/`MB`/`MiB`, `G`/`GB`/`GiB`, `T`/`TB`/`TiB`; surrounding blanks and a trailing newline are
 /// ignored. The error says what was wrong and gives examples.
 pub fn parse_size(s: &str) -> Result<u64, String> {
     let t = s.trim();
@@ -21,7 +21,12 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         "k" | "kb" | "kib" => 1024.0,
         "m" | "mb" | "mib" => 1024.0 * 1024.0,
         "g" | "gb" | "gib" => 1024.0 * 1024.0 * 1024.0,
-        u => return Err(format!("{s:?}: unknown unit {u:?} (use B, KiB, MiB, GiB)")),
+        "t" | "tb" | "tib" => 1024.0 * 1024.0 * 1024.0 * 1024.0,
+        u => {
+            return Err(format!(
+                "{s:?}: unknown unit {u:?} (use B, KiB, MiB, GiB, TiB)"
+            ));
+        }
     };
     let v = n * mult;
     if !v.is_finite() || v < 0.0 || v > u64::MAX as f64 {
@@ -41,6 +46,7 @@ mod tests {
         assert_eq!(parse_size("800k").unwrap(), 819_200);
         assert_eq!(parse_size("3.2MiB").unwrap(), 3_355_443);
         assert_eq!(parse_size("1G").unwrap(), 1 << 30);
+        assert_eq!(parse_size("3T").unwrap(), 3 << 40);
         assert_eq!(parse_size("36608K").unwrap(), 36608 << 10);
         assert_eq!(parse_size("2M\n").unwrap(), 2 << 20);
         assert!(

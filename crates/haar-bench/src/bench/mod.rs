@@ -8,6 +8,7 @@
 //! the workloads ([`crate::hammer`], [`crate::workflow`]).
 
 pub mod grib;
+pub mod heap;
 pub mod net;
 pub mod reuse;
 

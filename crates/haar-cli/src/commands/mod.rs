@@ -6,6 +6,7 @@ pub mod workloads;
 pub mod advise;
 pub mod archive;
 pub mod import;
+pub mod run;
 pub mod stream;
 
 use std::io::{IsTerminal, Write};
@@ -40,6 +41,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Cluster(_) => net::cluster(&cli),
         Command::Stream(a) => stream::run(a),
         Command::Advise(a) => advise::run(a),
+        Command::Run(a) => run::run(a),
         Command::Hammer(a) => workloads::hammer(&cli, a),
         Command::Workflow(a) => workloads::workflow(&cli, a),
         Command::WorkloadWorker(a) => workloads::worker(&cli, a),

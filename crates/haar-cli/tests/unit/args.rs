@@ -51,6 +51,7 @@ fn each_subcommand_takes_the_options_it_uses() {
         ("bench", &[]),
         ("stream", &[]),
         ("advise", &[]),
+        ("run", &[]),
         ("generate", &[]),
     ];
     for sub in Cli::command().get_subcommands() {
@@ -102,6 +103,8 @@ fn the_forms_in_use_still_parse() {
         "haar bench --scale --sizes 1e5,1e6,1e7 --backend posix --root /d --out o --json s.json",
         "haar bench --scale --field-bytes 512 --runs 3 --no-fdb5 --keep --quiet",
         "haar compact --full",
+        "haar run --heap /dev/shm:2G -- python3 -c print(1)",
+        "haar run --heap /mnt/pmem_fsdax0 -- ./app --verbose -x",
         "haar --backend pmem --root /d compact class=od --json",
         "haar --root /r --backend posix generate man /d",
         "haar --root /r generate completions bash",
@@ -144,6 +147,7 @@ fn an_option_before_a_subcommand_that_does_not_use_it_is_refused() {
         ("haar --config c.yaml cluster --servers 2", "--config"),
         ("haar --backend pmem watch", "--backend"),
         ("haar --servers x:1 generate completions bash", "--servers"),
+        ("haar --root /r run --heap /d -- true", "--root"),
     ] {
         let e = cli(form).err().unwrap_or_else(|| panic!("{form} parsed"));
         assert!(
@@ -171,4 +175,20 @@ fn verbosity_counts_before_or_after_the_subcommand() {
             sub.get_name()
         );
     }
+}
+
+#[test]
+fn run_keeps_the_command_s_own_options_and_parses_the_placement() {
+    let c = cli("haar run --heap /dev/shm:2G -- ./app --heap x -v").unwrap();
+    let Command::Run(r) = c.command else {
+        panic!("not run")
+    };
+    assert_eq!(r.heap.dir, std::path::PathBuf::from("/dev/shm"));
+    assert_eq!(r.heap.size, Some(2 << 30));
+    assert_eq!(r.command, ["./app", "--heap", "x", "-v"]);
+    let e = cli("haar run --heap /d:1K -- true")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("too small"), "{e}");
+    assert!(cli("haar run --heap /d").is_err(), "a command is required");
 }

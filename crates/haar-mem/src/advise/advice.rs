@@ -52,6 +52,9 @@ pub struct Advice {
     pub setup: Vec<String>,
     /// A haar configuration file for this setup, when haar has a role in it.
     pub haar_config: Option<String>,
+    /// Where the tree says Memory mode (memory intensive): the App Direct alternative that
+    /// needs no reboot, libvmmalloc's role, as a `haar run --heap` command.
+    pub heap: Option<String>,
     /// Answers given that the path did not use.
     pub unused: Vec<Question>,
 }
@@ -98,6 +101,7 @@ pub fn advise(answers: &Answers) -> Result<Advice, AdviceError> {
         }
     }
     let (configuration, reason, setup, haar_config) = describe(platform, storage, answers);
+    let heap = heap_alternative(platform);
     Ok(Advice {
         platform,
         storage,
@@ -106,7 +110,22 @@ pub fn advise(answers: &Answers) -> Result<Advice, AdviceError> {
         reason,
         setup,
         haar_config,
+        heap,
         unused,
+    })
+}
+
+/// The heap on persistent memory without Memory mode (SC'19 §2.3, PMDK's libvmmalloc, here
+/// `haar run --heap`), offered wherever Fig. 9 chooses Memory mode.
+fn heap_alternative(platform: Outcome) -> Option<String> {
+    matches!(
+        platform,
+        Outcome::PureMemoryMode | Outcome::MemoryModeWithAppDirect
+    )
+    .then(|| {
+        "haar run --heap /mnt/pmem_fsdax0:SIZE -- ./app ARGS   # on an fsdax mount in App \
+         Direct mode; SIZE per process"
+            .to_string()
     })
 }
 
@@ -359,6 +378,34 @@ mod tests {
             "Memory mode with AppDirect space (GekkoFS)"
         );
         assert!(adv.setup[0].contains("MemoryMode=33"));
+        assert!(
+            adv.heap
+                .unwrap()
+                .starts_with("haar run --heap /mnt/pmem_fsdax0:SIZE -- ")
+        );
+    }
+
+    #[test]
+    fn the_heap_command_is_offered_exactly_where_the_tree_says_memory_mode() {
+        for m in [true, false] {
+            for i in [true, false] {
+                let a = Answers {
+                    memory_intensive: Some(m),
+                    io_intensive: Some(i),
+                    io_pattern: i.then_some(IoPattern::Local),
+                    modifiable: i.then_some(Modifiable::No),
+                    ..Answers::default()
+                };
+                let adv = advise(&a).unwrap();
+                assert_eq!(adv.heap.is_some(), m, "memory intensive {m}, io {i}");
+                assert_eq!(
+                    adv.heap.is_some(),
+                    adv.configuration.starts_with("Memory mode"),
+                    "{}",
+                    adv.configuration
+                );
+            }
+        }
     }
     #[test]
     fn haar_config_snippets_parse_as_haar_configurations() {
