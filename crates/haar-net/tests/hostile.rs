@@ -1195,3 +1195,60 @@ fn a_handshake_downgraded_in_flight_is_refused() {
         c.list(&Request::default()).unwrap();
     }
 }
+
+/// A server that stops answering after the login (here: stopped with SIGSTOP) is reported
+/// after the client's reply timeout, naming it, instead of holding the client forever; the
+/// request is not sent again. Resumed, the server serves new connections.
+#[test]
+fn a_server_that_stops_answering_is_reported_after_the_reply_timeout() {
+    let s = Child_::start(limits());
+    s.serves(0);
+    let timeout = Duration::from_millis(700);
+    let c = RemoteStore::connect(
+        &s.addr,
+        &ClientConfig {
+            reply_timeout: timeout,
+            ..cfg(RW)
+        },
+    )
+    .unwrap();
+    let pid = s.child.id() as libc::pid_t;
+    // SAFETY: signals to our own child.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    // The stop takes effect asynchronously: wait until every thread of the server is stopped.
+    let stopped = || {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .flatten()
+            .all(|t| {
+                std::fs::read_to_string(t.path().join("stat")).is_ok_and(|s| {
+                    s.rsplit(')')
+                        .next()
+                        .is_some_and(|r| r.trim_start().starts_with('T'))
+                })
+            })
+    };
+    let until = Instant::now() + Duration::from_secs(10);
+    while !stopped() {
+        assert!(Instant::now() < until, "the server did not stop");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let t0 = Instant::now();
+    let e = c
+        .list(&Request::default())
+        .map(|_| ())
+        .unwrap_err()
+        .to_string();
+    let waited = t0.elapsed();
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    assert!(
+        e.contains(&s.addr) && e.contains("stopped answering"),
+        "{e}"
+    );
+    assert!(
+        waited >= timeout && waited < timeout * 2 + Duration::from_secs(1),
+        "gave up after {waited:?} (reply timeout {timeout:?}; a retry would double it)"
+    );
+    s.serves(1);
+}

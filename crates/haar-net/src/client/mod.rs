@@ -41,6 +41,10 @@ pub struct ClientConfig {
     /// When to ask for frame tags on plain TCP (design §8): by default when the server's
     /// address is not a loopback address.
     pub frame_tags: crate::protocol::FrameTags,
+    /// How long a request waits for the server's next byte (or for the server to take the
+    /// next byte of a request) before the connection is given up as hung (design §8):
+    /// [`ClientConfig::REPLY_TIMEOUT`] by default. Watches use their heartbeat instead.
+    pub reply_timeout: Duration,
 }
 
 impl Default for ClientConfig {
@@ -51,11 +55,16 @@ impl Default for ClientConfig {
             connect_timeout: Duration::from_secs(5),
             local_reads: std::env::var_os("HAAR_LOCAL_READS").is_none_or(|v| v != "0"),
             frame_tags: crate::protocol::FrameTags::Auto,
+            reply_timeout: ClientConfig::REPLY_TIMEOUT,
         }
     }
 }
 
 impl ClientConfig {
+    /// Default [`ClientConfig::reply_timeout`]: longer than any flush, wipe or read of a
+    /// healthy server takes between two bytes, short enough that a hung one is reported.
+    pub const REPLY_TIMEOUT: Duration = Duration::from_secs(300);
+
     /// Token from `$HAAR_TOKEN`, no TLS.
     pub fn from_env() -> std::result::Result<ClientConfig, String> {
         Ok(ClientConfig {
@@ -76,6 +85,21 @@ pub(crate) fn wire_error(addr: &str, e: WireError) -> Error {
             addr,
             "closed by the server (did it stop or restart? check its log)",
         ),
+        WireError::Io(ref io)
+            if matches!(
+                io.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+            ) =>
+        {
+            io_error(
+                "connection to",
+                addr,
+                format!(
+                    "the server stopped answering ({e}) for longer than the reply timeout: it \
+                     may be hung, stopped or overloaded; check its log and load"
+                ),
+            )
+        }
         e => io_error("connection to", addr, e),
     }
 }

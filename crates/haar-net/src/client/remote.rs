@@ -229,6 +229,12 @@ impl RemoteStore {
                     return Err(e);
                 }
                 Err(CallError::Wire(e)) => {
+                    // A server that stopped answering is not asked again: that would only
+                    // double the wait.
+                    let hung = matches!(&e, WireError::Io(io) if matches!(
+                        io.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ));
                     let unflushed = if kind == Kind::Flush {
                         0
                     } else {
@@ -241,7 +247,7 @@ impl RemoteStore {
                         replied,
                         unflushed,
                     };
-                    if !may_retry(kind, &failed) {
+                    if hung || !may_retry(kind, &failed) {
                         return Err(wire_error(&self.addr, e));
                     }
                 }

@@ -222,10 +222,11 @@ pub(super) fn connect(addr: &str, cfg: &ClientConfig) -> Result<Session> {
             class: haar_store::Class::Input,
         });
     }
-    wire.set_read_timeout(None)
+    // From now on a request gives up on a server that sends or takes no byte for this long.
+    wire.set_read_timeout(Some(cfg.reply_timeout))
         .map_err(|e| io_error("connect", addr, e))?;
     wire.socket()
-        .set_write_timeout(None)
+        .set_write_timeout(Some(cfg.reply_timeout))
         .map_err(|e| io_error("connect", addr, e))?;
     Ok(Session {
         wire,
