@@ -35,10 +35,14 @@ impl Drop for Server {
 }
 
 fn spawn_server(root: &Path, listen: &str, ro_token: Option<&Path>) -> Server {
+    spawn_server_on(root, "posix", listen, ro_token)
+}
+
+fn spawn_server_on(root: &Path, backend: &str, listen: &str, ro_token: Option<&Path>) -> Server {
     let mut cmd = Command::new(HAAR);
     cmd.arg("--root")
         .arg(root)
-        .args(["serve", "--listen", listen])
+        .args(["--backend", backend, "serve", "--listen", listen])
         .env("HAAR_TOKEN", TOKEN)
         .env_remove("HAAR_CONFIG")
         .stdin(Stdio::null())
@@ -506,6 +510,115 @@ fn kill_9_and_restart_keeps_every_flushed_field() {
         .unwrap();
     assert!(none.is_empty());
     drop(s);
+}
+
+/// Server restarts at scale (issue 14, design §6): a server process is killed with SIGKILL at
+/// a random moment while a producer archives and flushes through it, then restarted on the
+/// same store, `HAAR_RESTART_TRIALS` times per backend (default 20; `scripts/torture.sh`
+/// runs 1,000). Every flush the producer saw return is retrieved byte-identical after every
+/// restart, and each flush is all-or-nothing.
+#[test]
+fn servers_killed_at_random_moments_lose_no_acknowledged_flush() {
+    let trials: u32 = std::env::var("HAAR_RESTART_TRIALS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(20);
+    const MEMBERS: u32 = 3;
+    const SIZE: usize = 100_000;
+    let mut x = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64
+        | 1;
+    let mut rng = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    for backend in ["posix", "pmem"] {
+        let dir = if backend == "pmem" && Path::new("/dev/shm").is_dir() {
+            tempfile::tempdir_in("/dev/shm").unwrap()
+        } else {
+            tempfile::tempdir().unwrap()
+        };
+        let root = dir.path().join("root");
+        let mut acked: Vec<u32> = Vec::new();
+        let mut mid_flush = 0;
+        for t in 0..trials {
+            let mut s = spawn_server_on(&root, backend, "127.0.0.1:0", None);
+            let addr = s.addr.clone();
+            let first = t * 1000;
+            let producer = std::thread::spawn(move || {
+                let mut done = Vec::new();
+                let Ok(mut p) = RemoteStore::connect(&addr, &rw()) else {
+                    return done;
+                };
+                for step in first..first + 1000 {
+                    for m in 1..=MEMBERS {
+                        if p.archive(&key(m, step), &field(m, step, SIZE)).is_err() {
+                            return done;
+                        }
+                    }
+                    if p.flush().is_err() {
+                        return done;
+                    }
+                    done.push(step);
+                }
+                done
+            });
+            std::thread::sleep(Duration::from_micros(rng() % 60_000));
+            s.child.kill().unwrap(); // SIGKILL, wherever the server is
+            s.child.wait().unwrap();
+            let done = producer.join().unwrap();
+            acked.extend(&done);
+            // The restarted server holds every acknowledged flush, and of the flush that was
+            // in flight all fields or none.
+            let s2 = spawn_server_on(&root, backend, "127.0.0.1:0", None);
+            let reader = RemoteStore::connect(&s2.addr, &rw()).unwrap();
+            let listed = reader
+                .list(&Request::parse("class=od,stream=enfo").unwrap())
+                .unwrap();
+            let mut per_step: HashMap<u32, u32> = HashMap::new();
+            for f in &listed {
+                let step: u32 = f.key().get("step").unwrap().parse().unwrap();
+                *per_step.entry(step).or_default() += 1;
+            }
+            for (step, n) in &per_step {
+                assert_eq!(
+                    *n, MEMBERS,
+                    "{backend} trial {t}: step {step} has {n} fields"
+                );
+            }
+            let in_flight = done.last().map_or(first, |s| s + 1);
+            if per_step.contains_key(&in_flight) {
+                mid_flush += 1;
+            }
+            let check: Vec<u32> = if t + 1 == trials {
+                acked.clone() // everything, at the end
+            } else {
+                done.clone()
+            };
+            for step in check {
+                for m in 1..=MEMBERS {
+                    let k = key(m, step);
+                    let got = reader
+                        .retrieve_keys(std::slice::from_ref(&k), &mut |_, d, _| {
+                            assert_eq!(d, field(m, step, SIZE), "{backend} trial {t}: {k}");
+                            Ok(())
+                        })
+                        .unwrap();
+                    assert_eq!(got.found, 1, "{backend} trial {t}: acknowledged {k} lost");
+                }
+            }
+            drop(s2);
+        }
+        eprintln!(
+            "{backend}: {trials} server kills, {} flushes acknowledged and kept, {mid_flush} \
+             in-flight flushes found whole",
+            acked.len()
+        );
+    }
 }
 
 /// `haar serve --max-connections --handshake-timeout` reach the server (design §8, hostile

@@ -336,4 +336,8 @@ fn every_acknowledged_flush_survives_simulated_power_loss() {
         }
     }
     assert_eq!(crashed, trials / 2 * 2);
+    eprintln!(
+        "power loss: {crashed} crash images checked (half with random eviction), every \
+         acknowledged flush intact"
+    );
 }
