@@ -35,7 +35,7 @@ lint:
 # run, not skip. The FDB5 5.10 variant of libfdb5.so (a cargo feature) is tested after the
 # workspace, then the default library is built back.
 unit:
-	HAAR_REQUIRE_PYTHON_GRIB=1 HAAR_REQUIRE_FDB5_WHEEL=1 $(CARGO) test --workspace --release
+	HAAR_REQUIRE_PYTHON_GRIB=1 HAAR_REQUIRE_FDB5_WHEEL=1 HAAR_REQUIRE_ROOT_TESTS=1 $(CARGO) test --workspace --release
 	HAAR_REQUIRE_FDB5_WHEEL=1 $(CARGO) test --release -p haar-c --features fdb5-5_10 --test fdb_v5_10
 	$(CARGO) build --release -p haar-c
 

@@ -978,3 +978,177 @@ fn retrieve_onto_a_device_or_fifo_writes_through_it() {
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
 }
+
+/// A small tmpfs mounted for one test, unmounted when dropped.
+struct SmallFs {
+    dir: tempfile::TempDir,
+}
+
+impl SmallFs {
+    /// `None` when this process may not mount (not root): the test then says so and passes
+    /// only if `HAAR_REQUIRE_ROOT_TESTS` is unset (CI sets it).
+    fn mount(size: &str) -> Option<SmallFs> {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
+            .arg(dir.path())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            assert!(
+                std::env::var_os("HAAR_REQUIRE_ROOT_TESTS").is_none(),
+                "cannot mount a tmpfs (HAAR_REQUIRE_ROOT_TESTS is set): run as root"
+            );
+            eprintln!("skipped: mounting a tmpfs needs root");
+            return None;
+        }
+        Some(SmallFs { dir })
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+/// Full storage (issue 14): archiving into a store whose file system fills gives exit 3 with
+/// a message naming the store's file and the key, and saying that what was flushed before is
+/// intact; it is; after a wipe frees space the store archives again. Both backends, on a real
+/// small tmpfs.
+#[test]
+fn a_full_file_system_fails_clearly_and_the_store_recovers_after_a_wipe() {
+    for (backend, size) in [("posix", "24m"), ("pmem", "48m")] {
+        let Some(fs) = SmallFs::mount(size) else {
+            return;
+        };
+        let root = fs.path().join("store");
+        let tmp = tempfile::tempdir().unwrap();
+        let body: Vec<u8> = (0..1u32 << 20).map(|i| (i * 7 + 1) as u8).collect();
+        let file = tmp.path().join("field.bin");
+        std::fs::write(&file, &body).unwrap();
+        let key = |expver: &str, step: u32| {
+            format!(
+                "class=od,expver={expver},stream=oper,date=20260901,time=12,domain=g,type=fc,levtype=sfc,step={step},param=167"
+            )
+        };
+        // A pool that starts small (20 MiB) and grows by 1 MiB chunks into the file system.
+        let config = tmp.path().join("haar.yaml");
+        std::fs::write(
+            &config,
+            format!(
+                "backend: {backend}\nroots: [{}]\npool_size: 20971520\npool_chunk: 1048576\n",
+                root.display()
+            ),
+        )
+        .unwrap();
+        let haar = |_: &Path, _: &str, args: &[&str]| {
+            Command::new(env!("CARGO_BIN_EXE_haar"))
+                .arg("--config")
+                .arg(&config)
+                .args(args)
+                .env_remove("HAAR_CONFIG")
+                .output()
+                .expect("run haar")
+        };
+        let archive = |expver: &str, step: u32| {
+            haar(
+                &root,
+                backend,
+                &[
+                    "archive",
+                    "--key",
+                    &key(expver, step),
+                    file.to_str().unwrap(),
+                ],
+            )
+        };
+        // Fill: fields of 1 MiB in two databases until the file system is full.
+        let mut stored = Vec::new();
+        let failed = loop {
+            let step = stored.len() as u32;
+            let expver = if step.is_multiple_of(2) {
+                "0001"
+            } else {
+                "0002"
+            };
+            let o = archive(expver, step);
+            if !o.status.success() {
+                break o;
+            }
+            stored.push((expver, step));
+            assert!(stored.len() < 100, "{backend}: {size} never filled");
+        };
+        // The device is used to its end (pmem: a growth step too large for what is left
+        // falls back to what the allocation needs): at least 20 of the 24 MiB, 30 of the 48
+        // MiB (the pool's first 17 MiB hold its tables and commit slots).
+        let least = if backend == "posix" { 20 } else { 30 };
+        assert!(
+            stored.len() >= least,
+            "{backend}: full after {} fields",
+            stored.len()
+        );
+        let err = stderr(&failed);
+        eprintln!(
+            "{backend}: full after {} fields of 1 MiB: {err}",
+            stored.len()
+        );
+        assert_eq!(code(&failed), 3, "{backend}: {err}");
+        let names_store = err.contains(&root.display().to_string());
+        assert!(
+            names_store,
+            "{backend}: the message names no store file: {err}"
+        );
+        assert!(
+            err.contains("No space left") || err.contains("ENOSPC") || err.contains("full"),
+            "{backend}: {err}"
+        );
+        // Everything flushed before is intact.
+        for (expver, step) in &stored {
+            let out = tmp.path().join("out.bin");
+            ok(&haar(
+                &root,
+                backend,
+                &["retrieve", &key(expver, *step), "-o", out.to_str().unwrap()],
+            ));
+            assert_eq!(
+                std::fs::read(&out).unwrap(),
+                body,
+                "{backend}: {expver} step {step}"
+            );
+        }
+        // A wipe frees space (pmem: for reuse inside the pool) and archiving works again.
+        let db = "class=od,expver=0002,stream=oper,date=20260901,time=12,domain=g";
+        ok(&haar(&root, backend, &["wipe", db, "--doit"]));
+        for step in 1000..1003 {
+            ok(&archive("0003", step));
+        }
+        for (expver, step) in stored.iter().filter(|(e, _)| *e == "0001") {
+            let out = tmp.path().join("out.bin");
+            ok(&haar(
+                &root,
+                backend,
+                &["retrieve", &key(expver, *step), "-o", out.to_str().unwrap()],
+            ));
+            assert_eq!(
+                std::fs::read(&out).unwrap(),
+                body,
+                "{backend}: {expver} step {step}"
+            );
+        }
+    }
+}

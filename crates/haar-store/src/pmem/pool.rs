@@ -363,9 +363,18 @@ impl Pool {
                     ),
                 });
             }
-            self.map
-                .grow(target as usize)
-                .map_err(|e| pool_grow_error(&self.path, target, e))?;
+            // A file system too full for the usual step may still hold what this allocation
+            // needs: a nearly full device is used to its end before the pool reports full.
+            let needed = end.next_multiple_of(1 << 20).max(cur);
+            match self.map.grow(target as usize) {
+                Err(e) if e.kind() == std::io::ErrorKind::StorageFull && needed < target => {
+                    target = needed;
+                    self.map
+                        .grow(target as usize)
+                        .map_err(|e| pool_grow_error(&self.path, target, e))?;
+                }
+                r => r.map_err(|e| pool_grow_error(&self.path, target, e))?,
+            }
             let _ = self.map.populate(cur as usize, (target - cur) as usize);
             self.map
                 .atomic_u64(OFF_LEN)
