@@ -52,6 +52,7 @@ fn each_subcommand_takes_the_options_it_uses() {
         ("stream", &[]),
         ("advise", &[]),
         ("generate", &[]),
+        ("stage", &["config"]),
     ];
     for sub in Cli::command().get_subcommands() {
         let name = sub.get_name();
