@@ -197,7 +197,12 @@ fn process_start(pid: u32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     // The command name (field 2) may hold spaces: count fields after its closing paren.
     let rest = &stat[stat.rfind(')')? + 2..];
-    rest.split(' ').nth(19)?.parse().ok()
+    let mut fields = rest.split(' ');
+    // A zombie (killed, not yet reaped by its parent) runs nothing any more.
+    if matches!(fields.next()?, "Z" | "X" | "x") {
+        return None;
+    }
+    fields.nth(18)?.parse().ok()
 }
 
 impl Stager {
@@ -442,30 +447,34 @@ impl Stager {
         Ok(())
     }
 
-    /// The destination objects of every finished `in` task of this journal, for a job's
-    /// teardown: what the job staged in, to be removed unless persisted.
-    pub fn staged_in(&self) -> Result<Vec<PathBuf>> {
+    /// What a job's teardown removes: the destinations of this journal's `in` tasks and the
+    /// sources of its `out` tasks, where they lie in a `posix` (node-local) dataspace; data
+    /// in shared dataspaces, stores and absolute paths is never removed.
+    pub fn teardown_paths(&self) -> Result<Vec<PathBuf>> {
         let mut out = Vec::new();
         for rec in self.list()? {
-            if rec.direction != Direction::In {
+            let (endpoint, named_by_src) = match rec.direction {
+                Direction::In => (&rec.dst, true),
+                Direction::Out => (&rec.src, false),
+                Direction::Copy => continue,
+            };
+            let Ok(e) = self.spaces.endpoint(endpoint) else {
+                continue;
+            };
+            if !matches!(
+                self.spaces.spaces.get(&e.space),
+                Some(crate::Dataspace::Posix { .. })
+            ) {
                 continue;
             }
-            if let Ok(Endpoint {
-                object: Object::Path(p),
-                ..
-            }) = self.spaces.endpoint(&rec.dst)
-            {
-                out.push(match rec.mapping {
-                    Mapping::Same => p,
-                    Mapping::Into => {
-                        let src = self.spaces.endpoint(&rec.src)?;
-                        match src.object {
-                            Object::Path(s) => p.join(s.file_name().unwrap_or_default()),
-                            Object::Fields(_) => p.join("fields.grib"),
-                        }
-                    }
-                });
-            }
+            let Object::Path(p) = e.object else { continue };
+            out.push(match (rec.mapping, named_by_src) {
+                (Mapping::Into, true) => match self.spaces.endpoint(&rec.src)?.object {
+                    Object::Path(s) => p.join(s.file_name().unwrap_or_default()),
+                    Object::Fields(_) => p.join("fields.grib"),
+                },
+                _ => p,
+            });
         }
         Ok(out)
     }

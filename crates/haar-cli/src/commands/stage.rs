@@ -120,8 +120,8 @@ pub enum StageAction {
     Cancel(TaskArg),
     /// Run an interrupted or failed task again: verified objects are kept, the rest redone.
     Resume(MoveQuiet),
-    /// Remove what the journal's `in` tasks staged, except persisted locations (a job's
-    /// teardown).
+    /// Remove what the journal's `in` tasks staged in and its `out` tasks' sources, from
+    /// posix (node-local) dataspaces only, except persisted locations (a job's teardown).
     Teardown,
     /// Keep data on the node after its job, for its owner and the users it is shared with.
     Persist {
@@ -394,7 +394,7 @@ fn teardown(st: &Stager, a: &StageArgs) -> Result<(), Failure> {
     let persisted = persist::list(&st.spaces).map_err(fail)?;
     let mut removed = Vec::new();
     let mut kept = Vec::new();
-    for p in st.staged_in().map_err(fail)? {
+    for p in st.teardown_paths().map_err(fail)? {
         if persist::is_persisted(&persisted, &p) {
             kept.push(p);
             continue;
