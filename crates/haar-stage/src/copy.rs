@@ -182,22 +182,7 @@ pub fn copy_to_temp(src: &Path, dst: &Path, task: &str, mon: &mut dyn Monitor) -
         .open(&tmp)
         .map_err(|e| Error::io("create", &tmp, e))?;
     let result = (|| {
-        let mut buf = vec![0u8; CHUNK];
-        let (mut len, mut crc) = (0u64, 0u32);
-        loop {
-            if mon.cancelled() {
-                return Err(Error::Cancelled(task.into()));
-            }
-            let n = read_full(&mut input, &mut buf).map_err(|e| Error::io("read", src, e))?;
-            if n == 0 {
-                break;
-            }
-            crc = haar_persist::crc32c_append(crc, &buf[..n]);
-            out.write_all(&buf[..n])
-                .map_err(|e| Error::io("write", &tmp, e))?;
-            len += n as u64;
-            mon.advance(n as u64);
-        }
+        let (len, crc) = pipe_copy(&mut input, &mut out, src, &tmp, task, mon)?;
         // SAFETY: a file descriptor we own; SYNC_FILE_RANGE_WRITE only starts writeback.
         unsafe {
             libc::sync_file_range(
@@ -224,6 +209,99 @@ pub fn copy_to_temp(src: &Path, dst: &Path, task: &str, mon: &mut dyn Monitor) -
             Err(e)
         }
     }
+}
+
+/// Chunks in flight between the reading and the writing thread.
+const IN_FLIGHT: usize = 3;
+
+/// Buffers kept between files (allocating and zeroing fresh ones per file costs page faults
+/// on every chunk).
+static POOL: std::sync::Mutex<Vec<Vec<u8>>> = std::sync::Mutex::new(Vec::new());
+
+fn take_buffer() -> Vec<u8> {
+    POOL.lock()
+        .ok()
+        .and_then(|mut p| p.pop())
+        .unwrap_or_else(|| vec![0u8; CHUNK])
+}
+
+fn give_buffer(b: Vec<u8>) {
+    if let Ok(mut p) = POOL.lock()
+        && p.len() < 2 * IN_FLIGHT
+    {
+        p.push(b);
+    }
+}
+
+/// Copies `input` to `out`: a second thread reads the source and computes its CRC-32C while
+/// this one writes (and hears the monitor), so reading and writing overlap on two cores.
+/// Returns the length and CRC-32C of what was read and written.
+fn pipe_copy(
+    input: &mut File,
+    out: &mut File,
+    src: &Path,
+    tmp: &Path,
+    task: &str,
+    mon: &mut dyn Monitor,
+) -> Result<(u64, u32)> {
+    use std::sync::mpsc::sync_channel;
+    let (full_tx, full_rx) = sync_channel::<(Vec<u8>, usize)>(IN_FLIGHT);
+    let (empty_tx, empty_rx) = sync_channel::<Vec<u8>>(IN_FLIGHT);
+    for _ in 0..IN_FLIGHT {
+        empty_tx.send(take_buffer()).expect("receiver alive");
+    }
+    std::thread::scope(|scope| {
+        let reader = scope.spawn(move || -> std::io::Result<(u64, u32)> {
+            let (mut len, mut crc) = (0u64, 0u32);
+            // Ends when the writer stops handing buffers back (it finished or failed).
+            while let Ok(mut buf) = empty_rx.recv() {
+                let n = read_full(input, &mut buf)?;
+                if n == 0 {
+                    give_buffer(buf);
+                    break;
+                }
+                crc = haar_persist::crc32c_append(crc, &buf[..n]);
+                len += n as u64;
+                if full_tx.send((buf, n)).is_err() {
+                    break;
+                }
+            }
+            Ok((len, crc))
+        });
+        let mut written = 0u64;
+        let mut failure = None;
+        for (buf, n) in full_rx.iter() {
+            if mon.cancelled() {
+                failure = Some(Error::Cancelled(task.into()));
+                break;
+            }
+            if let Err(e) = out.write_all(&buf[..n]) {
+                failure = Some(Error::io("write", tmp, e));
+                break;
+            }
+            written += n as u64;
+            mon.advance(n as u64);
+            // The reader may have reached the end already: the chunks it sent are still
+            // written, and the buffer goes back to the pool.
+            if let Err(back) = empty_tx.send(buf) {
+                give_buffer(back.0);
+            }
+        }
+        drop(empty_tx);
+        drop(full_rx);
+        let read = reader.join().expect("reader thread");
+        if let Some(f) = failure {
+            return Err(f);
+        }
+        let (len, crc) = read.map_err(|e| Error::io("read", src, e))?;
+        if len != written {
+            return Err(Error::Checksum {
+                path: tmp.into(),
+                detail: format!("wrote {written} bytes of {len} read"),
+            });
+        }
+        Ok((len, crc))
+    })
 }
 
 /// Reads until `buf` is full or the end of the file.
