@@ -90,6 +90,17 @@ pub struct Pending {
     before: std::fs::Metadata,
     len: u64,
     crc: u32,
+    committed: bool,
+}
+
+/// A pending copy dropped before its commit (an error elsewhere in its batch, a cancelled
+/// task) takes its temporary file with it.
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if !self.committed {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
 }
 
 impl Pending {
@@ -110,11 +121,9 @@ impl Pending {
 
     /// fdatasync, check the source did not change, read the copy back and compare its
     /// CRC-32C, rename into place. On error the temporary file is removed.
-    pub fn commit(self) -> Result<(u64, u32)> {
+    pub fn commit(mut self) -> Result<(u64, u32)> {
         let r = self.finish();
-        if r.is_err() {
-            let _ = std::fs::remove_file(&self.tmp);
-        }
+        self.committed = r.is_ok();
         r
     }
 
@@ -160,10 +169,8 @@ impl Pending {
         Ok(())
     }
 
-    /// Removes the temporary file.
-    pub fn abandon(self) {
-        let _ = std::fs::remove_file(&self.tmp);
-    }
+    /// Removes the temporary file (as dropping it does).
+    pub fn abandon(self) {}
 }
 
 /// Copies `src` to the temporary name of `dst` with its CRC-32C computed on the way, and
@@ -203,6 +210,7 @@ pub fn copy_to_temp(src: &Path, dst: &Path, task: &str, mon: &mut dyn Monitor) -
             before,
             len,
             crc,
+            committed: false,
         }),
         Err(e) => {
             let _ = std::fs::remove_file(&tmp);

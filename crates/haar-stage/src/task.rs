@@ -383,6 +383,7 @@ impl Stager {
             prior_rate: prior,
             progress,
             save_error: None,
+            copied: 0,
         };
         let outcome = run.execute();
         let mut rec = run.rec;
@@ -492,13 +493,16 @@ pub(crate) struct TaskRun<'s, 'p> {
     prior_rate: Option<f64>,
     progress: &'p mut ProgressFn<'p>,
     save_error: Option<Error>,
+    /// Bytes copied by this run (to temporary names, or into a store), for the rate.
+    copied: u64,
 }
 
 impl Monitor for TaskRun<'_, '_> {
     /// Bytes copied to a temporary name count for the progress bar's liveliness only: a byte
     /// is done (and counts for the rate and ETA) once its object is committed, so the rate is
     /// the durable one, not the page cache's.
-    fn advance(&mut self, _bytes: u64) {
+    fn advance(&mut self, bytes: u64) {
+        self.copied += bytes;
         self.tick(false);
     }
     fn cancelled(&mut self) -> bool {
@@ -514,8 +518,9 @@ impl TaskRun<'_, '_> {
     /// Updates rate and ETA; reports every 100 ms and saves the record every 250 ms.
     fn tick(&mut self, force: bool) {
         let elapsed = self.start.elapsed().as_secs_f64();
-        let measured = (elapsed > 0.2 && self.rec.bytes_done > 0)
-            .then(|| self.rec.bytes_done as f64 / elapsed);
+        // The rate is that of the copying, which the bounded commit pipeline ties to the
+        // durable rate once it is full; the ETA is what is not yet committed at that rate.
+        let measured = (elapsed > 0.2 && self.copied > 0).then(|| self.copied as f64 / elapsed);
         if let Some(rate) = measured.or(self.prior_rate) {
             self.rec.rate = rate;
             let left = self.rec.bytes_total.saturating_sub(self.rec.bytes_done) as f64;
@@ -602,14 +607,42 @@ impl TaskRun<'_, '_> {
         let kept = std::mem::take(&mut self.rec.done);
         self.tick(true);
         let mut touched_dirs: Vec<PathBuf> = Vec::new();
-        // Copies are committed in batches (design §13.3): one syncfs makes a batch durable
-        // (one device cache flush instead of one per file: on the benchmark host's virtual
-        // disk per-file fdatasync cost 1.4x a single sync), then each file is fdatasynced
-        // (now nearly free), read back, verified and renamed.
-        let mut pending: std::collections::VecDeque<copy::Pending> = Default::default();
-        let mut pending_bytes = 0u64;
-        let result = (|| -> Result<()> {
+        // Copies are committed in batches (design §13.3), on a second thread while this one
+        // copies the next batch: one syncfs makes a batch durable (one device cache flush
+        // instead of one per file: on the benchmark host's virtual disk per-file fdatasync
+        // cost 1.4x a single sync), then each file is fdatasynced (now nearly free), read
+        // back, verified and renamed. At most one batch waits while another is committed.
+        let id = self.rec.id.clone();
+        std::thread::scope(|scope| -> Result<()> {
+            let (batch_tx, batch_rx) = std::sync::mpsc::sync_channel::<Vec<copy::Pending>>(1);
+            let (done_tx, done_rx) = std::sync::mpsc::channel::<Result<DoneObject>>();
+            scope.spawn(move || {
+                for batch in batch_rx {
+                    if let Some(last) = batch.last()
+                        && let Err(e) = last.sync_fs()
+                    {
+                        let _ = done_tx.send(Err(e));
+                        return;
+                    }
+                    for p in batch {
+                        let dst = p.dst().to_path_buf();
+                        let r = p
+                            .commit()
+                            .map(|(bytes, crc32c)| DoneObject { dst, bytes, crc32c });
+                        let failed = r.is_err();
+                        // The rest of the batch is dropped with its temporary files.
+                        if done_tx.send(r).is_err() || failed {
+                            return;
+                        }
+                    }
+                }
+            });
+            let mut batch = Vec::new();
+            let mut batch_bytes = 0u64;
             for (s, d, len) in files {
+                while let Ok(r) = done_rx.try_recv() {
+                    self.record_done(r?, &mut touched_dirs);
+                }
                 // Resuming: an object verified by an earlier run, still whole, is kept.
                 if let Some(k) = kept.iter().find(|k| k.dst == d && k.bytes == len)
                     && copy::file_crc(&d).ok() == Some((k.bytes, k.crc32c))
@@ -620,22 +653,24 @@ impl TaskRun<'_, '_> {
                     self.tick(false);
                     continue;
                 }
-                let p = copy::copy_to_temp(&s, &d, &self.rec.id.clone(), self)?;
-                pending_bytes += p.len();
-                pending.push_back(p);
-                if pending_bytes >= BATCH_BYTES || pending.len() >= BATCH_FILES {
-                    self.commit_batch(&mut pending, &mut touched_dirs)?;
-                    pending_bytes = 0;
+                let p = copy::copy_to_temp(&s, &d, &id, self)?;
+                batch_bytes += p.len();
+                batch.push(p);
+                if batch_bytes >= BATCH_BYTES || batch.len() >= BATCH_FILES {
+                    batch_bytes = 0;
+                    // A committer that stopped has sent its error, read below.
+                    let _ = batch_tx.send(std::mem::take(&mut batch));
                 }
             }
-            self.commit_batch(&mut pending, &mut touched_dirs)
-        })();
-        if result.is_err() {
-            for p in pending {
-                p.abandon();
+            if !batch.is_empty() {
+                let _ = batch_tx.send(batch);
             }
-        }
-        result?;
+            drop(batch_tx);
+            for r in done_rx {
+                self.record_done(r?, &mut touched_dirs);
+            }
+            Ok(())
+        })?;
         for d in touched_dirs {
             copy::sync_dir(&d)?;
         }
@@ -643,39 +678,17 @@ impl TaskRun<'_, '_> {
         Ok(())
     }
 
-    /// Makes a batch of pending copies durable with one syncfs, then commits each.
-    fn commit_batch(
-        &mut self,
-        pending: &mut std::collections::VecDeque<copy::Pending>,
-        touched_dirs: &mut Vec<PathBuf>,
-    ) -> Result<()> {
-        if let Some(last) = pending.back() {
-            last.sync_fs()?;
-        }
-        while let Some(p) = pending.pop_front() {
-            self.commit(p, touched_dirs)?;
-        }
-        Ok(())
-    }
-
-    /// Finishes a pending copy and records it done.
-    fn commit(&mut self, p: copy::Pending, touched_dirs: &mut Vec<PathBuf>) -> Result<()> {
-        let d = p.dst().to_path_buf();
-        let (bytes, crc) = p.commit()?;
-        self.rec.bytes_done += bytes;
-        self.rec.done.push(DoneObject {
-            dst: d.clone(),
-            bytes,
-            crc32c: crc,
-        });
-        self.rec.objects_done += 1;
-        if let Some(parent) = d.parent()
+    /// Records an object its commit verified and renamed.
+    fn record_done(&mut self, done: DoneObject, touched_dirs: &mut Vec<PathBuf>) {
+        self.rec.bytes_done += done.bytes;
+        if let Some(parent) = done.dst.parent()
             && !touched_dirs.iter().any(|t| t == parent)
         {
             touched_dirs.push(parent.to_path_buf());
         }
+        self.rec.done.push(done);
+        self.rec.objects_done += 1;
         self.tick(false);
-        Ok(())
     }
 
     /// Sets the totals of a single-object task (fields) and reports.
@@ -700,6 +713,7 @@ impl TaskRun<'_, '_> {
     /// Sets the bytes staged so far (ingestion reports totals, not deltas).
     pub(crate) fn set_done(&mut self, bytes: u64) {
         self.rec.bytes_done = bytes;
+        self.copied = bytes;
         self.tick(false);
     }
 
@@ -711,6 +725,7 @@ impl TaskRun<'_, '_> {
     /// `bytes` more were staged (fields: each is done when the store has it).
     pub(crate) fn advance_by(&mut self, bytes: u64) {
         self.rec.bytes_done += bytes;
+        self.copied += bytes;
         self.tick(false);
     }
 
