@@ -12,7 +12,9 @@
 #   2. a bad directive is rejected at sbatch with a message naming its line;
 #   3. a stage-in of a missing source fails the job, the reason visible in `scontrol show job`;
 #   4. `#HAAR persist store` keeps node-local output after teardown, owner-only; another user
-#      cannot read it until `persist share`.
+#      cannot read it until `persist share`;
+#   5. kill -9 of `haar stage` during a stage-in: the job is held with the reason, nothing
+#      half-copied is left under its name; released, it stages again and runs.
 #
 # Usage (root): scripts/slurm-stage-test.sh [PATH/TO/haar]
 set -euo pipefail
@@ -224,6 +226,46 @@ as_user "$S/haar" stage --config "$S/etc/haar.yaml" --journal "$S/jobs/j" persis
     || fail "persist delete"
 [ ! -e "$S/node/keep$jid" ] || fail "persist delete left the data"
 say "4 ok: job $jid persisted its data; $other could not read it until it was shared"
+
+# 5. kill -9 of the stage process during a stage-in: the job is held with the reason, no
+#    half-copied file is left under its name, and released it stages again and runs.
+head -c 700000000 /dev/urandom > "$S/shared/large.bin"; chown $user "$S/shared/large.bin"
+cat > "$S/jobs/kill.sh" <<JOB
+#!/bin/bash
+#SBATCH -t 5
+#HAAR stage_in shared:large.bin local:big%j/large.bin
+set -e
+cmp $S/shared/large.bin $S/node/big\$SLURM_JOB_ID/large.bin
+echo JOB-OK
+JOB
+chown $user "$S/jobs/kill.sh"
+jid=$(as_user sbatch --parsable kill.sh) || fail "sbatch of the kill job"
+pid=""
+for _ in $(seq 600); do
+    rec="$S/bb/$jid/journal/in-1/task"
+    if [ -f "$rec" ] && grep -q '"state": "running"' "$rec"; then
+        pid=$(grep -o '"pid": [0-9]*' "$rec" | grep -o '[0-9]*$' || true)
+        [ -n "$pid" ] && break
+    fi
+    sleep 0.05
+done
+[ -n "$pid" ] || fail "job $jid: no running stage task seen"
+kill -9 "$pid"
+for _ in $(seq 300); do
+    reason=$(scontrol show job "$jid" | grep -o 'Reason=[^ ]*' || true)
+    echo "$reason" | grep -qi "killed" && break
+    sleep 0.2
+done
+echo "$reason" | grep -qi "killed" || fail "job $jid: reason after kill -9: $reason"
+[ "$(state_of "$jid")" = PENDING ] || fail "job $jid ran after its stage-in was killed"
+for f in "$S/node/big$jid"/*; do
+    [ -e "$f" ] || continue
+    cmp -s "$f" "$S/shared/large.bin" || fail "kill -9 left a partial file under its name: $f"
+done
+scontrol release "$jid"
+wait_gone_or_final "$jid" || fail "job $jid did not finish after release"
+grep -q JOB-OK "slurm-$jid.out" || fail "job $jid after release: $(cat "slurm-$jid.out" 2>/dev/null)"
+say "5 ok: stage-in of job $jid killed with SIGKILL (held: $reason); released, staged again, ran"
 
 passed=1
 say "ok (Slurm $(sinfo -V | awk '{print $2}'))"

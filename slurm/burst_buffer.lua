@@ -169,6 +169,10 @@ local function run_haar(s, job_id, args)
 		return true
 	end
 	local msg = text:match("haar: ([^\n]*)") or text:gsub("%s+$", "")
+	if msg == "" then
+		msg = "haar stage ended with wait status " .. tostring(status)
+			.. " and no message (killed?); release the job to stage again"
+	end
 	return false, msg
 end
 

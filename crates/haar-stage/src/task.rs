@@ -251,6 +251,27 @@ impl Stager {
             error: None,
             error_class: None,
         };
+        if spec.id.is_some()
+            && let Ok(existing) = self.status(&id)
+        {
+            // The same task asked for again (a retried Slurm stage-in): the caller runs it,
+            // which resumes it; a different one under a taken id is refused.
+            if (
+                existing.direction,
+                &existing.src,
+                &existing.dst,
+                existing.mapping,
+            ) == (rec.direction, &rec.src, &rec.dst, rec.mapping)
+            {
+                return Ok(existing);
+            }
+            return Err(Error::Usage(format!(
+                "task {id} exists already in {} for {} -> {}: choose another --id",
+                self.journal.dir().display(),
+                existing.src,
+                existing.dst
+            )));
+        }
         self.journal.create_task_dir(&id)?;
         self.save(&rec)?;
         Ok(rec)
@@ -777,4 +798,51 @@ fn walk(
 /// Writes `bytes` to `w`, mapping the error onto `path`.
 pub(crate) fn write_to(w: &mut impl Write, bytes: &[u8], path: &Path) -> Result<()> {
     w.write_all(bytes).map_err(|e| Error::io("write", path, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stager(dir: &Path) -> Stager {
+        let text = format!(
+            "dataspaces:\n  a: {{kind: shared, path: {0}/a}}\n  b: {{kind: posix, path: {0}/b}}\n",
+            dir.display()
+        );
+        Stager {
+            spaces: Dataspaces::load(haar::ConfigSource::Yaml {
+                text,
+                origin: "t".into(),
+            })
+            .unwrap(),
+            journal: Journal::open(&dir.join("j")).unwrap(),
+        }
+    }
+
+    #[test]
+    fn the_same_task_asked_again_resumes_and_another_under_its_id_is_refused() {
+        let d = tempfile::tempdir().unwrap();
+        std::fs::create_dir(d.path().join("a")).unwrap();
+        std::fs::write(d.path().join("a/x"), b"abc").unwrap();
+        let st = stager(d.path());
+        let spec = TaskSpec {
+            id: Some("in-1".into()),
+            direction: Direction::In,
+            src: "a:x".into(),
+            dst: "b:x".into(),
+            mapping: Mapping::Same,
+        };
+        st.submit(&spec).unwrap();
+        assert_eq!(st.run("in-1", &mut |_| {}).unwrap().state, State::Done);
+        // Asked again (a retried stage-in): the done task, not an error.
+        assert_eq!(st.submit(&spec).unwrap().state, State::Done);
+        let other = TaskSpec {
+            dst: "b:y".into(),
+            ..spec
+        };
+        let e = st.submit(&other).unwrap_err().to_string();
+        assert!(e.contains("exists already") && e.contains("b:x"), "{e}");
+        // Teardown names the node-local destination only.
+        assert_eq!(st.teardown_paths().unwrap(), vec![d.path().join("b/x")]);
+    }
 }
