@@ -14,7 +14,9 @@
 #   4. `#HAAR persist store` keeps node-local output after teardown, owner-only; another user
 #      cannot read it until `persist share`;
 #   5. kill -9 of `haar stage` during a stage-in: the job is held with the reason, nothing
-#      half-copied is left under its name; released, it stages again and runs.
+#      half-copied is left under its name; released, it stages again and runs;
+#   6. a producer -> consumer workflow on native dependencies through a persisted node-local
+#      haar store, and a failed producer cancelling its consumer.
 #
 # Usage (root): scripts/slurm-stage-test.sh [PATH/TO/haar]
 set -euo pipefail
@@ -266,6 +268,48 @@ scontrol release "$jid"
 wait_gone_or_final "$jid" || fail "job $jid did not finish after release"
 grep -q JOB-OK "slurm-$jid.out" || fail "job $jid after release: $(cat "slurm-$jid.out" 2>/dev/null)"
 say "5 ok: stage-in of job $jid killed with SIGKILL (held: $reason); released, staged again, ran"
+
+# 6. A workflow on Slurm's native dependencies (afterok, --kill-on-invalid-dep): a producer
+#    stages a file in, archives it into a node-local haar store and persists the store; the
+#    dependent consumer retrieves the field from that store and stages the product out; a
+#    failed producer cancels its consumer.
+key=class=od,expver=1,stream=oper,date=20261124,time=0,domain=g,type=fc,levtype=sfc,step=0,param=167
+req=class=od,expver=1,stream=oper,date=20261124,time=0,type=fc,levtype=sfc,step=0,param=167
+cat > "$S/jobs/producer.sh" <<JOB
+#!/bin/bash
+#SBATCH -t 5
+#HAAR stage_in shared:input.bin local:wf/input.bin
+#HAAR persist store local:wf
+set -e
+$S/haar archive --root $S/node/wf/store --key $key $S/node/wf/input.bin
+echo PRODUCER-OK
+JOB
+cat > "$S/jobs/consumer.sh" <<JOB
+#!/bin/bash
+#SBATCH -t 5
+#HAAR stage_out local:wf/product.grib shared:product.grib
+set -e
+$S/haar retrieve --root $S/node/wf/store $req -o $S/node/wf/product.grib
+echo CONSUMER-OK
+JOB
+printf '#!/bin/bash\n#SBATCH -t 1\nexit 1\n' > "$S/jobs/fails.sh"
+chown $user "$S/jobs/producer.sh" "$S/jobs/consumer.sh" "$S/jobs/fails.sh"
+p=$(as_user sbatch --parsable producer.sh) || fail "sbatch producer"
+c=$(as_user sbatch --parsable --dependency=afterok:$p --kill-on-invalid-dep=yes consumer.sh) \
+    || fail "sbatch consumer"
+wait_gone_or_final "$p" || fail "producer $p did not finish"
+wait_gone_or_final "$c" || fail "consumer $c did not finish"
+grep -q PRODUCER-OK "slurm-$p.out" || fail "producer $p: $(cat "slurm-$p.out")"
+grep -q CONSUMER-OK "slurm-$c.out" || fail "consumer $c: $(cat "slurm-$c.out")"
+cmp "$S/shared/input.bin" "$S/shared/product.grib" || fail "the consumer's product differs from the producer's input"
+f=$(as_user sbatch --parsable fails.sh) || fail "sbatch failing producer"
+c2=$(as_user sbatch --parsable --dependency=afterok:$f --kill-on-invalid-dep=yes consumer.sh) \
+    || fail "sbatch second consumer"
+for _ in $(seq 300); do [ "$(state_of "$c2")" = CANCELLED ] && break; sleep 0.2; done
+[ "$(state_of "$c2")" = CANCELLED ] || fail "consumer $c2 of failed $f is $(state_of "$c2")"
+as_user "$S/haar" stage --config "$S/etc/haar.yaml" --journal "$S/jobs/j" persist delete local:wf >/dev/null \
+    || fail "persist delete local:wf"
+say "6 ok: producer $p -> consumer $c through a persisted node-local store, product byte-identical; consumer $c2 of failed $f cancelled"
 
 passed=1
 say "ok (Slurm $(sinfo -V | awk '{print $2}'))"
