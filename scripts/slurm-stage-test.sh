@@ -15,8 +15,10 @@
 #      cannot read it until `persist share`;
 #   5. kill -9 of `haar stage` during a stage-in: the job is held with the reason, nothing
 #      half-copied is left under its name; released, it stages again and runs;
-#   6. a producer -> consumer workflow on native dependencies through a persisted node-local
-#      haar store, and a failed producer cancelling its consumer.
+#   6. a producer -> consumer workflow on native dependencies: a file and the fields of a
+#      request (from a haar store on the shared directory) staged in, a persisted node-local
+#      haar store between the jobs, the product staged out byte-identical; a failed producer
+#      cancels its consumer.
 #
 # Usage (root): scripts/slurm-stage-test.sh [PATH/TO/haar]
 set -euo pipefail
@@ -67,6 +69,7 @@ roots: [$S/store]
 dataspaces:
   shared: {kind: shared, path: $S/shared}
   local: {kind: posix, path: $S/node}
+  pfsstore: {kind: store, root: $S/shared/store}
 CONF
 cat > "$S/etc/slurm.conf" <<CONF
 ClusterName=haarstagetest
@@ -275,12 +278,22 @@ say "5 ok: stage-in of job $jid killed with SIGKILL (held: $reason); released, s
 #    failed producer cancels its consumer.
 key=class=od,expver=1,stream=oper,date=20261124,time=0,domain=g,type=fc,levtype=sfc,step=0,param=167
 req=class=od,expver=1,stream=oper,date=20261124,time=0,type=fc,levtype=sfc,step=0,param=167
+# Fields in a haar store on the shared file system, staged in by request.
+head -c 300000 /dev/urandom > "$S/field6.bin"; head -c 200000 /dev/urandom > "$S/field12.bin"
+chown $user "$S/field6.bin" "$S/field12.bin"
+for st in 6 12; do
+    as_user "$S/haar" archive --root "$S/shared/store" --key "${key/step=0/step=$st}" "$S/field$st.bin" >/dev/null \
+        || fail "archive into the shared store"
+done
+cat "$S/field6.bin" "$S/field12.bin" > "$S/fields-expected.grib"
 cat > "$S/jobs/producer.sh" <<JOB
 #!/bin/bash
 #SBATCH -t 5
 #HAAR stage_in shared:input.bin local:wf/input.bin
+#HAAR stage_in pfsstore:${req/step=0/step=6/12} local:wf/fields.grib
 #HAAR persist store local:wf
 set -e
+cmp $S/fields-expected.grib $S/node/wf/fields.grib
 $S/haar archive --root $S/node/wf/store --key $key $S/node/wf/input.bin
 echo PRODUCER-OK
 JOB
@@ -309,7 +322,7 @@ for _ in $(seq 300); do [ "$(state_of "$c2")" = CANCELLED ] && break; sleep 0.2;
 [ "$(state_of "$c2")" = CANCELLED ] || fail "consumer $c2 of failed $f is $(state_of "$c2")"
 as_user "$S/haar" stage --config "$S/etc/haar.yaml" --journal "$S/jobs/j" persist delete local:wf >/dev/null \
     || fail "persist delete local:wf"
-say "6 ok: producer $p -> consumer $c through a persisted node-local store, product byte-identical; consumer $c2 of failed $f cancelled"
+say "6 ok: producer $p (a file and fields by request staged in) -> consumer $c through a persisted node-local store, product byte-identical; consumer $c2 of failed $f cancelled"
 
 passed=1
 say "ok (Slurm $(sinfo -V | awk '{print $2}'))"
