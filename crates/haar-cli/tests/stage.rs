@@ -167,6 +167,14 @@ fn a_task_killed_with_sigkill_leaves_no_half_object_and_resumes_keeping_verified
     assert_eq!(st["state"], "done", "{st}");
     assert_eq!(st["attempts"], 2);
     assert_eq!(whole_or_absent(&src, &dst), (64, 0));
+    // The pair's bandwidth was recorded for the next task's ETA.
+    let o = s.haar(&["rates", "--json"]);
+    ok(&o);
+    let rates: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        rates["pairs"]["shared->local"]["bytes"].as_u64().unwrap() > 0,
+        "{rates}"
+    );
     // Objects verified by the first run were kept, not copied again.
     for (p, ino) in kept {
         let now = std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(&p).unwrap());

@@ -123,6 +123,9 @@ pub enum StageAction {
     /// Remove what the journal's `in` tasks staged in and its `out` tasks' sources, from
     /// posix (node-local) dataspaces only, except persisted locations (a job's teardown).
     Teardown,
+    /// Bandwidth measured per dataspace pair by the journal's finished tasks (what the first
+    /// ETA of a new task between them starts from).
+    Rates,
     /// Keep data on the node after its job, for its owner and the users it is shared with.
     Persist {
         /// What to do.
@@ -241,6 +244,26 @@ pub fn run(cli: &Cli, a: &StageArgs) -> Result<(), Failure> {
         StageAction::Resume(r) => execute(&st, a, &r.task, r.quiet),
         StageAction::Run(t) => execute(&st, a, &t.task, true),
         StageAction::Teardown => teardown(&st, a),
+        StageAction::Rates => {
+            let rates = st.journal.rates();
+            if a.json {
+                return outln!(
+                    "{}",
+                    serde_json::to_string_pretty(&rates).expect("serialise")
+                );
+            }
+            for (pair, r) in &rates.pairs {
+                outln!(
+                    "{pair}: {} task(s), {:.1} MiB in {:.2} s, mean {:.1} MiB/s, last {:.1} MiB/s",
+                    r.tasks,
+                    r.bytes as f64 / (1 << 20) as f64,
+                    r.seconds,
+                    r.mean().unwrap_or(0.0) / (1 << 20) as f64,
+                    r.last_rate / (1 << 20) as f64
+                )?;
+            }
+            Ok(())
+        }
         StageAction::Persist { op } => persist_cmd(&st, a, op),
     }
 }

@@ -116,6 +116,7 @@ fn the_forms_in_use_still_parse() {
         "haar stage teardown --journal /j",
         "haar stage persist share local:keep1 alice",
         "haar stage persist list --json",
+        "haar stage rates --journal /j",
         "haar --config c.yaml --root /r --backend pmem --servers a:1,b:2 --replicas 2 \
          --token-file t --tls-ca ca.pem workload-worker --spec {}",
     ] {
