@@ -189,7 +189,17 @@ pub fn copy_to_temp(src: &Path, dst: &Path, task: &str, mon: &mut dyn Monitor) -
         .open(&tmp)
         .map_err(|e| Error::io("create", &tmp, e))?;
     let result = (|| {
-        let (len, crc) = pipe_copy(&mut input, &mut out, src, &tmp, task, mon)?;
+        // A source of at least a chunk is mapped (under the SIGBUS guard, so a truncation
+        // meanwhile is noticed, not fatal): written from the mapping while a second thread
+        // computes its checksum, one copy in all as `cp` makes; else read through buffers.
+        let mapped = (before.len() >= CHUNK as u64)
+            .then(|| input.try_clone().ok())
+            .flatten()
+            .and_then(|f| haar::ingest::GuardedMap::new(f, &before));
+        let (len, crc) = match mapped {
+            Some(map) => mapped_copy(&map, &mut out, src, &tmp, task, mon)?,
+            None => pipe_copy(&mut input, &mut out, src, &tmp, task, mon)?,
+        };
         // SAFETY: a file descriptor we own; SYNC_FILE_RANGE_WRITE only starts writeback.
         unsafe {
             libc::sync_file_range(
@@ -310,6 +320,60 @@ fn pipe_copy(
         }
         Ok((len, crc))
     })
+}
+
+/// Writes the mapped source to `out` in chunks while a second thread computes the
+/// CRC-32C of the same mapping; a source changed meanwhile is an error.
+fn mapped_copy(
+    map: &haar::ingest::GuardedMap,
+    out: &mut File,
+    src: &Path,
+    tmp: &Path,
+    task: &str,
+    mon: &mut dyn Monitor,
+) -> Result<(u64, u32)> {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let stop = AtomicBool::new(false);
+    let bytes: &[u8] = map;
+    let (crc, written) = std::thread::scope(|scope| {
+        let summer = scope.spawn(|| {
+            let mut crc = 0u32;
+            for chunk in bytes.chunks(CHUNK) {
+                if stop.load(Ordering::Relaxed) {
+                    break;
+                }
+                crc = haar_persist::crc32c_append(crc, chunk);
+            }
+            crc
+        });
+        let mut result = Ok(0u64);
+        for chunk in bytes.chunks(CHUNK) {
+            if mon.cancelled() {
+                result = Err(Error::Cancelled(task.into()));
+                break;
+            }
+            if let Err(e) = out.write_all(chunk) {
+                result = Err(Error::io("write", tmp, e));
+                break;
+            }
+            if let Ok(n) = &mut result {
+                *n += chunk.len() as u64;
+            }
+            mon.advance(chunk.len() as u64);
+        }
+        if result.is_err() {
+            stop.store(true, Ordering::Relaxed);
+        }
+        (summer.join().expect("checksum thread"), result)
+    });
+    let written = written?;
+    if map.changed() {
+        return Err(Error::Checksum {
+            path: src.into(),
+            detail: "the source changed while it was being staged; stage it again".into(),
+        });
+    }
+    Ok((written, crc))
 }
 
 /// Reads until `buf` is full or the end of the file.
