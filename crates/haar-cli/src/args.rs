@@ -313,6 +313,11 @@ impl Command {
                 a.local.onto(o);
                 a.token.onto(o);
             }
+            Command::Stage(a) => {
+                if a.config.is_some() {
+                    o.config.config.clone_from(&a.config);
+                }
+            }
             Command::Bench(_)
             | Command::Stream(_)
             | Command::Advise(_)
@@ -413,6 +418,12 @@ pub enum Command {
     /// With no options it starts its own local servers on temporary pmem pools, runs about
     /// 1 GiB per run, and removes everything afterwards.
     Workflow(crate::commands::workloads::WorkflowArgs),
+    /// Stage files, directories and fields between dataspaces (node-local directories and
+    /// stores, the shared file system, haar servers): checksummed end to end, restartable
+    /// after kill -9, with progress and ETA; the engine of the Slurm burst-buffer
+    /// integration (slurm/burst_buffer.lua). Tasks run in this process, or in a background
+    /// one with --detach.
+    Stage(crate::commands::stage::StageArgs),
     /// Internal: one worker process of `hammer` or `workflow`.
     #[command(name = "workload-worker", hide = true)]
     WorkloadWorker(crate::commands::workloads::WorkerArgs),

@@ -86,6 +86,23 @@ impl Default for Config {
     }
 }
 
+/// Top-level sections of the one configuration file that belong to other parts of haar and
+/// are read there (`dataspaces`: the data mover, `haar_stage::Dataspaces`, design §13); the
+/// store's own parsing sets them aside so that its unknown-field check still catches typos.
+pub const OTHER_SECTIONS: &[&str] = &["dataspaces"];
+
+/// The configuration text as YAML, without the [`OTHER_SECTIONS`].
+fn parse_store_sections(text: &str, origin: &str) -> Result<serde_yaml_ng::Value> {
+    let mut value: serde_yaml_ng::Value =
+        serde_yaml_ng::from_str(text).map_err(|e| Error::Config(format!("{origin}: {e}")))?;
+    if let Some(map) = value.as_mapping_mut() {
+        for section in OTHER_SECTIONS {
+            map.remove(*section);
+        }
+    }
+    Ok(value)
+}
+
 /// `$XDG_DATA_HOME/haar`, else `~/.local/share/haar`, else `/tmp/haar`.
 pub fn default_root() -> PathBuf {
     if let Some(d) = std::env::var_os("XDG_DATA_HOME").filter(|d| !d.is_empty()) {
@@ -101,8 +118,7 @@ impl Config {
     /// Parses a configuration file's text (YAML; JSON is valid YAML too). `origin` names the
     /// file in errors.
     pub fn from_yaml(text: &str, origin: &str) -> Result<Config> {
-        let value: serde_yaml_ng::Value =
-            serde_yaml_ng::from_str(text).map_err(|e| Error::Config(format!("{origin}: {e}")))?;
+        let value = parse_store_sections(text, origin)?;
         if let Some(cfg) = from_fdb5(&value, origin) {
             return cfg;
         }
@@ -235,8 +251,7 @@ pub type RemoteFactory<'a> = &'a dyn Fn(&str) -> Result<Box<dyn crate::FieldStor
 impl FrontendConfig {
     /// Parses a configuration file's text: a front-end if it has `type`, else a local store.
     pub fn from_yaml(text: &str, origin: &str) -> Result<FrontendConfig> {
-        let value: serde_yaml_ng::Value =
-            serde_yaml_ng::from_str(text).map_err(|e| Error::Config(format!("{origin}: {e}")))?;
+        let value = parse_store_sections(text, origin)?;
         let typed = value
             .as_mapping()
             .is_some_and(|m| m.contains_key(serde_yaml_ng::Value::from("type")));
@@ -333,6 +348,21 @@ impl FrontendConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_dataspaces_section_is_set_aside_and_typos_are_still_refused() {
+        let text = "backend: posix\nroots: [/d]\ndataspaces: {shared: {kind: shared, path: /s}}\n";
+        assert_eq!(
+            Config::from_yaml(text, "t").unwrap().roots,
+            vec![PathBuf::from("/d")]
+        );
+        let text = "type: remote\nserver: 'a:1'\ndataspaces: {}\n";
+        assert!(matches!(
+            FrontendConfig::from_yaml(text, "t").unwrap(),
+            FrontendConfig::Remote { .. }
+        ));
+        assert!(Config::from_yaml("dataspace: {}\n", "t").is_err());
+    }
 
     #[test]
     fn untyped_file_is_a_local_store() {

@@ -62,8 +62,9 @@ impl ConfigSource {
         ConfigSource::Defaults
     }
 
-    /// The YAML text and its name for messages; `None` for the defaults.
-    fn text(&self) -> Result<Option<(String, String)>> {
+    /// The YAML text and its name for messages; `None` for the defaults. Other parts of haar
+    /// read their own sections of the one file through this (the data mover's `dataspaces`).
+    pub fn text(&self) -> Result<Option<(String, String)>> {
         match self {
             ConfigSource::Defaults => Ok(None),
             ConfigSource::File(path) => std::fs::read_to_string(path)

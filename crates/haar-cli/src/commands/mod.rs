@@ -7,6 +7,7 @@ pub mod advise;
 pub mod archive;
 pub mod import;
 pub mod run;
+pub mod stage;
 pub mod stream;
 
 use std::io::{IsTerminal, Write};
@@ -45,6 +46,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Hammer(a) => workloads::hammer(&cli, a),
         Command::Workflow(a) => workloads::workflow(&cli, a),
         Command::WorkloadWorker(a) => workloads::worker(&cli, a),
+        Command::Stage(a) => stage::run(&cli, a),
         Command::Generate(a) => generate(a),
     }
 }

@@ -53,6 +53,7 @@ fn each_subcommand_takes_the_options_it_uses() {
         ("advise", &[]),
         ("run", &[]),
         ("generate", &[]),
+        ("stage", &["config"]),
     ];
     for sub in Cli::command().get_subcommands() {
         let name = sub.get_name();
@@ -108,6 +109,17 @@ fn the_forms_in_use_still_parse() {
         "haar --backend pmem --root /d compact class=od --json",
         "haar --root /r --backend posix generate man /d",
         "haar --root /r generate completions bash",
+        "haar stage in shared:in.grib local:job1/in.grib",
+        "haar --config c.yaml stage out local:out shared:out --mapping into --id o1 --detach --json",
+        "haar stage --config c.yaml --journal /j copy nv:class=od,step=0/6 /tmp/x.grib --quiet",
+        "haar stage status --json",
+        "haar stage wait t1 --timeout 30",
+        "haar stage cancel t1",
+        "haar stage resume t1 --quiet",
+        "haar stage teardown --journal /j",
+        "haar stage persist share local:keep1 alice",
+        "haar stage persist list --json",
+        "haar stage rates --journal /j",
         "haar --config c.yaml --root /r --backend pmem --servers a:1,b:2 --replicas 2 \
          --token-file t --tls-ca ca.pem workload-worker --spec {}",
     ] {

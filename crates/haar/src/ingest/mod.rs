@@ -49,6 +49,9 @@ use std::time::Duration;
 use haar_core::Key;
 use haar_core::request::Request;
 
+/// A read-only mapping whose truncation under the reader is noticed, not fatal (SIGBUS
+/// guard); also what the data mover (`haar_stage`) reads sources through.
+pub use guarded_map::GuardedMap;
 pub use pipeline::ingest;
 
 /// One input: a file, a buffer of GRIB messages, or a stream of them.

@@ -1,0 +1,486 @@
+//! `haar stage`: the data mover's face. Every decision is `haar_stage`'s; this module maps
+//! arguments onto a `Stager`, draws the progress bar and prints records.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use haar_stage::persist::{self, Op};
+use haar_stage::{Direction, Journal, Mapping, Stager, State, TaskRecord, TaskSpec};
+
+use crate::Failure;
+use crate::args::Cli;
+
+const STAGE_HELP: &str = "\
+ENDPOINTS
+    NAME:PATH       a file or directory below the root of the posix or shared dataspace NAME
+    NAME:REQUEST    the fields of a MARS request in the store dataspace NAME (empty: all)
+    /ABS/PATH       a file or directory outside any dataspace
+
+    Dataspaces are named in the configuration file (--config or $HAAR_CONFIG):
+        dataspaces:
+          shared: {kind: shared, path: /lustre/project}      # the parallel file system
+          local:  {kind: posix,  path: /local/scratch}       # node-local disk or tmpfs
+          nvram:  {kind: store,  backend: pmem, root: /dev/shm/haar}   # a node-local store
+          fdb:    {kind: store,  config: /etc/haar/cluster.yaml}       # remote or dist servers
+
+    Files and directories go to files and directories; a request goes to one GRIB file; a
+    GRIB file (or a directory of them) goes into a store through the ingestion `haar
+    archive` uses; a request goes from one store into another.
+
+GUARANTEES
+    Every object is written under a temporary name, fsynced, read back and compared with the
+    CRC-32C of the source as it was read, then renamed into place: a task killed at any
+    point never leaves a half-copied object under the destination's name. Run it again
+    (`haar stage resume TASK`) and verified objects are kept, the rest redone.
+
+JOURNAL
+    Task records live in --journal DIR (default $XDG_STATE_HOME/haar/stage, else
+    ~/.local/state/haar/stage): DIR/TASK/task (state, progress, ETA, objects done) and
+    DIR/rates (bandwidth per dataspace pair, used for the first ETA). docs/design.md §13.
+
+EXIT STATUS
+    0 done; 1 bad usage or endpoint; 2 the source is missing; 3 I/O error, checksum mismatch,
+    cancelled or interrupted; 4 wait timed out.";
+
+/// `haar stage`.
+#[derive(Debug, Args)]
+#[command(after_long_help = STAGE_HELP)]
+pub struct StageArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub action: StageAction,
+    /// Configuration file naming the dataspaces (its `dataspaces:` section) and the default
+    /// store. Default: $HAAR_CONFIG.
+    #[arg(long, value_name = "FILE", global = true)]
+    pub config: Option<PathBuf>,
+    /// Task journal directory. Default: $XDG_STATE_HOME/haar/stage, else
+    /// ~/.local/state/haar/stage.
+    #[arg(long, value_name = "DIR", global = true)]
+    pub journal: Option<PathBuf>,
+    /// Print task records as JSON instead of text.
+    #[arg(long, global = true)]
+    pub json: bool,
+}
+
+/// How to start a task.
+#[derive(Debug, Args)]
+pub struct MoveArgs {
+    /// Source endpoint: NAME:PATH, NAME:REQUEST or /ABS/PATH.
+    pub src: String,
+    /// Destination endpoint.
+    pub dst: String,
+    /// `same`: DST becomes the copy of SRC; `into`: SRC goes into the directory DST under its
+    /// own name (a request as DST/fields.grib).
+    #[arg(long, value_name = "same|into", default_value = "same")]
+    pub mapping: Mapping,
+    /// Task id (letters, digits, '_', '-', '.'); default: made up and printed.
+    #[arg(long, value_name = "ID")]
+    pub id: Option<String>,
+    /// Run in a background process and return at once, printing the task id; follow it with
+    /// `haar stage status|wait|cancel ID`.
+    #[arg(long)]
+    pub detach: bool,
+    /// No progress bar.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// A task named by its id.
+#[derive(Debug, Args)]
+pub struct TaskArg {
+    /// The task's id.
+    pub task: String,
+}
+
+/// `haar stage` actions.
+#[derive(Debug, Subcommand)]
+pub enum StageAction {
+    /// Stage SRC into the job's tier at DST (a task recorded as `in`: a job's teardown
+    /// removes what it staged in unless persisted).
+    In(MoveArgs),
+    /// Stage SRC out of the job's tier to DST.
+    Out(MoveArgs),
+    /// Copy SRC to DST (neither in nor out).
+    Copy(MoveArgs),
+    /// Show a task (or every task of the journal): state, bytes, rate, ETA, error.
+    Status {
+        /// The task's id; none: every task.
+        task: Option<String>,
+    },
+    /// Wait until a task ends; exit status as the task's (4 on timeout).
+    Wait {
+        /// The task's id.
+        task: String,
+        /// Give up after this many seconds.
+        #[arg(long, value_name = "SECONDS")]
+        timeout: Option<f64>,
+    },
+    /// Cancel a task: its runner stops between chunks and removes its temporary files.
+    Cancel(TaskArg),
+    /// Run an interrupted or failed task again: verified objects are kept, the rest redone.
+    Resume(MoveQuiet),
+    /// Remove what the journal's `in` tasks staged in and its `out` tasks' sources, from
+    /// posix (node-local) dataspaces only, except persisted locations (a job's teardown).
+    Teardown,
+    /// Bandwidth measured per dataspace pair by the journal's finished tasks (what the first
+    /// ETA of a new task between them starts from).
+    Rates,
+    /// Keep data on the node after its job, for its owner and the users it is shared with.
+    Persist {
+        /// What to do.
+        #[command(subcommand)]
+        op: PersistOp,
+    },
+    /// Internal: the background runner of `--detach`.
+    #[command(hide = true)]
+    Run(TaskArg),
+}
+
+/// `resume` options.
+#[derive(Debug, Args)]
+pub struct MoveQuiet {
+    /// The task's id.
+    pub task: String,
+    /// No progress bar.
+    #[arg(long, short)]
+    pub quiet: bool,
+}
+
+/// `haar stage persist` operations.
+#[derive(Debug, Subcommand)]
+pub enum PersistOp {
+    /// Keep LOCATION (NAME:PATH) after the job: owner-only permissions, recorded.
+    Store {
+        /// The location.
+        location: String,
+    },
+    /// Remove LOCATION and its record.
+    Delete {
+        /// The location.
+        location: String,
+    },
+    /// Let USER read LOCATION (a POSIX ACL entry on everything below it).
+    Share {
+        /// The location.
+        location: String,
+        /// User name or uid.
+        user: String,
+    },
+    /// Stop letting USER read LOCATION.
+    Unshare {
+        /// The location.
+        location: String,
+        /// User name or uid.
+        user: String,
+    },
+    /// List persisted locations (every user's).
+    List,
+}
+
+fn stager(cli: &Cli, a: &StageArgs) -> Result<Stager, Failure> {
+    let mut opts = crate::open::open_options(cli);
+    if let Some(c) = &a.config {
+        opts.config = haar::ConfigSource::File(c.clone());
+    }
+    let spaces = haar_stage::Dataspaces::load(opts.config).map_err(fail)?;
+    let dir = a.journal.clone().unwrap_or_else(Journal::default_dir);
+    Ok(Stager {
+        spaces,
+        journal: Journal::open(&dir).map_err(fail)?,
+    })
+}
+
+fn fail(e: haar_stage::Error) -> Failure {
+    match e.class() {
+        "missing" => Failure::missing(e.to_string()),
+        "input" | "denied" => Failure::usage(e.to_string()),
+        _ => Failure::io(e.to_string()),
+    }
+}
+
+/// Runs `haar stage`.
+pub fn run(cli: &Cli, a: &StageArgs) -> Result<(), Failure> {
+    let st = stager(cli, a)?;
+    match &a.action {
+        StageAction::In(m) => start(&st, a, m, Direction::In),
+        StageAction::Out(m) => start(&st, a, m, Direction::Out),
+        StageAction::Copy(m) => start(&st, a, m, Direction::Copy),
+        StageAction::Status { task: Some(t) } => {
+            let rec = st.status(t).map_err(fail)?;
+            print_record(&rec, a.json)
+        }
+        StageAction::Status { task: None } => {
+            let all = st.list().map_err(fail)?;
+            if a.json {
+                outln!(
+                    "{}",
+                    serde_json::to_string_pretty(&all).expect("records serialise")
+                )
+            } else {
+                for r in &all {
+                    outln!("{}", summary(r))?;
+                }
+                Ok(())
+            }
+        }
+        StageAction::Wait { task, timeout } => {
+            let rec = st
+                .wait(task, timeout.map(Duration::from_secs_f64))
+                .map_err(fail)?;
+            print_record(&rec, a.json)?;
+            if !rec.state.is_final() {
+                return Err(Failure {
+                    code: 4,
+                    message: format!("task {task} is still {:?} after the timeout", rec.state),
+                });
+            }
+            outcome(&rec)
+        }
+        StageAction::Cancel(t) => {
+            let rec = st.cancel(&t.task, Duration::from_secs(30)).map_err(fail)?;
+            print_record(&rec, a.json)
+        }
+        StageAction::Resume(r) => execute(&st, a, &r.task, r.quiet),
+        StageAction::Run(t) => execute(&st, a, &t.task, true),
+        StageAction::Teardown => teardown(&st, a),
+        StageAction::Rates => {
+            let rates = st.journal.rates();
+            if a.json {
+                return outln!(
+                    "{}",
+                    serde_json::to_string_pretty(&rates).expect("serialise")
+                );
+            }
+            for (pair, r) in &rates.pairs {
+                outln!(
+                    "{pair}: {} task(s), {:.1} MiB in {:.2} s, mean {:.1} MiB/s, last {:.1} MiB/s",
+                    r.tasks,
+                    r.bytes as f64 / (1 << 20) as f64,
+                    r.seconds,
+                    r.mean().unwrap_or(0.0) / (1 << 20) as f64,
+                    r.last_rate / (1 << 20) as f64
+                )?;
+            }
+            Ok(())
+        }
+        StageAction::Persist { op } => persist_cmd(&st, a, op),
+    }
+}
+
+fn start(st: &Stager, a: &StageArgs, m: &MoveArgs, direction: Direction) -> Result<(), Failure> {
+    let spec = TaskSpec {
+        id: m.id.clone(),
+        direction,
+        src: m.src.clone(),
+        dst: m.dst.clone(),
+        mapping: m.mapping,
+    };
+    let rec = st.submit(&spec).map_err(fail)?;
+    if m.detach {
+        return detach(st, a, &rec);
+    }
+    execute(st, a, &rec.id, m.quiet)
+}
+
+/// Starts `haar stage run ID` in a new session, its output in the task's `log`.
+fn detach(st: &Stager, a: &StageArgs, rec: &TaskRecord) -> Result<(), Failure> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe().map_err(|e| Failure::io(format!("haar's path: {e}")))?;
+    let log_path = st.journal.task_dir(&rec.id).join("log");
+    let log = std::fs::File::create(&log_path)
+        .map_err(|e| Failure::io(format!("{}: {e}", log_path.display())))?;
+    let mut cmd = std::process::Command::new(exe);
+    cmd.arg("stage").arg("run").arg(&rec.id);
+    cmd.arg("--journal").arg(st.journal.dir());
+    if let haar::ConfigSource::File(c) = &st.spaces.source {
+        cmd.arg("--config").arg(c);
+    }
+    let _ = a;
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(log.try_clone().map_err(|e| Failure::io(e.to_string()))?)
+        .stderr(log);
+    // SAFETY: setsid is async-signal-safe; the runner outlives this shell's job control.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    cmd.spawn()
+        .map_err(|e| Failure::io(format!("cannot start the runner: {e}")))?;
+    if a.json {
+        outln!("{}", serde_json::json!({"id": rec.id, "state": "queued"}))
+    } else {
+        outln!("{}", rec.id)
+    }
+}
+
+fn execute(st: &Stager, a: &StageArgs, id: &str, quiet: bool) -> Result<(), Failure> {
+    use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
+    use std::io::IsTerminal;
+    let bar = ProgressBar::with_draw_target(
+        Some(0),
+        if quiet || !std::io::stderr().is_terminal() {
+            ProgressDrawTarget::hidden()
+        } else {
+            ProgressDrawTarget::stderr()
+        },
+    );
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} {prefix} [{bar:30}] {bytes}/{total_bytes} {binary_bytes_per_sec} ETA {msg}",
+        )
+        .expect("template")
+        .progress_chars("=> "),
+    );
+    bar.set_prefix(id.to_string());
+    let rec = st
+        .run(id, &mut |r| {
+            bar.set_length(r.bytes_total);
+            bar.set_position(r.bytes_done);
+            bar.set_message(match r.eta_seconds {
+                Some(s) => format!("{s:.1}s"),
+                None => "?".into(),
+            });
+        })
+        .map_err(fail)?;
+    bar.finish_and_clear();
+    print_record(&rec, a.json)?;
+    outcome(&rec)
+}
+
+/// The exit status a task's final state calls for.
+fn outcome(rec: &TaskRecord) -> Result<(), Failure> {
+    let msg = || {
+        format!(
+            "task {}: {}",
+            rec.id,
+            rec.error
+                .clone()
+                .unwrap_or_else(|| format!("{:?}", rec.state).to_lowercase())
+        )
+    };
+    match rec.state {
+        State::Done => Ok(()),
+        State::Failed => Err(match rec.error_class.as_deref() {
+            Some("missing") => Failure::missing(msg()),
+            Some("input") | Some("denied") => Failure::usage(msg()),
+            _ => Failure::io(msg()),
+        }),
+        State::Interrupted => Err(Failure::io(format!(
+            "task {} was interrupted (its runner died): `haar stage resume {}`",
+            rec.id, rec.id
+        ))),
+        _ => Err(Failure::io(msg())),
+    }
+}
+
+fn summary(r: &TaskRecord) -> String {
+    let mib = |b: u64| b as f64 / (1 << 20) as f64;
+    let mut s = format!(
+        "{} {} {:?} {} -> {}: {:.1}/{:.1} MiB, {}/{} objects, {:.1} MiB/s",
+        r.id,
+        format!("{:?}", r.state).to_lowercase(),
+        r.direction,
+        r.src,
+        r.dst,
+        mib(r.bytes_done),
+        mib(r.bytes_total),
+        r.objects_done,
+        r.objects_total,
+        r.rate / (1 << 20) as f64,
+    );
+    if r.state == State::Running
+        && let Some(eta) = r.eta_seconds
+    {
+        s.push_str(&format!(", ETA {eta:.1} s"));
+    }
+    if let Some(e) = &r.error {
+        s.push_str(&format!(": {e}"));
+    }
+    s
+}
+
+fn print_record(r: &TaskRecord, json: bool) -> Result<(), Failure> {
+    if json {
+        outln!(
+            "{}",
+            serde_json::to_string_pretty(r).expect("records serialise")
+        )
+    } else {
+        outln!("{}", summary(r))
+    }
+}
+
+fn teardown(st: &Stager, a: &StageArgs) -> Result<(), Failure> {
+    let persisted = persist::list(&st.spaces).map_err(fail)?;
+    let mut removed = Vec::new();
+    let mut kept = Vec::new();
+    for p in st.teardown_paths().map_err(fail)? {
+        if persist::is_persisted(&persisted, &p) {
+            kept.push(p);
+            continue;
+        }
+        let r = match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.is_dir() => std::fs::remove_dir_all(&p),
+            Ok(_) => std::fs::remove_file(&p),
+            Err(_) => continue,
+        };
+        r.map_err(|e| Failure::io(format!("cannot remove {}: {e}", p.display())))?;
+        removed.push(p);
+    }
+    if a.json {
+        outln!(
+            "{}",
+            serde_json::json!({"removed": removed, "kept_persisted": kept})
+        )
+    } else {
+        for p in &removed {
+            outln!("removed {}", p.display())?;
+        }
+        for p in &kept {
+            outln!("kept {} (persisted)", p.display())?;
+        }
+        Ok(())
+    }
+}
+
+fn persist_cmd(st: &Stager, a: &StageArgs, op: &PersistOp) -> Result<(), Failure> {
+    let (op, loc, user) = match op {
+        PersistOp::List => {
+            let all = persist::list(&st.spaces).map_err(fail)?;
+            if a.json {
+                return outln!("{}", serde_json::to_string_pretty(&all).expect("serialise"));
+            }
+            for p in &all {
+                outln!(
+                    "{} {} owner={} shared_with={:?}",
+                    p.endpoint,
+                    p.path.display(),
+                    p.owner,
+                    p.shared_with
+                )?;
+            }
+            return Ok(());
+        }
+        PersistOp::Store { location } => (Op::Store, location, None),
+        PersistOp::Delete { location } => (Op::Delete, location, None),
+        PersistOp::Share { location, user } => (Op::Share, location, Some(user.as_str())),
+        PersistOp::Unshare { location, user } => (Op::Unshare, location, Some(user.as_str())),
+    };
+    let rec = persist::apply(&st.spaces, op, loc, user).map_err(fail)?;
+    if a.json {
+        outln!("{}", serde_json::to_string_pretty(&rec).expect("serialise"))
+    } else {
+        match rec {
+            Some(p) => outln!(
+                "{} persisted, owner {}, shared with {:?}",
+                p.endpoint,
+                p.owner,
+                p.shared_with
+            ),
+            None => outln!("{loc} deleted"),
+        }
+    }
+}

@@ -1,0 +1,60 @@
+//! haar's data mover (`haar stage`): files, directory trees and the fields of MARS requests
+//! staged between named **dataspaces** — node-local directories, haar stores (posix, pmem,
+//! remote, dist) and the shared file system — checksummed end to end, restartable after
+//! SIGKILL, with progress, ETA and bandwidth recorded per dataspace pair. It is the engine
+//! behind the `haar stage` CLI and the Slurm `burst_buffer/lua` integration (`slurm/`).
+//!
+//! - [`dataspace`]: the `dataspaces:` section of the one configuration file, and endpoints.
+//! - [`task`]: tasks, their states, and the [`Stager`] that submits, runs, resumes, waits for
+//!   and cancels them.
+//! - [`journal`]: the task journal and the per-pair bandwidth record (design §13.2).
+//! - [`copy`]: the crash-safe copy of one file (design §13.3).
+//! - [`persist`]: data kept on the node after its job, readable by the users it is shared
+//!   with.
+//! - [`bench`](mod@bench): stage-in against `cp` between the same directories.
+//!
+//! Tasks run in the calling process (the CLI's `--detach` starts a background process that
+//! calls [`Stager::run`]); there is no per-node daemon yet.
+//!
+//! ```
+//! use haar_stage::{Dataspaces, Journal, Stager, TaskSpec, Direction, Mapping, State};
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! let text = format!(
+//!     "dataspaces:\n  shared: {{kind: shared, path: {0}/pfs}}\n  local: {{kind: posix, path: {0}/node}}\n",
+//!     dir.path().display()
+//! );
+//! std::fs::create_dir(dir.path().join("pfs")).unwrap();
+//! std::fs::write(dir.path().join("pfs/input.grib"), b"GRIB....7777").unwrap();
+//! let stager = Stager {
+//!     spaces: Dataspaces::load(haar::ConfigSource::Yaml { text, origin: "example".into() }).unwrap(),
+//!     journal: Journal::open(&dir.path().join("journal")).unwrap(),
+//! };
+//! let spec = TaskSpec {
+//!     id: None,
+//!     direction: Direction::In,
+//!     src: "shared:input.grib".into(),
+//!     dst: "local:job/input.grib".into(),
+//!     mapping: Mapping::Same,
+//! };
+//! let task = stager.submit(&spec).unwrap();
+//! let done = stager.run(&task.id, &mut |_| {}).unwrap();
+//! assert_eq!(done.state, State::Done);
+//! assert_eq!(std::fs::read(dir.path().join("node/job/input.grib")).unwrap(), b"GRIB....7777");
+//! ```
+
+#![warn(missing_docs)]
+
+pub mod bench;
+pub mod copy;
+pub mod dataspace;
+pub mod error;
+mod fields;
+pub mod journal;
+pub mod persist;
+pub mod task;
+
+pub use dataspace::{Dataspace, Dataspaces, Endpoint, Object};
+pub use error::{Error, Result};
+pub use journal::Journal;
+pub use task::{Direction, Mapping, Stager, State, TaskRecord, TaskSpec};

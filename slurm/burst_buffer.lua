@@ -1,0 +1,310 @@
+--[[
+haar's data scheduler on Slurm's burst_buffer/lua plugin (Slurm 22.05 and later).
+
+Job-script directives (burst_buffer.conf: Directive=HAAR):
+
+  #HAAR stage_in  SRC DST [same|into]   before the job starts (it waits in BurstBufferStageIn)
+  #HAAR stage_out SRC DST [same|into]   after it ends
+  #HAAR persist store|delete LOCATION   after it ends: keep (or remove) node-local data
+  #HAAR persist share|unshare LOCATION USER
+
+SRC, DST and LOCATION are haar stage endpoints: NAME:PATH in a dataspace of the haar
+configuration, NAME:REQUEST in a store dataspace, or /ABS/PATH. "%j" in them is the job id.
+Directives are checked when the job is submitted: a bad one rejects it with a message naming
+its line. Every transfer runs `haar stage` under the job owner's uid and gid (setpriv), so the
+owner's own permissions decide what may be read and written; a failed stage-in fails the job
+with haar's message as its reason. Teardown removes what the job staged in (and the sources of
+its stage-outs) from posix (node-local) dataspaces, except persisted locations.
+
+Settings: burst_buffer_haar.conf beside this file, `key = value` lines:
+  haar    = /usr/local/bin/haar          the haar binary
+  config  = /etc/haar/haar.yaml          the haar configuration (its dataspaces: section)
+  state   = /var/spool/slurm/haar-stage  per-job state (root-owned; journals owned by users)
+  setpriv = /usr/bin/setpriv
+See docs/staging.md.
+--]]
+
+local script_dir = (debug.getinfo(1, "S").source:match("^@(.*/)") or "./")
+
+local function read_settings()
+	local s = {
+		haar = "/usr/local/bin/haar",
+		config = "/etc/haar/haar.yaml",
+		state = "/var/spool/slurm/haar-stage",
+		setpriv = "/usr/bin/setpriv",
+	}
+	local f = io.open(script_dir .. "burst_buffer_haar.conf", "r")
+	if f then
+		for line in f:lines() do
+			local k, v = line:match("^%s*([%w_]+)%s*=%s*(.-)%s*$")
+			if k and not line:match("^%s*#") then
+				s[k] = v
+			end
+		end
+		f:close()
+	end
+	return s
+end
+
+local function quote(s)
+	return "'" .. tostring(s):gsub("'", "'\\''") .. "'"
+end
+
+local function log(fmt, ...)
+	if slurm and slurm.log_info then
+		slurm.log_info("burst_buffer.lua (haar): " .. fmt, ...)
+	end
+end
+
+-- Endpoints: NAME:REST or /ABS/PATH, without a `..` component.
+local function check_endpoint(e)
+	if not (e:match("^[%w_.%-]+:") or e:match("^/")) then
+		return "endpoint '" .. e .. "': write NAME:PATH (a dataspace) or an absolute path"
+	end
+	local path = e:gsub("^[%w_.%-]+:", "")
+	for part in path:gmatch("[^/]+") do
+		if part == ".." then
+			return "endpoint '" .. e .. "': '..' would leave the dataspace"
+		end
+	end
+	return nil
+end
+
+--[[
+Parses the #HAAR directives of a job script. Returns a list of
+{line = N, op = "stage_in"|"stage_out"|"persist", args = {...}}, or nil and a message naming
+the line at fault. Pure: no I/O beyond the text it is given.
+--]]
+function haar_parse_directives(text)
+	local out = {}
+	local n = 0
+	for line in (text .. "\n"):gmatch("([^\n]*)\n") do
+		n = n + 1
+		local rest = line:match("^#HAAR(.*)$")
+		if rest then
+			local words = {}
+			for w in rest:gmatch("%S+") do
+				words[#words + 1] = w
+			end
+			local where = "line " .. n .. " (" .. line .. "): "
+			if rest ~= "" and not rest:match("^%s") then
+				return nil, where .. "write '#HAAR OPERATION ...' with a space after #HAAR"
+			end
+			local op = words[1]
+			local args = { unpack(words, 2) }
+			if op == "stage_in" or op == "stage_out" then
+				if #args < 2 or #args > 3 then
+					return nil, where .. op .. " takes SRC DST [same|into]"
+				end
+				for i = 1, 2 do
+					local e = check_endpoint(args[i])
+					if e then
+						return nil, where .. e
+					end
+				end
+				if args[3] and args[3] ~= "same" and args[3] ~= "into" then
+					return nil, where .. "mapping '" .. args[3] .. "': use same or into"
+				end
+			elseif op == "persist" then
+				local what = args[1]
+				if what == "store" or what == "delete" then
+					if #args ~= 2 then
+						return nil, where .. "persist " .. what .. " takes LOCATION"
+					end
+				elseif what == "share" or what == "unshare" then
+					if #args ~= 3 then
+						return nil, where .. "persist " .. what .. " takes LOCATION USER"
+					end
+				else
+					return nil, where .. "persist takes store, delete, share or unshare"
+				end
+				local e = check_endpoint(args[2])
+				if e then
+					return nil, where .. e
+				end
+			else
+				return nil, where .. "unknown operation '" .. tostring(op)
+					.. "': use stage_in, stage_out or persist"
+			end
+			out[#out + 1] = { line = n, op = op, args = args }
+		end
+	end
+	return out
+end
+
+local function read_file(path)
+	local f = io.open(path, "r")
+	if not f then
+		return nil
+	end
+	local t = f:read("*a")
+	f:close()
+	return t
+end
+
+local function job_dir(s, job_id)
+	return s.state .. "/" .. job_id
+end
+
+-- Runs `haar stage ARGS` as the job's owner; returns true, or false and haar's message.
+local function run_haar(s, job_id, args)
+	local dir = job_dir(s, job_id)
+	local owner = read_file(dir .. "/owner")
+	if not owner then
+		return false, "no owner recorded for job " .. job_id .. " (setup did not run)"
+	end
+	local uid, gid = owner:match("^(%d+) (%d+)")
+	local cmd = quote(s.setpriv) .. " --reuid=" .. uid .. " --regid=" .. gid
+		.. " --clear-groups " .. quote(s.haar) .. " stage --config " .. quote(s.config)
+		.. " --journal " .. quote(dir .. "/journal")
+	for _, a in ipairs(args) do
+		cmd = cmd .. " " .. quote(a)
+	end
+	local out = dir .. "/last-output"
+	local status = os.execute(cmd .. " </dev/null >" .. quote(out) .. " 2>&1")
+	local text = read_file(out) or ""
+	log("job %s: %s -> %s: %s", job_id, cmd, tostring(status), text)
+	-- Lua 5.1: the wait status; 5.2+: true/nil.
+	if status == 0 or status == true then
+		return true
+	end
+	local msg = text:match("haar: ([^\n]*)") or text:gsub("%s+$", "")
+	if msg == "" then
+		msg = "haar stage ended with wait status " .. tostring(status)
+			.. " and no message (killed?); release the job to stage again"
+	end
+	return false, msg
+end
+
+local function directives_of(job_script)
+	local text = read_file(job_script)
+	if not text then
+		return nil, "cannot read the job script " .. tostring(job_script)
+	end
+	return haar_parse_directives(text)
+end
+
+local function expand(arg, job_id)
+	return (arg:gsub("%%j", job_id))
+end
+
+-- Runs every directive of kind `op` in script order; stops at the first failure.
+local function run_directives(job_id, job_script, op)
+	local s = read_settings()
+	local ds, err = directives_of(job_script)
+	if not ds then
+		return slurm.ERROR, err
+	end
+	local i = 0
+	for _, d in ipairs(ds) do
+		if d.op == op then
+			i = i + 1
+			local args
+			if op == "persist" then
+				args = { "persist", d.args[1], expand(d.args[2], job_id) }
+				if d.args[3] then
+					args[4] = d.args[3]
+				end
+			else
+				local verb = (op == "stage_in") and "in" or "out"
+				args = { verb, expand(d.args[1], job_id), expand(d.args[2], job_id),
+					"--id", verb .. "-" .. i, "--quiet" }
+				if d.args[3] then
+					args[#args + 1] = "--mapping"
+					args[#args + 1] = d.args[3]
+				end
+			end
+			local ok, msg = run_haar(s, job_id, args)
+			if not ok then
+				-- Named by its text: Slurm hands the stage functions a rewritten script,
+				-- whose line numbers are not the user's.
+				return slurm.ERROR, "#HAAR " .. op .. " " .. table.concat(d.args, " ")
+					.. ": " .. msg
+			end
+		end
+	end
+	return slurm.SUCCESS
+end
+
+-- At submission (fast, in slurmctld): parse and validate only.
+function slurm_bb_job_process(job_script, uid, gid)
+	local ds, err = directives_of(job_script)
+	if not ds then
+		return slurm.ERROR, "#HAAR " .. err
+	end
+	return slurm.SUCCESS
+end
+
+-- No pools: haar stages into node-local dataspaces, which Slurm does not need to count.
+function slurm_bb_pools()
+	return slurm.SUCCESS
+end
+
+-- While pending: the job's state directory, its owner, and a journal the owner writes.
+function slurm_bb_setup(job_id, uid, gid, pool, bb_size, job_script)
+	local s = read_settings()
+	local dir = job_dir(s, job_id)
+	local rc = os.execute("mkdir -p " .. quote(dir .. "/journal") .. " && chmod 0755 "
+		.. quote(dir) .. " && chown " .. quote(uid .. ":" .. gid) .. " "
+		.. quote(dir .. "/journal") .. " && chmod 0700 " .. quote(dir .. "/journal"))
+	if not (rc == 0 or rc == true) then
+		return slurm.ERROR, "haar: cannot create " .. dir
+	end
+	local f = io.open(dir .. "/owner", "w")
+	if not f then
+		return slurm.ERROR, "haar: cannot write " .. dir .. "/owner"
+	end
+	f:write(uid .. " " .. gid .. "\n")
+	f:close()
+	return slurm.SUCCESS
+end
+
+function slurm_bb_data_in(job_id, job_script)
+	return run_directives(job_id, job_script, "stage_in")
+end
+
+function slurm_bb_real_size(job_id)
+	return slurm.SUCCESS
+end
+
+-- The job's environment: where its stage journal is.
+function slurm_bb_paths(job_id, job_script, path_file)
+	local s = read_settings()
+	local f = io.open(path_file, "w")
+	if f then
+		f:write("HAAR_STAGE_JOURNAL=" .. job_dir(s, job_id) .. "/journal\n")
+		f:close()
+	end
+	return slurm.SUCCESS
+end
+
+function slurm_bb_pre_run(job_id, job_script)
+	return slurm.SUCCESS
+end
+
+-- After the job: persist directives (before teardown can remove anything).
+function slurm_bb_post_run(job_id, job_script)
+	return run_directives(job_id, job_script, "persist")
+end
+
+function slurm_bb_data_out(job_id, job_script)
+	return run_directives(job_id, job_script, "stage_out")
+end
+
+function slurm_bb_job_teardown(job_id, job_script, hurry)
+	local s = read_settings()
+	local dir = job_dir(s, job_id)
+	if read_file(dir .. "/owner") then
+		local ok, msg = run_haar(s, job_id, { "teardown" })
+		if not ok then
+			log("job %s: teardown: %s", job_id, msg)
+		end
+	end
+	os.execute("rm -rf " .. quote(dir))
+	return slurm.SUCCESS
+end
+
+-- `scontrol show bbstat`: the caller's view is Slurm's; haar adds nothing here yet.
+function slurm_bb_get_status(...)
+	return slurm.SUCCESS, "haar stage: per-job journals under " .. read_settings().state .. "\n"
+end
