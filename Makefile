@@ -7,7 +7,7 @@ PREFIX ?= /usr/local
 MANDIR ?= $(PREFIX)/share/man
 DOCS   := target/docs
 
-.PHONY: setup build peer run test lint unit crash fuzz bench install-docs clean c python pytest
+.PHONY: setup build peer run test lint unit crash fuzz bench install-docs clean c python pytest slurm-stage
 
 setup:
 	@scripts/setup.sh
@@ -65,7 +65,13 @@ pytest: python
 	$(CARGO) build --release -p haar-cli
 	cd /tmp && HAAR_BIN=$(abspath $(HAAR)) python3 -m pytest -q $(CURDIR)/python/tests
 
-test: setup lint unit pytest fuzz
+# haar stage under a real, private single-node Slurm with burst_buffer/lua (root: it starts
+# munged, slurmctld and slurmd, and submits as an unprivileged user it creates).
+slurm-stage: setup
+	$(CARGO) build --release -p haar-cli
+	scripts/slurm-stage-test.sh $(HAAR)
+
+test: setup lint unit pytest fuzz slurm-stage
 
 # The full benchmark, writing docs/benchmarks.md.
 bench: build peer

@@ -15,6 +15,9 @@ command -v gfortran >/dev/null 2>&1 || need_apt+=(gfortran)  # the Fortran modul
 command -v make >/dev/null 2>&1 || need_apt+=(make)
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)  # network-namespace cluster tests
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip)
+# Staging under a real Slurm (issue 15): slurmctld/slurmd with burst_buffer/lua, and munge.
+dpkg -s slurm-wlm >/dev/null 2>&1 || need_apt+=(slurm-wlm)
+dpkg -s munge >/dev/null 2>&1 || need_apt+=(munge)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
