@@ -621,6 +621,75 @@ fn servers_killed_at_random_moments_lose_no_acknowledged_flush() {
     }
 }
 
+/// A pool file truncated under a running server (issue 14, hostile pools): the reads that
+/// touch the lost part fail with an error naming the pool, instead of SIGBUS killing the
+/// server; the server keeps accepting connections, and says what to do.
+#[test]
+fn a_pool_truncated_under_a_server_fails_reads_not_the_server() {
+    let dir = tempfile::tempdir_in(if Path::new("/dev/shm").is_dir() {
+        "/dev/shm"
+    } else {
+        "/tmp"
+    })
+    .unwrap();
+    let root = dir.path().join("root");
+    let mut s = spawn_server_on(&root, "pmem", "127.0.0.1:0", None);
+    let cfg = ClientConfig {
+        local_reads: false, // every byte through the server
+        ..rw()
+    };
+    let mut p = RemoteStore::connect(&s.addr, &cfg).unwrap();
+    const SIZE: usize = 1 << 20;
+    for step in 0..40 {
+        p.archive(&key(1, step), &field(1, step, SIZE)).unwrap();
+    }
+    p.flush().unwrap();
+    let pool = root.join("haar.pool");
+    let f = std::fs::OpenOptions::new().write(true).open(&pool).unwrap();
+    f.set_len(32 << 20).unwrap(); // what an operator's mistake or another program might do
+    let reader = RemoteStore::connect(&s.addr, &cfg).unwrap();
+    let mut errors = Vec::new();
+    for step in 0..40 {
+        let k = key(1, step);
+        let r = reader.retrieve_keys(std::slice::from_ref(&k), &mut |_, d, _| {
+            assert_eq!(d, field(1, step, SIZE), "{k}: wrong bytes delivered");
+            Ok(())
+        });
+        // Either the right bytes, or the damage reported naming the pool: never a silent
+        // absence.
+        match r {
+            Ok(rep) if rep.found == 1 => {}
+            Ok(rep) => {
+                assert!(
+                    !rep.problems.is_empty(),
+                    "{k}: missing with no problem reported"
+                );
+                errors.push(rep.problems.join("; "));
+            }
+            Err(e) => errors.push(e.to_string()),
+        }
+    }
+    eprintln!("{} of 40 reads failed; first: {}", errors.len(), errors[0]);
+    assert!(
+        s.child.try_wait().unwrap().is_none(),
+        "the server died: {errors:?}"
+    );
+    assert!(
+        errors
+            .iter()
+            .all(|e| e.contains(&pool.display().to_string())),
+        "{errors:?}"
+    );
+    assert!(
+        errors.iter().any(|e| e.contains("shrank")),
+        "no error says the pool shrank: {errors:?}"
+    );
+    // Still accepting and answering.
+    let again = RemoteStore::connect(&s.addr, &cfg).unwrap();
+    let _ = again.list(&Request::parse("class=od").unwrap());
+    assert!(s.child.try_wait().unwrap().is_none(), "the server died");
+}
+
 /// `haar serve --max-connections --handshake-timeout` reach the server (design §8, hostile
 /// peers): a connection over the limit is refused with a REFUSED naming the limit, the ones
 /// that never log in are closed at the deadline, and then clients are served again.

@@ -1,7 +1,7 @@
 //! Low-level persistence primitives for a pool file mapped into memory: the bottom floor of
 //! haar, shared by the store (`haar-store`'s pmem backend) and the memory tools (`haar-mem`).
 //!
-//! This crate owns six things and nothing else, one module each:
+//! This crate owns seven things and nothing else, one module each:
 //!
 //! * **CPU cache control**: run-time detection of `CLWB` / `CLFLUSHOPT` / AVX-512
 //!   ([`cpu`]: [`CpuFeatures`]), non-temporal copies and the fused copy + CRC-32C ([`copy`]:
@@ -18,6 +18,8 @@
 //!   length, plus cross-process atomics placed inside the file.
 //! * **The raw limits** ([`limits`]: [`measure_raw_limits`]): the copy bandwidths of this
 //!   machine that haar's benchmarks are reported against.
+//! * **Truncated mappings** ([`sigbus`]): one process-wide SIGBUS handler that turns an access
+//!   past the end of a truncated mapped file into zeros and a flag, instead of a dead process.
 //! * **Simulated power loss** ([`powerfail`]): a test facility, off unless `HAAR_POWER_LOSS`
 //!   is set, that keeps the image a power cut would leave beside a mapping and, at a chosen
 //!   persistence point, writes it out and ends the process.
@@ -52,6 +54,7 @@ pub mod limits;
 pub mod map;
 pub mod mode;
 pub mod powerfail;
+pub mod sigbus;
 
 pub use copy::{copy_nt, copy_nt_crc32c};
 pub use cpu::{CACHE_LINE, CpuFeatures, FlushKind};

@@ -186,6 +186,9 @@ pub struct PoolMapping {
     /// The simulated power loss's durable image, when `HAAR_POWER_LOSS` records this pool
     /// ([`crate::powerfail`]).
     recorder: Option<std::sync::Arc<crate::powerfail::Recorder>>,
+    /// The reservation registered with the SIGBUS handler ([`crate::sigbus`]): a pool file
+    /// truncated under this process makes its accesses fail instead of killing it.
+    guard: Option<crate::sigbus::Guard>,
 }
 
 // SAFETY: the mapping is process-wide memory, valid until `Drop`, with no thread affinity.
@@ -252,7 +255,11 @@ impl PoolMapping {
         } else {
             None
         };
+        // SAFETY: `base..base + reserve` is our reservation until `Drop`, which unregisters
+        // the guard before unmapping.
+        let guard = unsafe { crate::sigbus::guard(base.as_ptr(), reserve, true) };
         Ok(PoolMapping {
+            guard,
             recorder,
             file,
             path: path.to_owned(),
@@ -288,6 +295,13 @@ impl PoolMapping {
     /// Whether the kernel accepted `MAP_SYNC`, i.e. the file is on real persistent memory.
     pub fn is_dax(&self) -> bool {
         self.dax
+    }
+
+    /// True once an access past the end of a truncated pool file was caught in this mapping
+    /// (see [`crate::sigbus`]): every later access through it fails with an error naming the
+    /// file.
+    pub fn faulted(&self) -> bool {
+        self.guard.as_ref().is_some_and(|g| g.faulted())
     }
 
     /// Path the pool was opened with.
@@ -522,8 +536,10 @@ impl PoolMapping {
             off.is_multiple_of(8),
             "atomic_u64 at offset {off}: not 8-byte aligned"
         );
+        // Bounds only: after a caught truncation the range is still mapped (zero pages), so
+        // the atomic stays sound, and the next checked access reports the damage.
         assert!(
-            self.check(off, 8).is_ok(),
+            off.checked_add(8).is_some_and(|end| end <= self.file_len()),
             "atomic_u64 at offset {off}: past end of pool file ({} bytes)",
             self.file_len()
         );
@@ -534,6 +550,17 @@ impl PoolMapping {
     }
 
     fn check(&self, off: usize, len: usize) -> io::Result<()> {
+        if self.faulted() {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{}: the pool file shrank while this process had it mapped (truncated by \
+                     something outside haar; an access past its new end was caught): this \
+                     process can no longer use it; restore the file, then restart the process",
+                    self.path.display()
+                ),
+            ));
+        }
         match off.checked_add(len) {
             Some(end) if end <= self.file_len() => Ok(()),
             _ => Err(invalid(format!(
@@ -547,6 +574,8 @@ impl PoolMapping {
 
 impl Drop for PoolMapping {
     fn drop(&mut self) {
+        // Unregistered first: the address range may be reused by another mapping at once.
+        drop(self.guard.take());
         // SAFETY: `base..base + reserve` is our mapping; `&mut self` proves no slice or atomic
         // reference borrowed from it is still alive.
         unsafe { libc::munmap(self.base.as_ptr().cast(), self.reserve) };

@@ -157,9 +157,20 @@ impl Pool {
             let _ = self.map.refresh_len();
             head = self.map.slice(off, RECORD_HEADER);
         }
-        let head = head.ok_or_else(|| format!("record offset {off} beyond the pool"))?;
+        // Zeros caught by the SIGBUS guard are not damage to the file: say what happened.
+        let why = |what: String| {
+            if self.map.faulted() {
+                format!(
+                    "{what}: the pool file shrank while this process had it mapped (truncated \
+                     outside haar); restore the file, then restart this process"
+                )
+            } else {
+                what
+            }
+        };
+        let head = head.ok_or_else(|| why(format!("record offset {off} beyond the pool")))?;
         if &head[0..4] != RECORD_MAGIC {
-            return Err(format!("bad segment record magic at {off}"));
+            return Err(why(format!("bad segment record magic at {off}")));
         }
         let len = u32::from_le_bytes(head[4..8].try_into().unwrap()) as usize;
         let hash = u64::from_le_bytes(head[8..16].try_into().unwrap());
