@@ -28,6 +28,7 @@ pub mod format;
 pub mod fuse;
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 use std::sync::Arc;
 
 use haar::OpenOptions;
@@ -143,7 +144,8 @@ impl Mount {
     }
 
     /// Serves the kernel until the file system is unmounted (`fusermount3 -u`, `umount`) or
-    /// SIGINT/SIGTERM arrives, which unmounts it; everything written is flushed at the end.
+    /// SIGINT/SIGTERM arrives, which unmounts it (lazily when files are open: then the
+    /// session ends when the last one is closed); everything written is flushed at the end.
     pub fn run_until_signalled(mut self) -> Result<(), MountError> {
         let mut unmounter = self.session.unmount_callable();
         let path = self.path.clone();
@@ -160,10 +162,25 @@ impl Mount {
         std::thread::spawn(move || {
             let mut sig = 0;
             // SAFETY: `set` is a valid, initialised signal set.
-            if unsafe { libc::sigwait(&set, &mut sig) } == 0
-                && let Err(e) = unmounter.unmount()
-            {
-                eprintln!("haar mount: cannot unmount {}: {e}", path.display());
+            if unsafe { libc::sigwait(&set, &mut sig) } != 0 {
+                return;
+            }
+            if let Err(e) = unmounter.unmount() {
+                // Busy (open files): detach it, as libfuse does; the session ends when the
+                // last open file is closed.
+                let lazy = Command::new("fusermount3")
+                    .args(["-u", "-z"])
+                    .arg(&path)
+                    .status()
+                    .is_ok_and(|s| s.success())
+                    || Command::new("umount")
+                        .arg("-l")
+                        .arg(&path)
+                        .status()
+                        .is_ok_and(|s| s.success());
+                if !lazy {
+                    eprintln!("haar mount: cannot unmount {}: {e}", path.display());
+                }
             }
         });
         let path = self.path.clone();

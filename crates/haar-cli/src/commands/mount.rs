@@ -33,6 +33,13 @@ pub struct MountArgs {
     /// (stop it with `fusermount3 -u MOUNTPOINT` or `umount MOUNTPOINT`).
     #[arg(long)]
     pub daemon: bool,
+    /// With --daemon: append the server's messages to FILE (default: discarded once it has
+    /// mounted; messages before that are printed by `haar mount --daemon` itself).
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<PathBuf>,
+    /// Internal: this process is the server --daemon started.
+    #[arg(long, hide = true)]
+    pub daemon_child: bool,
     #[command(flatten)]
     pub open: OpenArgs,
 }
@@ -63,7 +70,9 @@ RELAXED SEMANTICS
 RUNNING
     haar mount prints `mounted MOUNTPOINT` on stdout once the file system is usable and
     serves it in the foreground until it is unmounted (fusermount3 -u, umount) or until
-    SIGINT/SIGTERM, which unmount it; then it exits 0. --daemon returns after that line.
+    SIGINT/SIGTERM, which unmount it; then it exits 0. If files are open then, the mount
+    is detached (umount -l): new paths no longer reach it, and haar mount goes on serving
+    the open files until they are closed. --daemon returns after that line.
 
 EXAMPLES
     haar --backend pmem --root /dev/shm/haar mount /mnt/haar &
@@ -87,18 +96,53 @@ pub fn run(cli: &Cli, a: &MountArgs) -> Result<(), Failure> {
     std::io::stdout()
         .flush()
         .map_err(crate::commands::out_err)?;
+    if a.daemon_child {
+        detach_output(a.log.as_deref())?;
+    }
     mount
         .run_until_signalled()
         .map_err(|e| Failure::io(e.to_string()))
 }
 
-/// `--daemon`: runs this command again without it, in a new session with its own stdout,
-/// and returns once it says it has mounted (or fails with its status).
+/// The daemon's stdout and stderr leave the pipes `haar mount --daemon` reads (so that it, and
+/// a shell's `$(...)` around it, ends): stderr goes to `log` or is discarded.
+fn detach_output(log: Option<&std::path::Path>) -> Result<(), Failure> {
+    let target = match log {
+        Some(p) => std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p)
+            .map_err(|e| Failure::io(format!("cannot open the log {}: {e}", p.display())))?,
+        None => std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/null")
+            .map_err(|e| Failure::io(format!("cannot open /dev/null: {e}")))?,
+    };
+    use std::os::fd::AsRawFd;
+    // SAFETY: dup2 onto the standard descriptors from a file open for writing.
+    unsafe {
+        libc::dup2(target.as_raw_fd(), 1);
+        libc::dup2(target.as_raw_fd(), 2);
+    }
+    Ok(())
+}
+
+/// `--daemon`: runs this command again as the server, in a new session, and returns once it
+/// says it has mounted; if it fails first, prints what it said and exits with its status.
 fn daemonise() -> Result<(), Failure> {
     let exe = std::env::current_exe().map_err(|e| Failure::io(format!("cannot find haar: {e}")))?;
-    let args = std::env::args_os().skip(1).filter(|a| a != "--daemon");
+    let args = std::env::args_os().skip(1).map(|a| {
+        if a == "--daemon" {
+            "--daemon-child".into()
+        } else {
+            a
+        }
+    });
     let mut cmd = Command::new(exe);
-    cmd.args(args).stdin(Stdio::null()).stdout(Stdio::piped());
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     // SAFETY: setsid is async-signal-safe; it detaches the server from the terminal's
     // process group so that a Ctrl-C meant for the shell does not reach it.
     unsafe {
@@ -117,6 +161,11 @@ fn daemonise() -> Result<(), Failure> {
     if line.starts_with("mounted ") {
         outln!("{}", line.trim_end())?;
         return Ok(());
+    }
+    if let Some(mut err) = child.stderr.take() {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut err, &mut text);
+        eprint!("{text}");
     }
     let status = child
         .wait()

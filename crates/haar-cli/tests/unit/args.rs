@@ -106,7 +106,7 @@ fn the_forms_in_use_still_parse() {
         "haar bench --scale --field-bytes 512 --runs 3 --no-fdb5 --keep --quiet",
         "haar compact --full",
         "haar --backend pmem --root /dev/shm/h mount /mnt/h",
-        "haar mount --daemon --fs-name scratch --threads 4 --allow-other /mnt/h --root /d",
+        "haar mount --daemon --log /tmp/m.log --fs-name scratch --threads 4 --allow-other /mnt/h --root /d",
         "haar --servers n1:7000,n2:7000 mount /mnt/h",
         "haar run --heap /dev/shm:2G -- python3 -c print(1)",
         "haar run --heap /mnt/pmem_fsdax0 -- ./app --verbose -x",
