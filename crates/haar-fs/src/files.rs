@@ -5,6 +5,7 @@
 //! glue in `fuse.rs` converts) nor about `fields/`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use haar_core::Key;
@@ -35,12 +36,14 @@ struct Node {
     rec: InodeRecord,
     parent: u64,
     children: BTreeMap<Vec<u8>, u64>,
+    /// Children that are directories (for the link count, without a scan).
+    subdirs: u32,
     /// Chunks stored (non-empty) in the store.
     chunks: BTreeSet<u64>,
     /// Chunks written since they were last archived.
     dirty: BTreeMap<u64, Vec<u8>>,
     /// The last chunk read from the store (for reads smaller than a chunk).
-    cache: Option<(u64, FieldBytes)>,
+    cache: Option<(u64, Arc<FieldBytes>)>,
     open: u32,
     unlinked: bool,
 }
@@ -51,6 +54,7 @@ impl Node {
             rec,
             parent: 0,
             children: BTreeMap::new(),
+            subdirs: 0,
             chunks: BTreeSet::new(),
             dirty: BTreeMap::new(),
             cache: None,
@@ -93,6 +97,8 @@ pub struct Files {
     next_ino: u64,
     /// Inodes whose record changed since the last barrier.
     dirty_records: BTreeSet<u64>,
+    /// Inodes that may hold dirty chunks (so a barrier does not scan every inode).
+    with_dirty: HashSet<u64>,
     /// Inodes with chunks archived but not flushed (a store read must flush first).
     pending: HashSet<u64>,
     /// Anything archived since the last flush.
@@ -169,11 +175,13 @@ impl Files {
         }
         for (parent, d) in dirents {
             next_ino = next_ino.max(d.ino + 1);
-            if nodes.contains_key(&d.ino)
+            let child_is_dir = nodes.get(&d.ino).map(|c| c.rec.kind == Kind::Dir);
+            if let Some(child_is_dir) = child_is_dir
                 && let Some(p) = nodes.get_mut(&parent)
                 && p.rec.kind == Kind::Dir
             {
                 p.children.insert(d.name, d.ino);
+                p.subdirs += u32::from(child_is_dir);
                 if let Some(c) = nodes.get_mut(&d.ino) {
                     c.parent = parent;
                 }
@@ -185,6 +193,7 @@ impl Files {
             nodes,
             next_ino,
             dirty_records: BTreeSet::new(),
+            with_dirty: HashSet::new(),
             pending: HashSet::new(),
             unflushed: false,
         };
@@ -225,13 +234,7 @@ impl Files {
     pub fn getattr(&self, ino: u64) -> Result<Attr, Errno> {
         let n = self.node(ino)?;
         let nlink = match n.rec.kind {
-            Kind::Dir => {
-                2 + n
-                    .children
-                    .values()
-                    .filter(|c| self.nodes.get(c).is_some_and(|c| c.rec.kind == Kind::Dir))
-                    .count() as u32
-            }
+            Kind::Dir => 2 + n.subdirs,
             _ => u32::from(!n.unlinked),
         };
         Ok(Attr {
@@ -297,6 +300,7 @@ impl Files {
         let now = now_ns();
         let p = self.node_mut(parent)?;
         p.children.insert(name.to_vec(), ino);
+        p.subdirs += u32::from(kind == Kind::Dir);
         p.rec.mtime = now;
         p.rec.ctime = now;
         self.dirty_records.insert(parent);
@@ -312,8 +316,15 @@ impl Files {
         };
         self.archive(&dirent_key(&self.fs, parent, name), &rec.encode())?;
         let now = now_ns();
+        let was_dir = self
+            .node(parent)?
+            .children
+            .get(name)
+            .and_then(|c| self.nodes.get(c))
+            .is_some_and(|c| c.rec.kind == Kind::Dir);
         let p = self.node_mut(parent)?;
         p.children.remove(name);
+        p.subdirs -= u32::from(was_dir);
         p.rec.mtime = now;
         p.rec.ctime = now;
         self.dirty_records.insert(parent);
@@ -524,6 +535,7 @@ impl Files {
                 let mut buf = self.chunk_for_update(ino, cut)?;
                 buf.truncate(keep);
                 self.node_mut(ino)?.dirty.insert(cut, buf);
+                self.with_dirty.insert(ino);
             }
             let n = self.node_mut(ino)?;
             for c in gone {
@@ -623,6 +635,7 @@ impl Files {
                 }
             } else {
                 self.node_mut(ino)?.dirty.insert(c, buf);
+                self.with_dirty.insert(ino);
             }
             pos += len as u64;
         }
@@ -638,8 +651,37 @@ impl Files {
         Ok(data.len())
     }
 
-    /// Reads up to `size` bytes at `offset` of file `ino`.
-    pub fn read(&mut self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
+    /// Reads up to `size` bytes at `offset` of file `ino`: a range of one stored chunk is
+    /// lent as it is (a pmem pool's mapping: no copy before the kernel's), anything else is
+    /// assembled into a buffer.
+    pub fn read(&mut self, ino: u64, offset: u64, size: u32) -> Result<ReadData, Errno> {
+        let cs = u64::from(CHUNK_SIZE);
+        let n = self.node(ino)?;
+        let end = n.rec.size.min(offset.saturating_add(u64::from(size)));
+        let c = offset / cs;
+        if n.rec.kind == Kind::File
+            && offset < end
+            && (end - 1) / cs == c
+            && !n.dirty.contains_key(&c)
+            && n.chunks.contains(&c)
+        {
+            let cached = n.cache.as_ref().filter(|(i, _)| *i == c).is_some();
+            if !cached {
+                let b = self.stored_chunk(ino, c)?;
+                self.node_mut(ino)?.cache = b.map(|b| (c, Arc::new(b)));
+            }
+            if let Some((_, b)) = &self.node(ino)?.cache {
+                let (start, stop) = ((offset - c * cs) as usize, (end - c * cs) as usize);
+                if stop <= b.len() {
+                    return Ok(ReadData::Lent(Arc::clone(b), start..stop));
+                }
+            }
+        }
+        self.read_into_buffer(ino, offset, size)
+            .map(ReadData::Owned)
+    }
+
+    fn read_into_buffer(&mut self, ino: u64, offset: u64, size: u32) -> Result<Vec<u8>, Errno> {
         let cs = u64::from(CHUNK_SIZE);
         let n = self.node(ino)?;
         match n.rec.kind {
@@ -665,7 +707,7 @@ impl Files {
                 let cached = n.cache.as_ref().filter(|(i, _)| *i == c).is_some();
                 if !cached {
                     let b = self.stored_chunk(ino, c)?;
-                    self.node_mut(ino)?.cache = b.map(|b| (c, b));
+                    self.node_mut(ino)?.cache = b.map(|b| (c, Arc::new(b)));
                 }
                 if let Some((_, b)) = &self.node(ino)?.cache {
                     copy_part(dst, b, within);
@@ -711,20 +753,22 @@ impl Files {
     /// The durability barrier (design §15.3): every dirty chunk and changed record archived,
     /// then the store flushed. Returns when the store has persisted them.
     pub fn barrier(&mut self) -> Result<(), Errno> {
-        let with_dirty: Vec<u64> = self
-            .nodes
-            .iter()
-            .filter(|(_, n)| !n.dirty.is_empty())
-            .map(|(i, _)| *i)
-            .collect();
-        for ino in with_dirty {
-            self.archive_dirty(ino)?;
+        // An inode leaves the set only once its chunks are archived: after a failure the
+        // next barrier tries the rest again.
+        let todo: Vec<u64> = self.with_dirty.iter().copied().collect();
+        for ino in todo {
+            if self.nodes.contains_key(&ino) {
+                self.archive_dirty(ino)?;
+            }
+            self.with_dirty.remove(&ino);
         }
-        for ino in std::mem::take(&mut self.dirty_records) {
+        let records: Vec<u64> = self.dirty_records.iter().copied().collect();
+        for ino in records {
             if let Some(n) = self.nodes.get(&ino) {
                 let bytes = n.rec.encode();
                 self.archive(&inode_key(&self.fs, ino), &bytes)?;
             }
+            self.dirty_records.remove(&ino);
         }
         self.flush_store()
     }
@@ -737,6 +781,25 @@ impl Files {
             .map(|n| n.rec.size.div_ceil(512) * 512)
             .sum();
         (self.nodes.len() as u64, bytes)
+    }
+}
+
+/// What a read returns.
+pub enum ReadData {
+    /// Bytes assembled for this read.
+    Owned(Vec<u8>),
+    /// A range of a stored chunk, lent.
+    Lent(Arc<FieldBytes>, std::ops::Range<usize>),
+}
+
+impl std::ops::Deref for ReadData {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            ReadData::Owned(v) => v,
+            ReadData::Lent(b, r) => &b[r.clone()],
+        }
     }
 }
 
