@@ -95,21 +95,22 @@ pub fn build(opts: &MountOptions) -> Result<HaarFs, MountError> {
         Box::new(Store::with_options(Arc::clone(&backend), store_opts)),
         FIELDS_BASE,
     );
+    // SAFETY: getuid/getgid cannot fail.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let files = files::Files::load(files_store(backend)?, &opts.fs_name, uid, gid)?;
+    Ok(HaarFs::new(Some(files), fields, root))
+}
+
+/// The store the writable part keeps its records and chunks in: `backend` under the file
+/// system's own schema (design §15.2).
+pub fn files_store(backend: Arc<dyn haar_store::Backend>) -> haar_store::Result<Store> {
     let schema = Schema::parse(format::SCHEMA)
         .map_err(|e| haar_store::Error::Config(format!("the file system's schema: {e}")))?;
-    let fs_opts = StoreOptions {
+    let opts = StoreOptions {
         schema: Arc::new(schema),
         ..StoreOptions::default()
     };
-    // SAFETY: getuid/getgid cannot fail.
-    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-    let files = files::Files::load(
-        Store::with_options(backend, fs_opts),
-        &opts.fs_name,
-        uid,
-        gid,
-    )?;
-    Ok(HaarFs::new(Some(files), fields, root))
+    Ok(Store::with_options(backend, opts))
 }
 
 /// A mounted file system, not yet served: the mount exists from [`Mount::new`] on.
