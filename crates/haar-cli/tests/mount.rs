@@ -725,3 +725,37 @@ fn daemon_mode_returns_when_mounted() {
     run(Command::new("fusermount3").arg("-u").arg(&mnt));
     assert!(!is_mounted(&mnt));
 }
+
+/// SIGTERM while a file is open detaches the mount (new paths no longer reach it), the open
+/// file still reads, and the server exits 0 once it is closed.
+#[test]
+fn sigterm_with_an_open_file_detaches_and_ends_at_its_close() {
+    let work = tempfile::tempdir().unwrap();
+    let store = work.path().join("store");
+    let mut m = Mounted::new(&store, "posix", &work.path().join("mnt"));
+    fs::write(m.p("kept"), b"open across the unmount").unwrap();
+    let mut open = fs::File::open(m.p("kept")).unwrap();
+    let mut child = m.child.take().unwrap();
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    let t = Instant::now();
+    while is_mounted(&m.mnt) {
+        assert!(t.elapsed() < Duration::from_secs(10), "still mounted");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        wait_for(&mut child, Duration::from_millis(500)),
+        None,
+        "ended with a file open"
+    );
+    let mut s = String::new();
+    open.read_to_string(&mut s).unwrap();
+    assert_eq!(s, "open across the unmount");
+    drop(open);
+    assert_eq!(
+        wait_for(&mut child, Duration::from_secs(10)),
+        Some(0),
+        "{}",
+        m.errors()
+    );
+}
