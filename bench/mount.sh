@@ -50,12 +50,33 @@ r.append(n / (time.perf_counter() - t))
 print(" ".join(f"{x:.0f}" for x in r))
 PY
 }
+shared() { # DIR -> creates/s with N = 1 2 4 8 processes in one directory
+    python3 - "$1" "$((FILES / 10))" <<'PY'
+import os, sys, time
+from multiprocessing import Process
+d, per = sys.argv[1], int(sys.argv[2])
+out = []
+for n in (1, 2, 4, 8):
+    sd = os.path.join(d, f"shared{n}"); os.makedirs(sd)
+    def work(w):
+        for i in range(per // n):
+            fd = os.open(os.path.join(sd, f"{w}-{i}"), os.O_CREAT | os.O_WRONLY, 0o644)
+            os.write(fd, b"x" * 4096); os.close(fd)
+    ps = [Process(target=work, args=(w,)) for w in range(n)]
+    t = time.perf_counter()
+    for p in ps: p.start()
+    for p in ps: p.join()
+    out.append((per // n) * n / (time.perf_counter() - t))
+print(" ".join(f"{x:.0f}" for x in out))
+PY
+}
 for target in tmpfs mount; do
     dir=$work/tmpfs; [ $target = mount ] && dir=$mnt
     w=$(fio_bw "$dir" write); sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true
     r=$(fio_bw "$dir" read); rm -f "$dir"/seq.*
     s=$(small "$dir")
-    eval "${target}_w=$w ${target}_r=$r ${target}_s=\"$s\""
+    m=$(shared "$dir")
+    eval "${target}_w=$w ${target}_r=$r ${target}_s=\"$s\" ${target}_m=\"$m\""
 done
 {
     echo "| $(date -u +%F) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) CPUs | tmpfs | haar mount (pmem on tmpfs) | ratio |"
@@ -66,5 +87,10 @@ done
     for row in "create+write 4 KiB:$tc:$mc" "stat:$ts:$ms" "read 4 KiB:$tr:$mr" "unlink:$tu:$mu"; do
         IFS=: read -r what a b <<< "$row"
         awk -v a="$a" -v b="$b" -v w="$what" 'BEGIN { printf "| %s, '"$FILES"' files, ops/s | %.0f | %.0f | %.2f |\n", w, a, b, b/a }'
+    done
+    read -r t1 t2 t4 t8 <<< "$tmpfs_m"; read -r m1 m2 m4 m8 <<< "$mount_m"
+    for row in "1:$t1:$m1" "2:$t2:$m2" "4:$t4:$m4" "8:$t8:$m8"; do
+        IFS=: read -r n a b <<< "$row"
+        awk -v a="$a" -v b="$b" -v n="$n" 'BEGIN { printf "| N=%s processes creating 4 KiB files in one directory, files/s | %.0f | %.0f | %.2f |\n", n, a, b, b/a }'
     done
 } | tee "$OUT"
