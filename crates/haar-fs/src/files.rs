@@ -593,6 +593,18 @@ impl Files {
         }
     }
 
+    /// Archives chunk `c` of `ino` (durable at the next barrier).
+    fn store_chunk(&mut self, ino: u64, c: u64, bytes: &[u8]) -> Result<(), Errno> {
+        self.archive(&chunk_key(&self.fs, ino, c), bytes)?;
+        self.pending.insert(ino);
+        let n = self.node_mut(ino)?;
+        n.chunks.insert(c);
+        if n.cache.as_ref().is_some_and(|(i, _)| *i == c) {
+            n.cache = None;
+        }
+        Ok(())
+    }
+
     /// Writes `data` at `offset` of file `ino`; returns the bytes written.
     pub fn write(&mut self, ino: u64, offset: u64, data: &[u8]) -> Result<usize, Errno> {
         let cs = u64::from(CHUNK_SIZE);
@@ -607,28 +619,24 @@ impl Files {
             let len = (cs - pos % cs).min(end - pos) as usize;
             let src = &data[(pos - offset) as usize..][..len];
             let whole = within == 0 && len == cs as usize;
-            let mut buf = if whole {
+            if whole {
+                // A whole chunk (fio's or dd's aligned 1 MiB writes): stored straight from the
+                // kernel's buffer, no copy of ours.
                 self.node_mut(ino)?.dirty.remove(&c);
-                Vec::new()
+                self.store_chunk(ino, c, src)?;
             } else {
-                self.chunk_for_update(ino, c)?
-            };
-            if buf.len() < within + len {
-                buf.resize(within + len, 0);
-            }
-            buf[within..within + len].copy_from_slice(src);
-            if buf.len() == cs as usize && within + len == cs as usize {
-                // Filled to its end: store it now (durable at the next barrier).
-                self.archive(&chunk_key(&self.fs, ino, c), &buf)?;
-                self.pending.insert(ino);
-                let n = self.node_mut(ino)?;
-                n.chunks.insert(c);
-                if n.cache.as_ref().is_some_and(|(i, _)| *i == c) {
-                    n.cache = None;
+                let mut buf = self.chunk_for_update(ino, c)?;
+                if buf.len() < within + len {
+                    buf.resize(within + len, 0);
                 }
-            } else {
-                self.node_mut(ino)?.dirty.insert(c, buf);
-                self.with_dirty.insert(ino);
+                buf[within..within + len].copy_from_slice(src);
+                if buf.len() == cs as usize {
+                    // Filled to its end: store it now (durable at the next barrier).
+                    self.store_chunk(ino, c, &buf)?;
+                } else {
+                    self.node_mut(ino)?.dirty.insert(c, buf);
+                    self.with_dirty.insert(ino);
+                }
             }
             pos += len as u64;
         }
