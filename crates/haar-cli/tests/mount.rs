@@ -759,3 +759,45 @@ fn sigterm_with_an_open_file_detaches_and_ends_at_its_close() {
         m.errors()
     );
 }
+
+/// xarray with cfgrib opens a field file of fields/ (it cannot write its index next to it, and
+/// need not): the variable and grid are those ecCodes reads from the same file. Needs
+/// `pip install cfgrib xarray`; skipped with a warning without them unless
+/// `HAAR_REQUIRE_PYTHON_GRIB` is set (as CI sets it).
+#[test]
+fn xarray_cfgrib_opens_a_field_file() {
+    let probe = Command::new("python3")
+        .args(["-c", "import cfgrib, xarray"])
+        .output();
+    if !probe.is_ok_and(|o| o.status.success()) {
+        assert!(
+            std::env::var_os("HAAR_REQUIRE_PYTHON_GRIB").is_none(),
+            "cfgrib and xarray are required (pip install cfgrib xarray)"
+        );
+        eprintln!("warning: cfgrib or xarray missing: xarray_cfgrib_opens_a_field_file skipped");
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let store = work.path().join("store");
+    let grib = grib_file(work.path(), &[0, 6], &[130]);
+    haar_ok(&store, "posix", &["archive".as_ref(), grib.as_os_str()]);
+    let m = Mounted::new(&store, "posix", &work.path().join("mnt"));
+    let files = files_under(&m.p("fields"));
+    assert_eq!(files.len(), 2);
+    let got = run(Command::new("python3")
+        .args([
+            "-c",
+            "import sys, xarray\n\
+             ds = xarray.open_dataset(sys.argv[1], engine='cfgrib')\n\
+             print(' '.join(ds.data_vars), *ds['t'].shape)",
+        ])
+        .arg(&files[1]));
+    let want = run(Command::new("grib_get")
+        .args(["-p", "shortName,Nj,Ni"])
+        .arg(&files[1]));
+    assert_eq!(
+        got.split_whitespace().collect::<Vec<_>>(),
+        want.split_whitespace().collect::<Vec<_>>()
+    );
+    m.terminate();
+}
