@@ -294,7 +294,8 @@ impl Command {
             | Command::Purge(ModifyArgs { open, .. })
             | Command::Info(InfoArgs { open, .. })
             | Command::Hammer(HammerArgs { open, .. })
-            | Command::WorkloadWorker(WorkerArgs { open, .. }) => open.onto(o),
+            | Command::WorkloadWorker(WorkerArgs { open, .. })
+            | Command::Mount(crate::commands::mount::MountArgs { open, .. }) => open.onto(o),
             Command::Schema(SchemaArgs { store, .. })
             | Command::Compact(CompactArgs { store, .. })
             | Command::ImportFdb5(ImportFdb5Args { store, .. }) => store.onto(o),
@@ -399,6 +400,14 @@ pub enum Command {
     /// Every malloc of COMMAND comes from the file; static data and stacks stay in DRAM. The
     /// file is removed when COMMAND ends; haar exits with COMMAND's status.
     Run(crate::commands::run::RunArgs),
+    /// Mount a file system over the store (FUSE): MOUNTPOINT/fields/ shows every field
+    /// read-only, one directory per schema level and one file per field; everything else is a
+    /// writable file system whose files are stored in the same backend.
+    ///
+    /// Prints `mounted MOUNTPOINT` when ready and serves in the foreground until unmounted or
+    /// until SIGINT/SIGTERM (which unmount it); --daemon returns once mounted. fsync and close
+    /// are the durability barrier. With --servers only fields/ is served.
+    Mount(crate::commands::mount::MountArgs),
     /// Import the fields of an existing FDB5 database (through FDB5's fdb-list and fdb-read),
     /// archive them under the keys FDB5 reports, flush, and verify every field's bytes.
     ///

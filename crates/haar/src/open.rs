@@ -232,6 +232,21 @@ impl OpenOptions {
         store_of(cfg)
     }
 
+    /// The configured local backend and store options, opened once, for a face that builds
+    /// more than one [`Store`] over the same backend (the FUSE mount: the configured schema
+    /// for its `fields/` view, its own schema for the files it stores). With
+    /// [`OpenOptions::read_only`], only if the store exists.
+    pub fn local_backend(&self) -> Result<(Arc<dyn haar_store::Backend>, StoreOptions)> {
+        let cfg = self.config()?;
+        let opts = store_options_of(&cfg)?;
+        let backend = if self.read_only {
+            cfg.open_backend_for_reading()?
+        } else {
+            cfg.open_backend()?
+        };
+        Ok((backend, opts))
+    }
+
     /// Token (`$HAAR_TOKEN` or the token file) and TLS trust for connecting to servers.
     pub fn client_config(&self) -> Result<haar_net::ClientConfig> {
         Ok(haar_net::ClientConfig {

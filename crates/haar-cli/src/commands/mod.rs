@@ -6,6 +6,7 @@ pub mod workloads;
 pub mod advise;
 pub mod archive;
 pub mod import;
+pub mod mount;
 pub mod run;
 pub mod stage;
 pub mod stream;
@@ -43,6 +44,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Stream(a) => stream::run(a),
         Command::Advise(a) => advise::run(a),
         Command::Run(a) => run::run(a),
+        Command::Mount(a) => mount::run(&cli, a),
         Command::Hammer(a) => workloads::hammer(&cli, a),
         Command::Workflow(a) => workloads::workflow(&cli, a),
         Command::WorkloadWorker(a) => workloads::worker(&cli, a),

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# haar mount against its backing tmpfs, same run (design §15): fio sequential write and read in
+# 1 MiB blocks, and an mdtest-like small-file phase (create+write 4 KiB, stat, read, unlink).
+# Usage: bench/mount.sh [SIZE (fio, default 4g)] [FILES (default 100000)]
+# Needs: fio, a release haar (target/release/haar or $HAAR), root or fuse3. Prints a table and
+# writes it to ${OUT:-bench/mount-results.md}. Removes everything it made.
+set -euo pipefail
+SIZE=${1:-4g}
+FILES=${2:-100000}
+HAAR=${HAAR:-target/release/haar}
+OUT=${OUT:-bench/mount-results.md}
+work=$(mktemp -d /dev/shm/haar-mount-bench.XXXXXX)
+mnt=$(mktemp -d /tmp/haar-mount-bench-mnt.XXXXXX)
+pid=
+cleanup() {
+    if mountpoint -q "$mnt"; then fusermount3 -u "$mnt" 2>/dev/null || umount -l "$mnt"; fi
+    [ -n "$pid" ] && wait "$pid" 2>/dev/null || true
+    rm -rf "$work" "$mnt"
+}
+trap cleanup EXIT
+mkdir -p "$work/tmpfs"
+"$HAAR" --backend pmem --root "$work/store" mount "$mnt" > "$work/ready" 2> "$work/log" &
+pid=$!
+until grep -q mounted "$work/ready" 2>/dev/null; do sleep 0.1; kill -0 $pid; done
+
+fio_bw() { # DIR RW -> MiB/s
+    fio --name=seq --directory="$1" --rw="$2" --bs=1M --size="$SIZE" --numjobs=1 \
+        --ioengine=psync --end_fsync=1 --output-format=terse --terse-version=3 \
+        | awk -F';' -v rw="$2" '{ if (rw == "write") print $48/1024; else print $7/1024 }'
+}
+small() { # DIR -> "create/s stat/s read/s unlink/s"
+    python3 - "$1" "$FILES" <<'PY'
+import os, sys, time
+d, n = sys.argv[1], int(sys.argv[2])
+os.makedirs(os.path.join(d, "md"), exist_ok=True)
+buf = b"x" * 4096
+names = [os.path.join(d, "md", f"f{i}") for i in range(n)]
+r = []
+t = time.perf_counter()
+for p in names:
+    fd = os.open(p, os.O_CREAT | os.O_WRONLY, 0o644); os.write(fd, buf); os.close(fd)
+r.append(n / (time.perf_counter() - t)); t = time.perf_counter()
+for p in names: os.stat(p)
+r.append(n / (time.perf_counter() - t)); t = time.perf_counter()
+for p in names:
+    fd = os.open(p, os.O_RDONLY); os.read(fd, 4096); os.close(fd)
+r.append(n / (time.perf_counter() - t)); t = time.perf_counter()
+for p in names: os.unlink(p)
+r.append(n / (time.perf_counter() - t))
+print(" ".join(f"{x:.0f}" for x in r))
+PY
+}
+shared() { # DIR -> creates/s with N = 1 2 4 8 processes in one directory
+    python3 - "$1" "$((FILES / 10))" <<'PY'
+import os, sys, time
+from multiprocessing import Process
+d, per = sys.argv[1], int(sys.argv[2])
+out = []
+for n in (1, 2, 4, 8):
+    sd = os.path.join(d, f"shared{n}"); os.makedirs(sd)
+    def work(w):
+        for i in range(per // n):
+            fd = os.open(os.path.join(sd, f"{w}-{i}"), os.O_CREAT | os.O_WRONLY, 0o644)
+            os.write(fd, b"x" * 4096); os.close(fd)
+    ps = [Process(target=work, args=(w,)) for w in range(n)]
+    t = time.perf_counter()
+    for p in ps: p.start()
+    for p in ps: p.join()
+    out.append((per // n) * n / (time.perf_counter() - t))
+print(" ".join(f"{x:.0f}" for x in out))
+PY
+}
+for target in tmpfs mount; do
+    dir=$work/tmpfs; [ $target = mount ] && dir=$mnt
+    w=$(fio_bw "$dir" write); sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true
+    r=$(fio_bw "$dir" read); rm -f "$dir"/seq.*
+    s=$(small "$dir")
+    m=$(shared "$dir")
+    eval "${target}_w=$w ${target}_r=$r ${target}_s=\"$s\" ${target}_m=\"$m\""
+done
+{
+    echo "| $(date -u +%F) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) CPUs | tmpfs | haar mount (pmem on tmpfs) | ratio |"
+    echo "|---|---|---|---|"
+    awk -v a="$tmpfs_w" -v b="$mount_w" 'BEGIN { printf "| fio write 1 MiB, '"$SIZE"', MiB/s | %.0f | %.0f | %.2f |\n", a, b, b/a }'
+    awk -v a="$tmpfs_r" -v b="$mount_r" 'BEGIN { printf "| fio read 1 MiB, '"$SIZE"', MiB/s | %.0f | %.0f | %.2f |\n", a, b, b/a }'
+    read -r tc ts tr tu <<< "$tmpfs_s"; read -r mc ms mr mu <<< "$mount_s"
+    for row in "create+write 4 KiB:$tc:$mc" "stat:$ts:$ms" "read 4 KiB:$tr:$mr" "unlink:$tu:$mu"; do
+        IFS=: read -r what a b <<< "$row"
+        awk -v a="$a" -v b="$b" -v w="$what" 'BEGIN { printf "| %s, '"$FILES"' files, ops/s | %.0f | %.0f | %.2f |\n", w, a, b, b/a }'
+    done
+    read -r t1 t2 t4 t8 <<< "$tmpfs_m"; read -r m1 m2 m4 m8 <<< "$mount_m"
+    for row in "1:$t1:$m1" "2:$t2:$m2" "4:$t4:$m4" "8:$t8:$m8"; do
+        IFS=: read -r n a b <<< "$row"
+        awk -v a="$a" -v b="$b" -v n="$n" 'BEGIN { printf "| N=%s processes creating 4 KiB files in one directory, files/s | %.0f | %.0f | %.2f |\n", n, a, b, b/a }'
+    done
+} | tee "$OUT"

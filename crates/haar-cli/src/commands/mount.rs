@@ -1,0 +1,176 @@
+//! `haar mount MOUNTPOINT`: the command line of `haar_fs` (docs/design.md §15); the file
+//! system lives there.
+
+use std::io::{BufRead, BufReader, Write};
+use std::os::unix::process::CommandExt;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+
+use clap::Args;
+
+use crate::Failure;
+use crate::args::{Cli, OpenArgs};
+
+/// Options of `haar mount`.
+#[derive(Debug, Args)]
+#[command(after_long_help = MOUNT_AFTER_HELP)]
+pub struct MountArgs {
+    /// Directory to mount the file system on (must exist).
+    #[arg(value_name = "MOUNTPOINT")]
+    pub mountpoint: PathBuf,
+    /// Name of the file system's database in the store (`haarfs=NAME`): several file
+    /// systems can share one store.
+    #[arg(long, value_name = "NAME", default_value = "main")]
+    pub fs_name: String,
+    /// Threads answering the kernel's requests.
+    #[arg(long, value_name = "N", default_value_t = 2)]
+    pub threads: usize,
+    /// Let other users use the mount (FUSE's allow_other; needs user_allow_other in
+    /// /etc/fuse.conf when not root). Permissions are still checked by the kernel.
+    #[arg(long)]
+    pub allow_other: bool,
+    /// Return as soon as the file system is mounted, leaving it served in the background
+    /// (stop it with `fusermount3 -u MOUNTPOINT` or `umount MOUNTPOINT`).
+    #[arg(long)]
+    pub daemon: bool,
+    /// With --daemon: append the server's messages to FILE (default: discarded once it has
+    /// mounted; messages before that are printed by `haar mount --daemon` itself).
+    #[arg(long, value_name = "FILE")]
+    pub log: Option<PathBuf>,
+    /// Internal: this process is the server --daemon started.
+    #[arg(long, hide = true)]
+    pub daemon_child: bool,
+    #[command(flatten)]
+    pub open: OpenArgs,
+}
+
+const MOUNT_AFTER_HELP: &str = "\
+WHAT IS MOUNTED
+    MOUNTPOINT/fields/     read-only: one directory per schema level (database, index),
+                           one file per field, named by its keys (k=v,k=v; '/' as %2F,
+                           '%' as %25); listings come from `list`, bytes from the store
+                           (from a pmem pool without a copy). New fields appear within a
+                           second.
+    MOUNTPOINT/anything    a writable file system for arbitrary files, stored in the same
+                           backend as the fields (1 MiB chunks, database haarfs=NAME).
+                           With --servers only fields/ is served.
+
+DURABILITY
+    fsync, fdatasync and close are the barrier: when they return, the file's data and
+    every namespace change before them are persisted by the store. mkdir, rmdir, unlink,
+    rename and symlink are barriers themselves. Data written and not yet closed or
+    fsynced may be lost if haar mount or the machine stops.
+
+RELAXED SEMANTICS
+    link (hard links): EPERM. mknod of devices, FIFOs, sockets: EPERM. rename with
+    RENAME_EXCHANGE or RENAME_WHITEOUT: EINVAL. rename into or out of fields/: EXDEV
+    (mv copies). Writes under fields/: EROFS. setxattr: ENOTSUP. atime is not updated.
+    Locks are local to this mount.
+
+RUNNING
+    haar mount prints `mounted MOUNTPOINT` on stdout once the file system is usable and
+    serves it in the foreground until it is unmounted (fusermount3 -u, umount) or until
+    SIGINT/SIGTERM, which unmount it; then it exits 0. If files are open then, the mount
+    is detached (umount -l): new paths no longer reach it, and haar mount goes on serving
+    the open files until they are closed. --daemon returns after that line.
+
+EXAMPLES
+    haar --backend pmem --root /dev/shm/haar mount /mnt/haar &
+    ls /mnt/haar/fields/*/*; grib_ls /mnt/haar/fields/*/*/*
+    haar mount --daemon /mnt/haar && cp -a results /mnt/haar/ && fusermount3 -u /mnt/haar";
+
+/// Runs `haar mount`.
+pub fn run(cli: &Cli, a: &MountArgs) -> Result<(), Failure> {
+    if a.daemon {
+        return daemonise();
+    }
+    let mut opts = haar_fs::MountOptions::new(crate::open::open_options(cli));
+    opts.fs_name.clone_from(&a.fs_name);
+    opts.threads = a.threads;
+    opts.allow_other = a.allow_other;
+    let mount = haar_fs::Mount::new(&opts, &a.mountpoint).map_err(|e| match e {
+        haar_fs::MountError::Store(e) => Failure::from(e),
+        e => Failure::io(e.to_string()),
+    })?;
+    outln!("mounted {}", a.mountpoint.display())?;
+    std::io::stdout()
+        .flush()
+        .map_err(crate::commands::out_err)?;
+    if a.daemon_child {
+        detach_output(a.log.as_deref())?;
+    }
+    mount
+        .run_until_signalled()
+        .map_err(|e| Failure::io(e.to_string()))
+}
+
+/// The daemon's stdout and stderr leave the pipes `haar mount --daemon` reads (so that it, and
+/// a shell's `$(...)` around it, ends): stderr goes to `log` or is discarded.
+fn detach_output(log: Option<&std::path::Path>) -> Result<(), Failure> {
+    let target = match log {
+        Some(p) => std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(p)
+            .map_err(|e| Failure::io(format!("cannot open the log {}: {e}", p.display())))?,
+        None => std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/null")
+            .map_err(|e| Failure::io(format!("cannot open /dev/null: {e}")))?,
+    };
+    use std::os::fd::AsRawFd;
+    // SAFETY: dup2 onto the standard descriptors from a file open for writing.
+    unsafe {
+        libc::dup2(target.as_raw_fd(), 1);
+        libc::dup2(target.as_raw_fd(), 2);
+    }
+    Ok(())
+}
+
+/// `--daemon`: runs this command again as the server, in a new session, and returns once it
+/// says it has mounted; if it fails first, prints what it said and exits with its status.
+fn daemonise() -> Result<(), Failure> {
+    let exe = std::env::current_exe().map_err(|e| Failure::io(format!("cannot find haar: {e}")))?;
+    let args = std::env::args_os().skip(1).map(|a| {
+        if a == "--daemon" {
+            "--daemon-child".into()
+        } else {
+            a
+        }
+    });
+    let mut cmd = Command::new(exe);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // SAFETY: setsid is async-signal-safe; it detaches the server from the terminal's
+    // process group so that a Ctrl-C meant for the shell does not reach it.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| Failure::io(format!("cannot start haar mount: {e}")))?;
+    let mut line = String::new();
+    if let Some(out) = child.stdout.take() {
+        let _ = BufReader::new(out).read_line(&mut line);
+    }
+    if line.starts_with("mounted ") {
+        outln!("{}", line.trim_end())?;
+        return Ok(());
+    }
+    if let Some(mut err) = child.stderr.take() {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut err, &mut text);
+        eprint!("{text}");
+    }
+    let status = child
+        .wait()
+        .map_err(|e| Failure::io(format!("haar mount: {e}")))?;
+    Err(Failure::quiet(
+        status.code().unwrap_or(3).clamp(1, 255) as u8
+    ))
+}
