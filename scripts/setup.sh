@@ -18,6 +18,9 @@ command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip)
 # Staging under a real Slurm (issue 15): slurmctld/slurmd with burst_buffer/lua, and munge.
 dpkg -s slurm-wlm >/dev/null 2>&1 || need_apt+=(slurm-wlm)
 dpkg -s munge >/dev/null 2>&1 || need_apt+=(munge)
+# haar mount (issue 16): fusermount3 to unmount (and to mount as a user); fio for bench/mount.sh.
+command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
+command -v fio >/dev/null 2>&1 || need_apt+=(fio)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
