@@ -45,6 +45,34 @@ pub fn reuse_key(expver: &str, i: u32) -> Key {
     .expect("valid key")
 }
 
+/// Panics unless no free region of the pmem pool behind `b` overlaps another or any field
+/// `store` still lists (the space-reuse invariant of design §5.4); `what` prefixes the message.
+pub fn assert_no_free_space_over_live_fields(b: &crate::PmemBackend, store: &Store, what: &str) {
+    let mut spans: Vec<(u64, u64, String)> = b
+        .free_regions()
+        .into_iter()
+        .map(|(off, len, e)| (off, len, format!("free region (epoch {e})")))
+        .collect();
+    for f in store
+        .list(&Request::default())
+        .unwrap_or_else(|e| panic!("{what}: list: {e}"))
+    {
+        spans.push((f.data.offset, f.data.length, format!("field {}", f.key())));
+    }
+    spans.sort();
+    for w in spans.windows(2) {
+        assert!(
+            w[0].0 + w[0].1 <= w[1].0,
+            "{what}: {} at {}+{} overlaps {} at {}",
+            w[0].2,
+            w[0].0,
+            w[0].1,
+            w[1].2,
+            w[1].0
+        );
+    }
+}
+
 /// Rewrites the header of the pool file at `pool` as layout `version` (1 or 2: written
 /// before slot-array extensions, before space reuse), with the header checksum those versions
 /// use, to test that older pools are still read and written.

@@ -229,26 +229,7 @@ fn check_image(root: &Path, said: &[String], what: &str) {
         }
     }
     // No free region overlaps a live field.
-    let mut spans: Vec<(u64, u64, String)> = b
-        .free_regions()
-        .into_iter()
-        .map(|(off, len, e)| (off, len, format!("free region (epoch {e})")))
-        .collect();
-    for f in store.list(&Request::default()).unwrap() {
-        spans.push((f.data.offset, f.data.length, format!("field {}", f.key())));
-    }
-    spans.sort();
-    for w in spans.windows(2) {
-        assert!(
-            w[0].0 + w[0].1 <= w[1].0,
-            "{what}: {} at {}+{} overlaps {} at {}",
-            w[0].2,
-            w[0].0,
-            w[0].1,
-            w[1].2,
-            w[1].0
-        );
-    }
+    haar_store::conformance::assert_no_free_space_over_live_fields(&b, &store, what);
     // The store archives on, and what it held stays intact.
     for j in 0..PER_STEP {
         let k = key("more", 0, j);

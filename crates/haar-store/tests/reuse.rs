@@ -64,26 +64,7 @@ fn info_u64(b: &PmemBackend, what: &str) -> u64 {
 
 /// No free region overlaps another or any field a database still names.
 fn check_space(b: &PmemBackend, store: &Store) {
-    let mut spans: Vec<(u64, u64, String)> = b
-        .free_regions()
-        .into_iter()
-        .map(|(off, len, e)| (off, len, format!("free region (epoch {e})")))
-        .collect();
-    for f in store.list(&Request::default()).unwrap() {
-        spans.push((f.data.offset, f.data.length, format!("field {}", f.key())));
-    }
-    spans.sort();
-    for w in spans.windows(2) {
-        assert!(
-            w[0].0 + w[0].1 <= w[1].0,
-            "{} at {}+{} overlaps {} at {}",
-            w[0].2,
-            w[0].0,
-            w[0].1,
-            w[1].2,
-            w[1].0
-        );
-    }
+    haar_store::conformance::assert_no_free_space_over_live_fields(b, store, "reuse");
 }
 
 fn assert_db(store: &Store, expver: &str, n: u32, generation: u8) {
