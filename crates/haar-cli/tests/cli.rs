@@ -1056,7 +1056,7 @@ fn a_full_file_system_fails_clearly_and_the_store_recovers_after_a_wipe() {
             ),
         )
         .unwrap();
-        let haar = |_: &Path, _: &str, args: &[&str]| {
+        let haar = |args: &[&str]| {
             Command::new(env!("CARGO_BIN_EXE_haar"))
                 .arg("--config")
                 .arg(&config)
@@ -1066,16 +1066,12 @@ fn a_full_file_system_fails_clearly_and_the_store_recovers_after_a_wipe() {
                 .expect("run haar")
         };
         let archive = |expver: &str, step: u32| {
-            haar(
-                &root,
-                backend,
-                &[
-                    "archive",
-                    "--key",
-                    &key(expver, step),
-                    file.to_str().unwrap(),
-                ],
-            )
+            haar(&[
+                "archive",
+                "--key",
+                &key(expver, step),
+                file.to_str().unwrap(),
+            ])
         };
         // Fill: fields of 1 MiB in two databases until the file system is full.
         let mut stored = Vec::new();
@@ -1117,38 +1113,25 @@ fn a_full_file_system_fails_clearly_and_the_store_recovers_after_a_wipe() {
             err.contains("No space left") || err.contains("ENOSPC") || err.contains("full"),
             "{backend}: {err}"
         );
+        let intact = |expver: &str, step: u32| {
+            let out = tmp.path().join("out.bin");
+            let out_arg = out.to_str().unwrap();
+            ok(&haar(&["retrieve", &key(expver, step), "-o", out_arg]));
+            let got = std::fs::read(&out).unwrap();
+            assert_eq!(got, body, "{backend}: {expver} step {step}");
+        };
         // Everything flushed before is intact.
         for (expver, step) in &stored {
-            let out = tmp.path().join("out.bin");
-            ok(&haar(
-                &root,
-                backend,
-                &["retrieve", &key(expver, *step), "-o", out.to_str().unwrap()],
-            ));
-            assert_eq!(
-                std::fs::read(&out).unwrap(),
-                body,
-                "{backend}: {expver} step {step}"
-            );
+            intact(expver, *step);
         }
         // A wipe frees space (pmem: for reuse inside the pool) and archiving works again.
         let db = "class=od,expver=0002,stream=oper,date=20260901,time=12,domain=g";
-        ok(&haar(&root, backend, &["wipe", db, "--doit"]));
+        ok(&haar(&["wipe", db, "--doit"]));
         for step in 1000..1003 {
             ok(&archive("0003", step));
         }
         for (expver, step) in stored.iter().filter(|(e, _)| *e == "0001") {
-            let out = tmp.path().join("out.bin");
-            ok(&haar(
-                &root,
-                backend,
-                &["retrieve", &key(expver, *step), "-o", out.to_str().unwrap()],
-            ));
-            assert_eq!(
-                std::fs::read(&out).unwrap(),
-                body,
-                "{backend}: {expver} step {step}"
-            );
+            intact(expver, *step);
         }
     }
 }
