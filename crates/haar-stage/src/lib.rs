@@ -57,4 +57,4 @@ pub mod task;
 pub use dataspace::{Dataspace, Dataspaces, Endpoint, Object};
 pub use error::{Error, Result};
 pub use journal::Journal;
-pub use task::{Direction, Mapping, Stager, State, TaskRecord, TaskSpec};
+pub use task::{Direction, Mapping, Stager, State, TaskRecord, TaskSpec, Teardown};

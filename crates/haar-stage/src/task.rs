@@ -500,6 +500,36 @@ impl Stager {
         }
         Ok(out)
     }
+
+    /// A job's teardown: removes each of [`Stager::teardown_paths`] (a file or a tree) that
+    /// no `persist store` keeps, and says what it removed and what it kept.
+    pub fn teardown(&self) -> Result<Teardown> {
+        let persisted = crate::persist::list(&self.spaces)?;
+        let mut done = Teardown::default();
+        for p in self.teardown_paths()? {
+            if crate::persist::is_persisted(&persisted, &p) {
+                done.kept_persisted.push(p);
+                continue;
+            }
+            let r = match std::fs::symlink_metadata(&p) {
+                Ok(m) if m.is_dir() => std::fs::remove_dir_all(&p),
+                Ok(_) => std::fs::remove_file(&p),
+                Err(_) => continue,
+            };
+            r.map_err(|e| Error::io("remove", &p, e))?;
+            done.removed.push(p);
+        }
+        Ok(done)
+    }
+}
+
+/// What [`Stager::teardown`] did.
+#[derive(Debug, Default, Clone, Serialize)]
+pub struct Teardown {
+    /// Paths removed.
+    pub removed: Vec<PathBuf>,
+    /// Paths left in place because they are persisted.
+    pub kept_persisted: Vec<PathBuf>,
 }
 
 /// One run of a task.

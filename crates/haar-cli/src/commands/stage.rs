@@ -414,22 +414,10 @@ fn print_record(r: &TaskRecord, json: bool) -> Result<(), Failure> {
 }
 
 fn teardown(st: &Stager, a: &StageArgs) -> Result<(), Failure> {
-    let persisted = persist::list(&st.spaces).map_err(fail)?;
-    let mut removed = Vec::new();
-    let mut kept = Vec::new();
-    for p in st.teardown_paths().map_err(fail)? {
-        if persist::is_persisted(&persisted, &p) {
-            kept.push(p);
-            continue;
-        }
-        let r = match std::fs::symlink_metadata(&p) {
-            Ok(m) if m.is_dir() => std::fs::remove_dir_all(&p),
-            Ok(_) => std::fs::remove_file(&p),
-            Err(_) => continue,
-        };
-        r.map_err(|e| Failure::io(format!("cannot remove {}: {e}", p.display())))?;
-        removed.push(p);
-    }
+    let haar_stage::Teardown {
+        removed,
+        kept_persisted: kept,
+    } = st.teardown().map_err(fail)?;
     if a.json {
         outln!(
             "{}",
