@@ -12,6 +12,8 @@ use haar_core::request::Request;
 use crate::backend::Backend;
 use crate::store::{Store, StoreOptions};
 
+pub mod power_loss;
+
 /// Returns a fresh handle onto the storage under test.
 pub type Factory<'a> = &'a dyn Fn() -> Arc<dyn Backend>;
 
