@@ -26,6 +26,7 @@ pub mod fields;
 pub mod files;
 pub mod format;
 pub mod fuse;
+pub mod powerfail;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;

@@ -100,6 +100,20 @@ fn sync(file: &File, path: &Path, policy: FsyncPolicy) -> Result<()> {
     Ok(())
 }
 
+/// Makes the entries of directory `dir` durable (files created, renamed or removed in it):
+/// `fsync` of a file does not make its name durable (fsync(2)), so every name a commit relies
+/// on is synced before the commit. A file system that cannot sync a directory (EINVAL) has
+/// nothing to sync.
+fn sync_dir(dir: &Path, policy: FsyncPolicy) -> Result<()> {
+    if policy != FsyncPolicy::Always {
+        return Ok(());
+    }
+    match File::open(dir).and_then(|d| d.sync_all()) {
+        Err(e) if e.raw_os_error() != Some(libc::EINVAL) => Err(Error::io("fsync", dir, e)),
+        _ => Ok(()),
+    }
+}
+
 fn busy(db: &Key, dir: &Path, what: &str) -> Error {
     Error::Busy {
         db: db.to_string(),
@@ -120,7 +134,17 @@ impl PosixBackend {
             ));
         }
         for r in &roots {
+            // The directories this creates, deepest first: each one's name is synced in its
+            // parent, or a power cut could take a whole store whose flushes were acknowledged.
+            let missing: Vec<&Path> = r
+                .ancestors()
+                .take_while(|p| !p.as_os_str().is_empty() && !p.exists())
+                .collect();
             crate::perm::create_dir_all(r).map_err(|e| Error::io("create root", r, e))?;
+            for d in missing.iter().rev() {
+                let parent = d.parent().filter(|p| !p.as_os_str().is_empty());
+                sync_dir(parent.unwrap_or(Path::new(".")), fsync)?;
+            }
         }
         Ok(PosixBackend { roots, fsync })
     }
@@ -202,11 +226,7 @@ impl PosixBackend {
         })?;
         let dir = root.join(&name);
         match fs::rename(&tmp, &dir) {
-            Ok(()) => {
-                if self.fsync == FsyncPolicy::Always {
-                    let _ = File::open(root).and_then(|d| d.sync_all());
-                }
-            }
+            Ok(()) => sync_dir(root, self.fsync)?,
             // Another process created it first: use theirs.
             Err(e)
                 if e.kind() == io::ErrorKind::DirectoryNotEmpty
@@ -356,9 +376,13 @@ impl Backend for PosixBackend {
         };
         toc.write_all(&rec.encode())
             .map_err(|e| Error::io("write", &toc_path, e))?;
+        // The wipe record is the commit point: durable before the wipe is reported, whether or
+        // not the rename below reaches the disk.
+        sync(&toc, &toc_path, self.fsync)?;
         let parent = dir.parent().unwrap_or(Path::new("/"));
         let grave = parent.join(format!(".wiped-{:016x}", random_u64()));
         fs::rename(&dir, &grave).map_err(|e| Error::io("rename", &dir, e))?;
+        sync_dir(parent, self.fsync)?;
         drop(lock);
         fs::remove_dir_all(&grave).map_err(|e| Error::io("remove", &grave, e))?;
         Ok(())
@@ -447,6 +471,8 @@ struct PosixWriter {
     data_len: u64,
     data_dirty: bool,
     index: Option<(File, PathBuf, u64)>,
+    /// Files created in `dir` whose names are not yet synced.
+    names_dirty: bool,
     toc: File,
     toc_path: PathBuf,
     /// Replace the whole toc on commit (purge snapshot).
@@ -487,6 +513,7 @@ impl PosixWriter {
             data_len: 0,
             data_dirty: false,
             index: None,
+            names_dirty: true,
             toc,
             toc_path,
             replace_toc,
@@ -507,10 +534,7 @@ impl PosixWriter {
                 .append(true)
                 .open(&self.toc_path)
                 .map_err(|e| Error::io("open", &self.toc_path, e))?;
-            if self.fsync == FsyncPolicy::Always {
-                let _ = File::open(&self.dir).and_then(|d| d.sync_all());
-            }
-            return Ok(());
+            return sync_dir(&self.dir, self.fsync);
         }
         // One write(2) of 64 bytes on an O_APPEND descriptor: all or nothing (design §4.3).
         let n = self
@@ -562,6 +586,7 @@ impl DbWriter for PosixWriter {
             let path = self.dir.join(format!("{:016x}.index", self.id));
             let f = create_excl(&path)?;
             self.index = Some((f, path, 0));
+            self.names_dirty = true;
         }
         let (index, index_path, index_len) = self.index.as_mut().unwrap();
         index
@@ -577,6 +602,11 @@ impl DbWriter for PosixWriter {
             time_ns: now_ns(),
         };
         *index_len += segment.len() as u64;
+        // The record names this writer's data and index files: their names first.
+        if self.names_dirty {
+            sync_dir(&self.dir, self.fsync)?;
+            self.names_dirty = false;
+        }
         self.write_toc_record(&rec)
     }
 }
