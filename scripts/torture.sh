@@ -13,6 +13,8 @@
 #   net_servers     `haar serve` killed at random moments under a producer and restarted,
 #                   posix and pmem (KILLS each)
 #   power_loss      crash images of a pmem writer (IMAGES, both persistence modes)
+#   power_loss_posix crash images of a posix writer on the recording file system (IMAGES,
+#                   journalled and weak directory ordering; needs root and /dev/fuse)
 # and prints each test's own summary lines; a single lost acknowledged field fails the run.
 set -euo pipefail
 
@@ -29,7 +31,7 @@ start=$(date +%s)
 step() { echo "== $1 [$(($(date +%s) - start)) s]"; }
 
 export HAAR_CRASH_TRIALS="$kills" HAAR_RESTART_TRIALS="$kills" HAAR_POWER_TRIALS="$images"
-summary='crash test|reuse|creat|server kills|persistence points|image|test result|panicked'
+summary='crash test|reuse|creat|server kills|persistence points|recorded|image|test result|panicked'
 
 step "writers killed (crash.rs, reuse.rs, pool_creation.rs: $kills trials each)"
 cargo test --release -p haar-store --test crash --test reuse --test pool_creation \
@@ -37,7 +39,10 @@ cargo test --release -p haar-store --test crash --test reuse --test pool_creatio
 step "servers killed and restarted ($kills per backend)"
 cargo test --release -p haar-cli --test net_servers servers_killed -- --nocapture \
     </dev/null 2>&1 | grep -E "$summary"
-step "simulated power loss ($images crash images)"
+step "simulated power loss, pmem ($images crash images)"
 cargo test --release -p haar-store --test power_loss -- --nocapture </dev/null 2>&1 \
+    | grep -E "$summary"
+step "simulated power loss, posix ($images crash images)"
+cargo test --release -p haar-fs --test power_loss_posix -- --nocapture </dev/null 2>&1 \
     | grep -E "$summary"
 step "done"
