@@ -443,7 +443,16 @@ impl Source {
     }
 
     /// Checks what a read returned for member `m`'s field `f` at step `s`.
-    fn verify(&self, layout: &Layout, m: u32, s: u32, f: u32, got: &[u8]) -> Result<(), String> {
+    /// `crc`: the CRC-32C of `got` its store verified, if it keeps one.
+    fn verify(
+        &self,
+        layout: &Layout,
+        m: u32,
+        s: u32,
+        f: u32,
+        got: &[u8],
+        crc: Option<u32>,
+    ) -> Result<(), String> {
         match self {
             Source::Grib(msgs) => {
                 if got == msgs[f as usize % msgs.len()] {
@@ -453,7 +462,7 @@ impl Source {
                 }
             }
             Source::Synthetic(t) => {
-                let h = field::verify(got)?;
+                let h = field::verify_with(got, crc)?;
                 let (_, seed, crc) = &t[f as usize % t.len()];
                 let want = Self::header(layout, m, s, f, *seed, *crc);
                 if h != want {
@@ -509,12 +518,13 @@ pub fn worker(opts: &OpenOptions, spec: Spec, mut rep: Reporter) -> Result<(), E
                         let key = l.key(m, s, f);
                         let t = monotonic_ns();
                         let mut got = 0usize;
-                        let n = target::retrieve(&*store, std::slice::from_ref(&key), |_, d| {
-                            got = d.len();
-                            source
-                                .verify(&l, m, s, f, d)
-                                .map_err(|e| Error::Failed(format!("field {key}: {e}")))
-                        })?;
+                        let n =
+                            target::retrieve(&*store, std::slice::from_ref(&key), |_, d, crc| {
+                                got = d.len();
+                                source
+                                    .verify(&l, m, s, f, d, crc)
+                                    .map_err(|e| Error::Failed(format!("field {key}: {e}")))
+                            })?;
                         op_us.push((monotonic_ns() - t) as f64 / 1e3);
                         if n != 1 {
                             return Err(Error::Missing(format!(

@@ -142,11 +142,11 @@ pub fn poll_until_flushed(
 pub fn retrieve(
     store: &dyn FieldStore,
     keys: &[Key],
-    mut f: impl FnMut(&Key, &[u8]) -> Result<(), Error>,
+    mut f: impl FnMut(&Key, &[u8], Option<u32>) -> Result<(), Error>,
 ) -> Result<usize, Error> {
     let mut stopped = None;
-    let report = store.retrieve_keys(keys, &mut |k, d, _| {
-        f(k, d).map_err(|e| {
+    let report = store.retrieve_keys(keys, &mut |k, d, crc| {
+        f(k, d, crc).map_err(|e| {
             stopped = Some(e);
             haar_store::Error::Config("stopped by the reader".into())
         })

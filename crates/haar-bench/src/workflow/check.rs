@@ -50,9 +50,9 @@ pub(super) fn verify_products(
             for (kind, which) in [("em", Kind::Mean), ("es", Kind::Spread)] {
                 let key = l.product_key(kind, s, f);
                 let mut found = false;
-                target::retrieve(store, std::slice::from_ref(&key), |_, d| {
+                target::retrieve(store, std::slice::from_ref(&key), |_, d, crc| {
                     found = true;
-                    check_product(d, which, s, n, &points, &expect)
+                    check_product(d, crc, which, s, n, &points, &expect)
                         .map_err(|e| Error::Failed(format!("product {key}: {e}")))?;
                     values += points.len() as u64;
                     Ok(())
@@ -69,16 +69,17 @@ pub(super) fn verify_products(
 }
 
 /// Checks a product field of `which` kind for step `s` with `n` values against the expected
-/// (mean, standard deviation) at `points`.
+/// (mean, standard deviation) at `points`; `crc` as [`field::verify_with`] takes it.
 fn check_product(
     d: &[u8],
+    crc: Option<u32>,
     which: Kind,
     s: u32,
     n: usize,
     points: &[usize],
     expect: &[(f64, f64)],
 ) -> Result<(), String> {
-    let h = field::verify(d)?;
+    let h = field::verify_with(d, crc)?;
     if h.kind != which || h.nvalues as usize != n || h.step != s {
         return Err(format!(
             "header says {:?} step {} with {} values",
@@ -172,13 +173,17 @@ mod tests {
             },
             &sd,
         );
-        check_product(&em, Kind::Mean, 0, n, &points, &expect).unwrap();
-        check_product(&es, Kind::Spread, 0, n, &points, &expect).unwrap();
-        assert!(check_product(&em, Kind::Spread, 0, n, &points, &expect).is_err());
+        check_product(&em, None, Kind::Mean, 0, n, &points, &expect).unwrap();
+        // With the CRC a store verified, the body is checked without a second pass.
+        let crc = Some(haar_persist::crc32c(&em));
+        check_product(&em, crc, Kind::Mean, 0, n, &points, &expect).unwrap();
+        check_product(&es, None, Kind::Spread, 0, n, &points, &expect).unwrap();
+        assert!(check_product(&em, None, Kind::Spread, 0, n, &points, &expect).is_err());
         let mut bad = mean.clone();
         bad[1234] += 0.01;
         let e = check_product(
             &field::product(psize, base, &bad),
+            None,
             Kind::Mean,
             0,
             n,
@@ -194,7 +199,7 @@ mod tests {
             ..field::verify(&em).unwrap()
         };
         field::stamp(&mut coarse, &h);
-        let e = check_product(&coarse, Kind::Mean, 0, n, &points, &expect).unwrap_err();
+        let e = check_product(&coarse, None, Kind::Mean, 0, n, &points, &expect).unwrap_err();
         assert!(e.contains("packing scale"), "{e}");
     }
 }

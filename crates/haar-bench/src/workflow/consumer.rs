@@ -78,8 +78,8 @@ pub fn consumer(opts: &OpenOptions, spec: ConsumerSpec, mut rep: Reporter) -> Re
             let keys: Vec<_> = (1..=l.members).map(|m| l.key(m, s, f)).collect();
             let mut seen = vec![false; l.members as usize + 1];
             let mut got_fields = 0;
-            target::retrieve(&*store, &keys, |key, d| {
-                let h = check_member(l, key, d, s, f, &mut seen)?;
+            target::retrieve(&*store, &keys, |key, d, crc| {
+                let h = check_member(l, key, d, crc, s, f, &mut seen)?;
                 if bufs.len() == got_fields {
                     bufs.push((Vec::new(), h));
                 }
@@ -128,16 +128,18 @@ pub fn consumer(opts: &OpenOptions, spec: ConsumerSpec, mut rep: Reporter) -> Re
 }
 
 /// Checks a retrieved member field against the key it came under (member `number` of step
-/// `s`, field `f`), once per member; returns its header.
+/// `s`, field `f`), once per member; returns its header. `crc`: the CRC-32C of `d` the store
+/// verified, if it keeps one.
 pub(super) fn check_member(
     l: &Layout,
     key: &haar_core::Key,
     d: &[u8],
+    crc: Option<u32>,
     s: u32,
     f: u32,
     seen: &mut [bool],
 ) -> Result<Header, Error> {
-    let h = field::verify(d).map_err(|e| Error::Failed(format!("field {key}: {e}")))?;
+    let h = field::verify_with(d, crc).map_err(|e| Error::Failed(format!("field {key}: {e}")))?;
     let number: u32 = key.get("number").and_then(|v| v.parse().ok()).unwrap_or(0);
     if h.kind != Kind::Member
         || h.member != number
@@ -276,8 +278,8 @@ fn consumer_streaming(
                 .entry(f)
                 .or_insert_with(|| (Vec::with_capacity(members), vec![false; members + 1]));
             let want = l.key(m, s, f);
-            let found = target::retrieve(store, std::slice::from_ref(&want), |k, d| {
-                let h = check_member(l, k, d, s, f, seen)?;
+            let found = target::retrieve(store, std::slice::from_ref(&want), |k, d, crc| {
+                let h = check_member(l, k, d, crc, s, f, seen)?;
                 bufs.push((d.to_vec(), h));
                 Ok(())
             })?;
