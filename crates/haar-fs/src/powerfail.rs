@@ -624,14 +624,14 @@ impl Filesystem for RecordingFs {
 
     fn fsyncdir(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
-        _datasync: bool,
+        fh: FileHandle,
+        datasync: bool,
         reply: ReplyEmpty,
     ) {
-        let res = lock(&self.inner).sync(ino.0);
-        answer!(reply, res, |_v| reply.ok())
+        // Recorded the same way: `Op::Sync` knows from the inode that it is a directory.
+        self.fsync(req, ino, fh, datasync, reply)
     }
 
     fn readdir(
