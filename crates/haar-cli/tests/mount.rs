@@ -1014,3 +1014,71 @@ fn mount_over_three_servers_with_replicas_2_survives_kill_9_of_one() {
     );
     c.terminate();
 }
+
+/// scripts/slurm-mount.sh's logic on one machine (HAAR_MOUNT_LOCAL_NODES: its per-node
+/// command as local processes instead of srun): three "nodes" mount the same servers with
+/// their own ids, a file written through one is read through the others, and the script
+/// unmounts every node when its command ends.
+#[test]
+fn slurm_mount_script_gives_every_node_one_namespace() {
+    let work = tempfile::tempdir().unwrap();
+    let token = work.path().join("token");
+    fs::write(&token, TOKEN).unwrap();
+    fs::set_permissions(&token, fs::Permissions::from_mode(0o600)).unwrap();
+    let servers: Vec<Server> = (0..3)
+        .map(|i| serve(&work.path().join(format!("node{i}"))))
+        .collect();
+    let config = work.path().join("cluster.yaml");
+    let mut yaml = String::from("type: dist\nreplicas: 2\nlanes:\n");
+    for s in &servers {
+        yaml.push_str(&format!("  - {{type: remote, server: \"{}\"}}\n", s.addr));
+    }
+    fs::write(&config, yaml).unwrap();
+    let data = work.path().join("data");
+    fs::write(&data, pattern(2_600_000, 41)).unwrap();
+    let mnt = |i: u32| work.path().join(format!("mnt-{i}"));
+    // Node 0 writes; nodes 1 and 2 read it; node 2 makes a directory node 0 then reads.
+    let check = format!(
+        "set -e; test \"$HAAR_MOUNT\" = {m0}; cp {data} {m0}/data; cmp {data} {m1}/data; \
+         cmp {data} {m2}/data; mkdir {m2}/from2; echo two > {m2}/from2/f; sleep 1.2; \
+         test \"$(cat {m0}/from2/f)\" = two; echo SCRIPT-CHECK-OK",
+        m0 = mnt(0).display(),
+        m1 = mnt(1).display(),
+        m2 = mnt(2).display(),
+        data = data.display()
+    );
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/slurm-mount.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .arg("--mountpoint")
+        .arg(work.path().join("mnt-%n"))
+        .arg("--config")
+        .arg(&config)
+        .arg("--token-file")
+        .arg(&token)
+        .args(["--", "bash", "-c", &check])
+        .env("HAAR", HAAR)
+        .env("HAAR_MOUNT_LOCAL_NODES", "3")
+        .env_remove("HAAR_CONFIG")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        out.status.success() && stdout.contains("SCRIPT-CHECK-OK"),
+        "slurm-mount.sh: {stdout}{stderr}"
+    );
+    for i in 0..3 {
+        assert!(
+            !is_mounted(&mnt(i)),
+            "node {i} still mounted after the script"
+        );
+    }
+    // What the nodes wrote is on the servers: a new mount sees it.
+    let m = mount_dist(&config, 7, &work.path().join("again"));
+    assert!(fs::read(m.p("data")).unwrap() == fs::read(&data).unwrap());
+    assert_eq!(fs::read(m.p("from2/f")).unwrap(), b"two\n");
+    m.terminate();
+}
