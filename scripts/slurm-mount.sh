@@ -14,8 +14,9 @@
 #      "%n" in DIR is replaced by the node number (several mounts on one machine);
 #   2. waits until every node has mounted (its log says `mounted DIR`; 60 s at most);
 #   3. with `-- COMMAND`, runs it with HAAR_MOUNT=DIR (node 0's) exported and unmounts every
-#      node when it ends (its exit status is the script's); without, prints HAAR_MOUNT and
-#      keeps the mounts until the job ends or the script is interrupted.
+#      node when it ends (one more srun step running fusermount3 -u; its exit status is the
+#      script's); without, prints HAAR_MOUNT and keeps the mounts until the job ends or the
+#      script is interrupted.
 #
 # FILE defaults to $HAAR_CONFIG (slurm-serve.sh exports it to its command), the token file to
 # $HAAR_TOKEN_FILE or $HOME/.haar/token, as slurm-serve.sh. Typical job:
@@ -86,9 +87,25 @@ else
         bash -c "$node_task" "$haar" "$mountpoint" "$config" "$token_file" "$fs_name" &
     pids+=($!)
 fi
+# Stopping unmounts every node (busy: detached lazily); each haar mount then ends by itself
+# with a last barrier. Signalling srun instead would escalate to SIGKILL and leave dead mounts.
+# shellcheck disable=SC2016
+unmount_task='mnt=${0//%n/$SLURM_NODEID}
+fusermount3 -u "$mnt" 2>/dev/null || umount "$mnt" 2>/dev/null ||
+    fusermount3 -u -z "$mnt" 2>/dev/null || umount -l "$mnt" 2>/dev/null || true'
 stop() {
-    for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-    for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+    if [ -n "$local_nodes" ]; then
+        for ((i = 0; i < n; i++)); do SLURM_NODEID=$i bash -c "$unmount_task" "$mountpoint"; done
+    else
+        srun --overlap --nodes="$n" --ntasks="$n" --ntasks-per-node=1 \
+            bash -c "$unmount_task" "$mountpoint" || true
+    fi
+    local until=$((SECONDS + 30))
+    for p in "${pids[@]}"; do
+        while kill -0 "$p" 2>/dev/null && [ $SECONDS -lt $until ]; do sleep 0.2; done
+        kill -TERM "$p" 2>/dev/null || true
+        wait "$p" 2>/dev/null || true
+    done
 }
 trap stop EXIT
 trap 'exit 130' INT TERM
