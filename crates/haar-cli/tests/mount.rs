@@ -956,12 +956,35 @@ fn mount_over_three_servers_with_replicas_2_survives_kill_9_of_one() {
         a.errors()
     );
 
-    // kill -9 of one server: every byte still reads back through both mounts.
+    // kill -9 of one server while a file is being written (not yet fsynced): that writer
+    // may get EIO (design §15.6), nothing hangs, and every byte fsynced before still reads
+    // back through both mounts.
+    let mut writer = Command::new("dd")
+        .arg("if=/dev/zero")
+        .arg(format!("of={}", a.p("during").display()))
+        .args(["bs=1M", "count=300", "status=none"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(150));
     let dead = servers.remove(1);
     let dead_addr = dead.addr.clone();
     let mut dead = dead;
     dead.child.kill().unwrap();
     dead.child.wait().unwrap();
+    let status = wait_for(&mut writer, Duration::from_secs(60));
+    let mut why = String::new();
+    writer
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut why)
+        .unwrap();
+    assert!(
+        status == Some(0) || why.contains("Input/output error"),
+        "a writer meeting the dead server ends, or fails with EIO: {status:?} {why}"
+    );
+    fs::remove_file(a.p("during")).unwrap();
     drop_page_cache();
     for m in [&a, &b] {
         run(Command::new("diff")
