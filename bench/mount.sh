@@ -4,18 +4,27 @@
 # Usage: bench/mount.sh [SIZE (fio, default 4g)] [FILES (default 100000)]
 # Needs: fio, a release haar (target/release/haar or $HAAR), root or fuse3. Prints a table and
 # writes it to ${OUT:-bench/mount-results.md}. Removes everything it made.
+# The FUSE ceiling of the host, in the same run: fio on the `fuse_ceiling` example of haar-fs
+# (same fuser session, options and max_write as haar mount; discards writes, reads zeros), built
+# with `cargo build --release -p haar-fs --example fuse_ceiling` ($CEILING to point elsewhere).
 set -euo pipefail
 SIZE=${1:-4g}
 FILES=${2:-100000}
 HAAR=${HAAR:-target/release/haar}
+CEILING=${CEILING:-target/release/examples/fuse_ceiling}
 OUT=${OUT:-bench/mount-results.md}
 work=$(mktemp -d /dev/shm/haar-mount-bench.XXXXXX)
 mnt=$(mktemp -d /tmp/haar-mount-bench-mnt.XXXXXX)
+cmnt=$(mktemp -d /tmp/haar-mount-bench-ceiling.XXXXXX)
 pid=
+cpid=
 cleanup() {
-    if mountpoint -q "$mnt"; then fusermount3 -u "$mnt" 2>/dev/null || umount -l "$mnt"; fi
+    for m in "$mnt" "$cmnt"; do
+        if mountpoint -q "$m"; then fusermount3 -u "$m" 2>/dev/null || umount -l "$m"; fi
+    done
     [ -n "$pid" ] && wait "$pid" 2>/dev/null || true
-    rm -rf "$work" "$mnt"
+    [ -n "$cpid" ] && wait "$cpid" 2>/dev/null || true
+    rm -rf "$work" "$mnt" "$cmnt"
 }
 trap cleanup EXIT
 mkdir -p "$work/tmpfs"
@@ -70,6 +79,7 @@ for n in (1, 2, 4, 8):
 print(" ".join(f"{x:.0f}" for x in out))
 PY
 }
+load_before=$(uptime)
 for target in tmpfs mount; do
     dir=$work/tmpfs; [ $target = mount ] && dir=$mnt
     w=$(fio_bw "$dir" write); sync; echo 3 > /proc/sys/vm/drop_caches 2>/dev/null || true
@@ -78,11 +88,28 @@ for target in tmpfs mount; do
     m=$(shared "$dir")
     eval "${target}_w=$w ${target}_r=$r ${target}_s=\"$s\" ${target}_m=\"$m\""
 done
+ceil_w=0 ceil_r=0
+if [ -x "$CEILING" ]; then
+    "$CEILING" "$cmnt" > "$work/ceiling-ready" 2> "$work/ceiling-log" &
+    cpid=$!
+    until grep -q mounted "$work/ceiling-ready" 2>/dev/null; do sleep 0.1; kill -0 $cpid; done
+    ceil_w=$(fio_bw "$cmnt" write)
+    ceil_r=$(fio_bw "$cmnt" read)
+    rm -f "$cmnt"/seq.*
+    fusermount3 -u "$cmnt"
+fi
+load_after=$(uptime)
 {
     echo "| $(date -u +%F) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(nproc) CPUs | tmpfs | haar mount (pmem on tmpfs) | ratio |"
     echo "|---|---|---|---|"
     awk -v a="$tmpfs_w" -v b="$mount_w" 'BEGIN { printf "| fio write 1 MiB, '"$SIZE"', MiB/s | %.0f | %.0f | %.2f |\n", a, b, b/a }'
     awk -v a="$tmpfs_r" -v b="$mount_r" 'BEGIN { printf "| fio read 1 MiB, '"$SIZE"', MiB/s | %.0f | %.0f | %.2f |\n", a, b, b/a }'
+    if [ "$ceil_w" != 0 ]; then
+        awk -v a="$tmpfs_w" -v c="$ceil_w" 'BEGIN { printf "| fio write 1 MiB, '"$SIZE"', MiB/s: FUSE ceiling (fuse_ceiling) instead of haar mount | %.0f | %.0f | %.2f |\n", a, c, c/a }'
+        awk -v a="$tmpfs_r" -v c="$ceil_r" 'BEGIN { printf "| fio read 1 MiB, '"$SIZE"', MiB/s: FUSE ceiling (fuse_ceiling) instead of haar mount | %.0f | %.0f | %.2f |\n", a, c, c/a }'
+        awk -v c="$ceil_w" -v b="$mount_w" 'BEGIN { printf "| fio write: haar mount / FUSE ceiling | | | %.2f |\n", b/c }'
+        awk -v c="$ceil_r" -v b="$mount_r" 'BEGIN { printf "| fio read: haar mount / FUSE ceiling | | | %.2f |\n", b/c }'
+    fi
     read -r tc ts tr tu <<< "$tmpfs_s"; read -r mc ms mr mu <<< "$mount_s"
     for row in "create+write 4 KiB:$tc:$mc" "stat:$ts:$ms" "read 4 KiB:$tr:$mr" "unlink:$tu:$mu"; do
         IFS=: read -r what a b <<< "$row"
@@ -93,4 +120,7 @@ done
         IFS=: read -r n a b <<< "$row"
         awk -v a="$a" -v b="$b" -v n="$n" 'BEGIN { printf "| N=%s processes creating 4 KiB files in one directory, files/s | %.0f | %.0f | %.2f |\n", n, a, b, b/a }'
     done
+    echo
+    echo "load before: $load_before"
+    echo "load after:  $load_after"
 } | tee "$OUT"
