@@ -23,10 +23,12 @@ const CHUNK: u32 = 1 << 20;
 const TTL: Duration = Duration::from_secs(1);
 static ZEROS: [u8; CHUNK as usize] = [0; CHUNK as usize];
 
-/// Name → (inode, size), all in the root.
+/// Files of the root: name → inode, inode → size, last inode handed out.
+type Table = (HashMap<Vec<u8>, u64>, HashMap<u64, u64>, u64);
+
 #[derive(Default)]
 struct Null {
-    files: Mutex<(HashMap<Vec<u8>, u64>, HashMap<u64, u64>, u64)>,
+    files: Mutex<Table>,
 }
 
 fn attr(ino: u64, size: u64) -> FileAttr {
