@@ -95,6 +95,12 @@ for target in tmpfs mount; do
     m=$(shared "$dir")
     eval "${target}_w=$w ${target}_r=$r ${target}_s=\"$s\" ${target}_m=\"$m\""
 done
+# The local mount's pool (several GiB of /dev/shm) goes before the next phases: on a shared
+# host the memory it holds invites the OOM killer.
+fusermount3 -u "$mnt" 2>/dev/null || umount -l "$mnt"
+wait "$pid" 2>/dev/null || true
+pid=
+rm -rf "$work/store"
 ceil_w=0 ceil_r=0
 if [ -x "$CEILING" ]; then
     "$CEILING" "$cmnt" > "$work/ceiling-ready" 2> "$work/ceiling-log" &
@@ -125,6 +131,11 @@ if [ "${DIST:-0}" = 1 ]; then
     dist_r=$(fio_bw "$dmnt" read)
     rm -f "$dmnt"/seq.*
     fusermount3 -u "$dmnt"
+    wait "$dpid" 2>/dev/null || true
+    dpid=
+    for p in "${spids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+    spids=()
+    rm -rf "$work"/node?
 fi
 load_after=$(uptime)
 {
