@@ -773,20 +773,34 @@ impl Files {
             self.flush_store()?;
         }
         let key = chunk_key(&self.fs, ino, c);
+        let chunk = self.fetch_chunk(&key)?;
+        // This mount knows the chunk holds data; an empty one is another mount's removal or
+        // truncation (design §15.6): say so rather than read zeros.
+        if self.shared && chunk.as_ref().is_some_and(|b| b.is_empty()) {
+            eprintln!(
+                "haar mount: {key} was emptied by another mount (file removed or truncated there); mount again to see its namespace"
+            );
+            return Err(libc::ESTALE);
+        }
+        Ok(chunk)
+    }
+
+    /// A chunk's stored bytes, lent where the store can.
+    fn fetch_chunk(&self, key: &Key) -> Result<Option<FieldBytes>, Errno> {
         let missing = || {
             io_err(
                 &format!("chunk {key} is listed but missing"),
                 "no server or store holds it",
             )
         };
-        match self.store.retrieve_lent(&key) {
+        match self.store.retrieve_lent(key) {
             Some(Ok(Some((_, b)))) => Ok(Some(b)),
             Some(Ok(None)) => Err(missing()),
             Some(Err(e)) => Err(io_err(&format!("cannot read {key}"), e)),
             // Servers: read into a buffer (from a replica if the best server is down).
             None => {
                 let mut out = None;
-                let res = (self.store).retrieve_keys(std::slice::from_ref(&key), &mut |_, b, _| {
+                let res = (self.store).retrieve_keys(std::slice::from_ref(key), &mut |_, b, _| {
                     out = Some(FieldBytes::Owned(b.to_vec()));
                     Ok(())
                 });
@@ -1203,6 +1217,9 @@ mod tests {
         // a sees b's file after its own refresh interval.
         a.refreshed.clear();
         assert_eq!(a.lookup(ROOT, b"from-b").unwrap().ino, fb);
+        // A file another mount removed reads as ESTALE, not as zeros.
+        a.remove(ROOT, b"from-a", false).unwrap();
+        assert_eq!(b.read(fa, 0, 10).err(), Some(libc::ESTALE));
         // A reload by id 1 continues past its own numbers.
         drop(a);
         let mut a = open(1);
