@@ -120,8 +120,9 @@ pub fn build(opts: &MountOptions) -> Result<HaarFs, MountError> {
     Ok(HaarFs::new(Some(files), fields, root))
 }
 
-/// The file system's own schema (design §15.2) as store options.
-fn files_options() -> haar_store::Result<StoreOptions> {
+/// The file system's own schema (design §15.2) as store options: what the writable part
+/// splits keys with, over a local backend or servers.
+pub fn files_options() -> haar_store::Result<StoreOptions> {
     let schema = Schema::parse(format::SCHEMA)
         .map_err(|e| haar_store::Error::Config(format!("the file system's schema: {e}")))?;
     Ok(StoreOptions {
