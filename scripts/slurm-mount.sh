@@ -94,6 +94,7 @@ unmount_task='mnt=${0//%n/$SLURM_NODEID}
 fusermount3 -u "$mnt" 2>/dev/null || umount "$mnt" 2>/dev/null ||
     fusermount3 -u -z "$mnt" 2>/dev/null || umount -l "$mnt" 2>/dev/null || true'
 stop() {
+    local status=$?
     if [ -n "$local_nodes" ]; then
         for ((i = 0; i < n; i++)); do SLURM_NODEID=$i bash -c "$unmount_task" "$mountpoint"; done
     else
@@ -106,6 +107,8 @@ stop() {
         kill -TERM "$p" 2>/dev/null || true
         wait "$p" 2>/dev/null || true
     done
+    # Local runs keep their logs (a temporary directory) only when something failed.
+    if [ -n "$local_nodes" ] && [ "$status" = 0 ]; then rm -rf "$log_dir"; fi
 }
 trap stop EXIT
 trap 'exit 130' INT TERM
