@@ -3,7 +3,8 @@
 # munge) on this machine, as root, without systemd; everything lives under a temporary
 # directory and is stopped at the end. Checks: the servers come up through srun, the generated
 # configuration reaches them, a field archived through it reads back byte-identical, `wait`
-# completes.  Usage (root): scripts/slurm-selftest.sh [PATH/TO/haar]
+# completes, and scripts/slurm-mount.sh mounts the servers' file system on the node (a file
+# copied in reads back, the mount is gone after).  Usage (root): scripts/slurm-selftest.sh [PATH/TO/haar]
 set -euo pipefail
 haar=$(readlink -f "${1:-target/release/haar}")
 here=$(cd "$(dirname "$0")" && pwd)
@@ -28,6 +29,7 @@ cleanup() {
     for p in $pids; do kill "$p" 2>/dev/null || true; done
     sleep 2
     for p in $pids; do kill -9 "$p" 2>/dev/null || true; done
+    fusermount3 -u -z "$S/mnt" 2>/dev/null || true
     rm -rf "/dev/shm/haar-selftest-$port"
     [ "$passed" = 1 ] && rm -rf "$S"
 }
@@ -87,11 +89,17 @@ $here/slurm-serve.sh --root /dev/shm/haar-selftest-$port --port $port --token-fi
   \\\$HAAR --token-file \$t retrieve $req -o back.bin
   cmp field.bin back.bin
   \\\$HAAR --servers \\\$HAAR_SERVERS --token-file \$t wait $req --timeout 10
-  echo SELFTEST-CLIENT-OK"
+  echo SELFTEST-CLIENT-OK
+  $here/slurm-mount.sh --mountpoint $S/mnt --token-file \$t -- bash -c '
+    cp field.bin \\\$HAAR_MOUNT/f && sync && cmp field.bin \\\$HAAR_MOUNT/f && echo SELFTEST-MOUNT-OK'
+  if grep -q ' $S/mnt ' /proc/mounts; then echo MOUNT-LEFT-BEHIND; exit 1; fi
+  echo SELFTEST-UNMOUNT-OK"
 JOB
 jid=$(sbatch --parsable job.sh)
 for _ in $(seq 120); do [ -z "$(squeue -h -j "$jid" -o %T 2>/dev/null)" ] && break; sleep 0.5; done
 cat "slurm-$jid.out"
-grep -q SELFTEST-CLIENT-OK "slurm-$jid.out" && grep -q 'type: dist' cluster.yaml \
+grep -q SELFTEST-CLIENT-OK "slurm-$jid.out" && grep -q SELFTEST-MOUNT-OK "slurm-$jid.out" \
+    && grep -q SELFTEST-UNMOUNT-OK "slurm-$jid.out" \
+    && grep -q 'type: dist' cluster.yaml \
     && { passed=1; echo "slurm-selftest.sh: ok (job $jid under Slurm $(sinfo -V | awk '{print $2}'))"; } \
     || { echo "slurm-selftest.sh: FAILED; logs in $S" >&2; exit 1; }

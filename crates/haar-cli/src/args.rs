@@ -402,11 +402,12 @@ pub enum Command {
     Run(crate::commands::run::RunArgs),
     /// Mount a file system over the store (FUSE): MOUNTPOINT/fields/ shows every field
     /// read-only, one directory per schema level and one file per field; everything else is a
-    /// writable file system whose files are stored in the same backend.
+    /// writable file system whose files are stored in the same backend, or spread over the
+    /// servers (with their replicas) when the configuration names servers.
     ///
     /// Prints `mounted MOUNTPOINT` when ready and serves in the foreground until unmounted or
     /// until SIGINT/SIGTERM (which unmount it); --daemon returns once mounted. fsync and close
-    /// are the durability barrier. With --servers only fields/ is served.
+    /// are the durability barrier.
     Mount(crate::commands::mount::MountArgs),
     /// Import the fields of an existing FDB5 database (through FDB5's fdb-list and fdb-read),
     /// archive them under the keys FDB5 reports, flush, and verify every field's bytes.

@@ -24,13 +24,19 @@ struct Mounted {
 impl Mounted {
     /// Mounts `store` (backend `backend`) on `mnt` and waits for `mounted MOUNTPOINT`.
     fn new(store: &Path, backend: &str, mnt: &Path) -> Mounted {
-        fs::create_dir_all(mnt).unwrap();
-        let stderr = mnt.with_extension("stderr");
-        let mut child = Command::new(HAAR)
-            .args(["--backend", backend, "--root"])
+        let mut cmd = Command::new(HAAR);
+        cmd.args(["--backend", backend, "--root"])
             .arg(store)
             .arg("mount")
-            .arg(mnt)
+            .arg(mnt);
+        Mounted::spawn(cmd, mnt)
+    }
+
+    /// Runs `cmd` (a `haar … mount MNT` command) and waits for `mounted MNT`.
+    fn spawn(mut cmd: Command, mnt: &Path) -> Mounted {
+        fs::create_dir_all(mnt).unwrap();
+        let stderr = mnt.with_extension("stderr");
+        let mut child = cmd
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(fs::File::create(&stderr).unwrap())
@@ -799,5 +805,303 @@ fn xarray_cfgrib_opens_a_field_file() {
         got.split_whitespace().collect::<Vec<_>>(),
         want.split_whitespace().collect::<Vec<_>>()
     );
+    m.terminate();
+}
+
+// ---------------------------------------------------------------------------------------------
+// The writable part over servers (design §15.6).
+
+const TOKEN: &str = "mount-dist-token";
+
+/// A `haar serve` on loopback, killed on drop.
+struct Server {
+    child: Child,
+    addr: String,
+    root: PathBuf,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn serve(root: &Path) -> Server {
+    let log = fs::File::create(root.with_extension("log")).unwrap();
+    let mut child = Command::new(HAAR)
+        .arg("--root")
+        .arg(root)
+        .args(["serve", "--listen", "127.0.0.1:0"])
+        .env("HAAR_TOKEN", TOKEN)
+        .env_remove("HAAR_CONFIG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(log)
+        .spawn()
+        .expect("haar serve starts");
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = (line.trim().strip_prefix("listening on "))
+        .unwrap_or_else(|| {
+            panic!(
+                "haar serve printed {line:?}: {}",
+                fs::read_to_string(root.with_extension("log")).unwrap_or_default()
+            )
+        })
+        .to_string();
+    Server {
+        child,
+        addr,
+        root: root.into(),
+    }
+}
+
+/// `haar --config CONFIG mount --mount-id ID MNT` with the servers' token.
+fn mount_dist(config: &Path, id: u32, mnt: &Path) -> Mounted {
+    let mut cmd = Command::new(HAAR);
+    cmd.arg("--config")
+        .arg(config)
+        .args(["mount", "--mount-id", &id.to_string()])
+        .arg(mnt)
+        .env("HAAR_TOKEN", TOKEN)
+        .env("HAAR_LOCAL_READS", "0");
+    Mounted::spawn(cmd, mnt)
+}
+
+/// Bytes of the files under `dir`.
+fn bytes_under(dir: &Path) -> u64 {
+    files_under(dir)
+        .iter()
+        .map(|f| fs::metadata(f).map_or(0, |m| m.len()))
+        .sum()
+}
+
+/// The kernel's cached pages of the mount go, so reads reach haar mount again.
+fn drop_page_cache() {
+    let _ = fs::write("/proc/sys/vm/drop_caches", "3");
+}
+
+/// Issue 16's failure test: 3 real servers, `dist` with replicas 2, `haar mount` over it.
+/// Files written with cp and dd and fsynced are spread over all three servers; a second mount
+/// (another node's) sees them and its own new file reaches the first; after kill -9 of one
+/// server every byte reads back through the mount, writing goes on, and a fresh mount with
+/// that server still down sees the same namespace and bytes.
+#[test]
+fn mount_over_three_servers_with_replicas_2_survives_kill_9_of_one() {
+    let work = tempfile::tempdir().unwrap();
+    let mut servers: Vec<Server> = (0..3)
+        .map(|i| serve(&work.path().join(format!("node{i}"))))
+        .collect();
+    let config = work.path().join("cluster.yaml");
+    let mut yaml = String::from("type: dist\nreplicas: 2\nlanes:\n");
+    for s in &servers {
+        yaml.push_str(&format!("  - {{type: remote, server: \"{}\"}}\n", s.addr));
+    }
+    fs::write(&config, yaml).unwrap();
+
+    // A tree for cp -a: many small files, one of several chunks, one empty.
+    let tree = work.path().join("tree");
+    fs::create_dir_all(tree.join("sub/deeper")).unwrap();
+    for i in 0..40 {
+        fs::write(
+            tree.join(format!("sub/small{i}")),
+            pattern(100 + 977 * i, i as u64),
+        )
+        .unwrap();
+    }
+    fs::write(tree.join("sub/deeper/data"), pattern(5_500_000, 3)).unwrap();
+    fs::write(tree.join("empty"), b"").unwrap();
+    let dd_src = work.path().join("dd.src");
+    fs::write(&dd_src, pattern(24 << 20, 9)).unwrap();
+
+    let a = mount_dist(&config, 1, &work.path().join("a"));
+    run(Command::new("cp").arg("-a").arg(&tree).arg(a.p("tree")));
+    run(Command::new("dd")
+        .arg(format!("if={}", dd_src.display()))
+        .arg(format!("of={}", a.p("dd.out").display()))
+        .args(["bs=1M", "conv=fsync", "status=none"]));
+    let mut synced = fs::File::create(a.p("tree/synced")).unwrap();
+    synced.write_all(&pattern(3 << 20, 11)).unwrap();
+    synced.sync_all().unwrap();
+    drop(synced);
+    run(Command::new("sync").arg("-f").arg(a.p("tree")));
+
+    // Chunks spread: every server holds a part of the ~33 MiB written (twice).
+    for s in &servers {
+        let held = bytes_under(&s.root);
+        assert!(
+            held > 4 << 20,
+            "server {} holds only {held} bytes: chunks are not spread",
+            s.addr
+        );
+    }
+
+    // Another node's mount sees the namespace; its new file reaches the first mount.
+    let b = mount_dist(&config, 2, &work.path().join("b"));
+    run(Command::new("diff")
+        .arg("-r")
+        .arg(&tree)
+        .arg(b.p("tree"))
+        .arg("-x")
+        .arg("synced"));
+    assert!(fs::read(b.p("dd.out")).unwrap() == fs::read(&dd_src).unwrap());
+    fs::write(b.p("from-b"), pattern(1_500_000, 21)).unwrap();
+    std::thread::sleep(Duration::from_millis(1100));
+    assert!(
+        fs::read(a.p("from-b")).unwrap() == pattern(1_500_000, 21),
+        "a file another mount closed is seen: {}",
+        a.errors()
+    );
+
+    // kill -9 of one server while a file is being written (not yet fsynced): that writer
+    // may get EIO (design §15.6), nothing hangs, and every byte fsynced before still reads
+    // back through both mounts.
+    let mut writer = Command::new("dd")
+        .arg("if=/dev/zero")
+        .arg(format!("of={}", a.p("during").display()))
+        .args(["bs=1M", "count=300", "status=none"])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(150));
+    let dead = servers.remove(1);
+    let dead_addr = dead.addr.clone();
+    let mut dead = dead;
+    dead.child.kill().unwrap();
+    dead.child.wait().unwrap();
+    let status = wait_for(&mut writer, Duration::from_secs(60));
+    let mut why = String::new();
+    writer
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut why)
+        .unwrap();
+    assert!(
+        status == Some(0) || why.contains("Input/output error"),
+        "a writer meeting the dead server ends, or fails with EIO: {status:?} {why}"
+    );
+    fs::remove_file(a.p("during")).unwrap();
+    drop_page_cache();
+    for m in [&a, &b] {
+        run(Command::new("diff")
+            .arg("-r")
+            .arg(&tree)
+            .arg(m.p("tree"))
+            .arg("-x")
+            .arg("synced"));
+        assert!(fs::read(m.p("dd.out")).unwrap() == fs::read(&dd_src).unwrap());
+        assert!(fs::read(m.p("tree/synced")).unwrap() == pattern(3 << 20, 11));
+        assert!(fs::read(m.p("from-b")).unwrap() == pattern(1_500_000, 21));
+    }
+    // Writing goes on over the two left.
+    fs::write(a.p("after-kill"), pattern(4 << 20, 31)).unwrap();
+    fs::create_dir(a.p("dir-after")).unwrap();
+    a.terminate();
+    b.terminate();
+
+    // A fresh mount, the server still down: same namespace, same bytes.
+    let c = mount_dist(&config, 1, &work.path().join("c"));
+    let names: Vec<String> = fs::read_dir(c.p(""))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    for n in [
+        "tree",
+        "dd.out",
+        "from-b",
+        "after-kill",
+        "dir-after",
+        "fields",
+    ] {
+        assert!(names.contains(&n.to_string()), "{n} missing from {names:?}");
+    }
+    assert_eq!(names.len(), 6, "{names:?}");
+    run(Command::new("diff")
+        .arg("-r")
+        .arg(&tree)
+        .arg(c.p("tree"))
+        .arg("-x")
+        .arg("synced"));
+    assert!(fs::read(c.p("dd.out")).unwrap() == fs::read(&dd_src).unwrap());
+    assert!(fs::read(c.p("tree/synced")).unwrap() == pattern(3 << 20, 11));
+    assert!(fs::read(c.p("from-b")).unwrap() == pattern(1_500_000, 21));
+    assert!(fs::read(c.p("after-kill")).unwrap() == pattern(4 << 20, 31));
+    assert!(
+        !c.errors().contains("panicked"),
+        "mount with {dead_addr} down: {}",
+        c.errors()
+    );
+    c.terminate();
+}
+
+/// scripts/slurm-mount.sh's logic on one machine (HAAR_MOUNT_LOCAL_NODES: its per-node
+/// command as local processes instead of srun): three "nodes" mount the same servers with
+/// their own ids, a file written through one is read through the others, and the script
+/// unmounts every node when its command ends.
+#[test]
+fn slurm_mount_script_gives_every_node_one_namespace() {
+    let work = tempfile::tempdir().unwrap();
+    let token = work.path().join("token");
+    fs::write(&token, TOKEN).unwrap();
+    fs::set_permissions(&token, fs::Permissions::from_mode(0o600)).unwrap();
+    let servers: Vec<Server> = (0..3)
+        .map(|i| serve(&work.path().join(format!("node{i}"))))
+        .collect();
+    let config = work.path().join("cluster.yaml");
+    let mut yaml = String::from("type: dist\nreplicas: 2\nlanes:\n");
+    for s in &servers {
+        yaml.push_str(&format!("  - {{type: remote, server: \"{}\"}}\n", s.addr));
+    }
+    fs::write(&config, yaml).unwrap();
+    let data = work.path().join("data");
+    fs::write(&data, pattern(2_600_000, 41)).unwrap();
+    let mnt = |i: u32| work.path().join(format!("mnt-{i}"));
+    // Node 0 writes; nodes 1 and 2 read it; node 2 makes a directory node 0 then reads.
+    let check = format!(
+        "set -e; test \"$HAAR_MOUNT\" = {m0}; cp {data} {m0}/data; cmp {data} {m1}/data; \
+         cmp {data} {m2}/data; mkdir {m2}/from2; echo two > {m2}/from2/f; sleep 1.2; \
+         test \"$(cat {m0}/from2/f)\" = two; echo SCRIPT-CHECK-OK",
+        m0 = mnt(0).display(),
+        m1 = mnt(1).display(),
+        m2 = mnt(2).display(),
+        data = data.display()
+    );
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/slurm-mount.sh");
+    let out = Command::new("bash")
+        .arg(&script)
+        .arg("--mountpoint")
+        .arg(work.path().join("mnt-%n"))
+        .arg("--config")
+        .arg(&config)
+        .arg("--token-file")
+        .arg(&token)
+        .args(["--", "bash", "-c", &check])
+        .env("HAAR", HAAR)
+        .env("HAAR_MOUNT_LOCAL_NODES", "3")
+        .env_remove("HAAR_CONFIG")
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(
+        out.status.success() && stdout.contains("SCRIPT-CHECK-OK"),
+        "slurm-mount.sh: {stdout}{stderr}"
+    );
+    for i in 0..3 {
+        assert!(
+            !is_mounted(&mnt(i)),
+            "node {i} still mounted after the script"
+        );
+    }
+    // What the nodes wrote is on the servers: a new mount sees it.
+    let m = mount_dist(&config, 7, &work.path().join("again"));
+    assert!(fs::read(m.p("data")).unwrap() == fs::read(&data).unwrap());
+    assert_eq!(fs::read(m.p("from2/f")).unwrap(), b"two\n");
     m.terminate();
 }

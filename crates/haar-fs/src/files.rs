@@ -1,16 +1,16 @@
-//! The writable part (design §15.2–15.3): a namespace held in memory while mounted, whose
-//! records and file chunks are fields of the file system's own database in the configured
-//! backend. Owns the chunk buffers, the barrier (archive everything dirty, then flush the
+//! The writable part (design §15.2–15.3, §15.6): a namespace held in memory while mounted,
+//! whose records and file chunks are fields of the file system's own database in the configured
+//! store (a local backend, or servers through `dist`). Owns the chunk buffers, the barrier (archive everything dirty, then flush the
 //! store) and the relaxed semantics' errnos. It must not know about FUSE's wire types (the
 //! glue in `fuse.rs` converts) nor about `fields/`.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use haar_core::Key;
 use haar_core::request::Request;
-use haar_store::{FieldBytes, Store};
+use haar_store::{FieldBytes, FieldStore};
 
 use crate::format::{
     CHUNK_SIZE, DirentRecord, InodeRecord, Kind, chunk_key, dirent_key, inode_key,
@@ -24,6 +24,45 @@ pub const ROOT: u64 = 1;
 
 /// Dirty chunks a file may hold before they are archived (design §15.3).
 const MAX_DIRTY_CHUNKS: usize = 64;
+
+/// Inode numbers are `(mount id << ID_SHIFT) | n` (design §15.2).
+pub const ID_SHIFT: u32 = 40;
+
+/// Mount ids are below this (inode numbers stay below the `fields/` view's).
+pub const MAX_MOUNT_ID: u32 = 1 << 20;
+
+/// How often a shared mount looks for entries other mounts made in one directory (§15.6).
+const REFRESH_EVERY: Duration = Duration::from_secs(1);
+
+/// How a file system is loaded.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// Name of the file system (`haarfs=NAME`).
+    pub fs: String,
+    /// Owner of a root directory created now.
+    pub uid: u32,
+    /// Group of a root directory created now.
+    pub gid: u32,
+    /// This mount's id: the high bits of the inode numbers it hands out (design §15.2);
+    /// below [`MAX_MOUNT_ID`]. Mounts that run at the same time need different ids.
+    pub mount_id: u32,
+    /// Other mounts may change the file system meanwhile (servers): look names this mount
+    /// does not know up in the store, at most once a second per directory (design §15.6).
+    pub shared: bool,
+}
+
+impl LoadOptions {
+    /// File system `fs`, root owned by `uid`:`gid`, mount id 0, not shared.
+    pub fn new(fs: &str, uid: u32, gid: u32) -> LoadOptions {
+        LoadOptions {
+            fs: fs.into(),
+            uid,
+            gid,
+            mount_id: 0,
+            shared: false,
+        }
+    }
+}
 
 /// Nanoseconds since the epoch now.
 pub fn now_ns() -> i64 {
@@ -92,9 +131,15 @@ pub struct Owner {
 /// The writable file system: the tree, its buffers, and the store they go to.
 pub struct Files {
     fs: String,
-    store: Store,
+    store: Box<dyn FieldStore>,
     nodes: HashMap<u64, Node>,
     next_ino: u64,
+    /// Last inode number this mount may hand out (the end of its id's range).
+    last_ino: u64,
+    /// Look up unknown names in the store (other mounts' entries, design §15.6).
+    shared: bool,
+    /// When each directory was last looked up in the store (shared mounts).
+    refreshed: HashMap<u64, Instant>,
     /// Inodes whose record changed since the last barrier.
     dirty_records: BTreeSet<u64>,
     /// Inodes that may hold dirty chunks (so a barrier does not scan every inode).
@@ -112,9 +157,26 @@ fn io_err(what: &str, e: impl std::fmt::Display) -> Errno {
 
 impl Files {
     /// Loads file system `fs` from `store` (design §15.2, "Mounting"), creating its root
-    /// directory (owned by `uid`:`gid`) if it has none. A damaged record is an error naming
-    /// its key.
-    pub fn load(store: Store, fs: &str, uid: u32, gid: u32) -> haar_store::Result<Files> {
+    /// directory (owned by `uid`:`gid`) if it has none, as mount id 0. A damaged record is an
+    /// error naming its key.
+    pub fn load(
+        store: Box<dyn FieldStore>,
+        fs: &str,
+        uid: u32,
+        gid: u32,
+    ) -> haar_store::Result<Files> {
+        Files::load_with(store, &LoadOptions::new(fs, uid, gid))
+    }
+
+    /// [`Files::load`] with every option.
+    pub fn load_with(store: Box<dyn FieldStore>, o: &LoadOptions) -> haar_store::Result<Files> {
+        let (fs, uid, gid) = (o.fs.as_str(), o.uid, o.gid);
+        if o.mount_id >= MAX_MOUNT_ID {
+            return Err(haar_store::Error::Config(format!(
+                "mount id {} is too large: give one below {MAX_MOUNT_ID}",
+                o.mount_id
+            )));
+        }
         let req = Request::parse(&format!("{}={fs}", crate::format::DB_KEYWORD))
             .map_err(|e| haar_store::Error::Config(format!("file system name {fs:?}: {e}")))?;
         let listed = store.list(&req)?;
@@ -165,16 +227,28 @@ impl Files {
                 "the file system {fs:?} has a damaged record, so it is not mounted: {b}"
             )));
         }
-        let mut next_ino = ROOT + 1;
+        // This mount hands out numbers of its own id's range, past any already used there.
+        let first = (u64::from(o.mount_id) << ID_SHIFT).max(ROOT) + 1;
+        let last_ino = (u64::from(o.mount_id) + 1) << ID_SHIFT;
+        let mut next_ino = first;
+        let mut seen = |ino: u64| {
+            if (first..last_ino).contains(&ino) {
+                next_ino = next_ino.max(ino + 1);
+            }
+        };
+        for ino in inodes.keys() {
+            seen(*ino);
+        }
+        for (_, d) in &dirents {
+            seen(d.ino);
+        }
         let mut nodes: HashMap<u64, Node> = HashMap::new();
         for (ino, rec) in inodes {
-            next_ino = next_ino.max(ino + 1);
             let mut n = Node::new(rec);
             n.chunks = chunks.remove(&ino).unwrap_or_default();
             nodes.insert(ino, n);
         }
         for (parent, d) in dirents {
-            next_ino = next_ino.max(d.ino + 1);
             let child_is_dir = nodes.get(&d.ino).map(|c| c.rec.kind == Kind::Dir);
             if let Some(child_is_dir) = child_is_dir
                 && let Some(p) = nodes.get_mut(&parent)
@@ -192,6 +266,9 @@ impl Files {
             store,
             nodes,
             next_ino,
+            last_ino,
+            shared: o.shared,
+            refreshed: HashMap::new(),
             dirty_records: BTreeSet::new(),
             with_dirty: HashSet::new(),
             pending: HashSet::new(),
@@ -244,18 +321,125 @@ impl Files {
         })
     }
 
-    /// The entry `name` of directory `parent`.
-    pub fn lookup(&self, parent: u64, name: &[u8]) -> Result<Attr, Errno> {
+    /// The entry `name` of directory `parent` (on a shared mount, looked for in the store
+    /// when this mount does not know it).
+    pub fn lookup(&mut self, parent: u64, name: &[u8]) -> Result<Attr, Errno> {
         let p = self.node(parent)?;
         if p.rec.kind != Kind::Dir {
             return Err(libc::ENOTDIR);
         }
-        let ino = *p.children.get(name).ok_or(libc::ENOENT)?;
+        if !p.children.contains_key(name) {
+            self.refresh_dir(parent)?;
+        }
+        let ino = *self.node(parent)?.children.get(name).ok_or(libc::ENOENT)?;
         self.getattr(ino)
     }
 
+    /// On a shared mount, adds the entries other mounts made durable in directory `dir`
+    /// since this mount last looked (at most once a second per directory; design §15.6).
+    fn refresh_dir(&mut self, dir: u64) -> Result<(), Errno> {
+        if !self.shared || (self.refreshed.get(&dir)).is_some_and(|t| t.elapsed() < REFRESH_EVERY) {
+            return Ok(());
+        }
+        self.refreshed.insert(dir, Instant::now());
+        let req = format!(
+            "{}={},kind=dirent,ino={dir}",
+            crate::format::DB_KEYWORD,
+            self.fs
+        );
+        let req = Request::parse(&req).map_err(|e| io_err(&req, e))?;
+        let listed = (self.store.list(&req))
+            .map_err(|e| io_err(&format!("cannot list directory {dir} of {}", self.fs), e))?;
+        let known = &self.node(dir)?.children;
+        let keys: Vec<Key> = (listed.iter().map(|f| f.key()))
+            .filter(|k| {
+                let name = k.get("part").and_then(crate::format::unhex);
+                name.is_some_and(|n| !known.contains_key(&n))
+            })
+            .collect();
+        if keys.is_empty() {
+            return Ok(());
+        }
+        let mut found = Vec::new();
+        let mut bad = None;
+        let res = self.store.retrieve_keys(&keys, &mut |key, bytes, _| {
+            match DirentRecord::decode(bytes) {
+                Ok(d) => found.push(d),
+                Err(e) => bad = Some(format!("{key}: {e}")),
+            }
+            Ok(())
+        });
+        res.map_err(|e| io_err(&format!("cannot read entries of directory {dir}"), e))?;
+        if let Some(b) = bad {
+            return Err(io_err("a damaged entry, not shown", b));
+        }
+        for d in found {
+            let Some(kind) = d.kind else { continue };
+            // A name known meanwhile, or an inode this mount has under another name (renamed
+            // or removed here: its own record is the newer).
+            if self.node(dir)?.children.contains_key(&d.name) || self.nodes.contains_key(&d.ino) {
+                continue;
+            }
+            let Some(mut node) = self.fetch_inode(d.ino)? else {
+                continue; // its record is not durable yet: the next look finds it
+            };
+            if node.rec.kind != kind {
+                continue;
+            }
+            node.parent = dir;
+            self.nodes.insert(d.ino, node);
+            let p = self.node_mut(dir)?;
+            p.children.insert(d.name, d.ino);
+            p.subdirs += u32::from(kind == Kind::Dir);
+        }
+        Ok(())
+    }
+
+    /// Another mount's inode: its record and the chunks it has stored.
+    fn fetch_inode(&mut self, ino: u64) -> Result<Option<Node>, Errno> {
+        let key = inode_key(&self.fs, ino);
+        let mut rec = None;
+        let mut bad = None;
+        let res = self
+            .store
+            .retrieve_keys(std::slice::from_ref(&key), &mut |_, bytes, _| {
+                match InodeRecord::decode(bytes) {
+                    Ok(r) => rec = Some(r),
+                    Err(e) => bad = Some(e.to_string()),
+                }
+                Ok(())
+            });
+        res.map_err(|e| io_err(&format!("cannot read {key}"), e))?;
+        if let Some(b) = bad {
+            return Err(io_err(&format!("{key} is damaged"), b));
+        }
+        let Some(rec) = rec.filter(|r| !r.deleted) else {
+            return Ok(None);
+        };
+        let mut node = Node::new(rec);
+        if node.rec.kind == Kind::File {
+            let req = format!(
+                "{}={},kind=data,ino={ino}",
+                crate::format::DB_KEYWORD,
+                self.fs
+            );
+            let req = Request::parse(&req).map_err(|e| io_err(&req, e))?;
+            let listed = (self.store.list(&req))
+                .map_err(|e| io_err(&format!("cannot list the chunks of inode {ino}"), e))?;
+            for f in listed.iter().filter(|f| f.data.length > 0) {
+                if let Some(c) = f.key().get("part").and_then(|p| p.parse().ok()) {
+                    node.chunks.insert(c);
+                }
+            }
+        }
+        Ok(Some(node))
+    }
+
     /// The entries of directory `ino` (without `.` and `..`), with the parent's inode.
-    pub fn readdir(&self, ino: u64) -> Result<(u64, Vec<DirEntry>), Errno> {
+    pub fn readdir(&mut self, ino: u64) -> Result<(u64, Vec<DirEntry>), Errno> {
+        if self.node(ino)?.rec.kind == Kind::Dir {
+            self.refresh_dir(ino)?;
+        }
         let n = self.node(ino)?;
         if n.rec.kind != Kind::Dir {
             return Err(libc::ENOTDIR);
@@ -343,6 +527,9 @@ impl Files {
     ) -> Result<Attr, Errno> {
         self.check_new(parent, name)?;
         let ino = self.next_ino;
+        if ino >= self.last_ino {
+            return Err(libc::ENOSPC); // 2^40 inodes made by one mount id
+        }
         self.next_ino += 1;
         let mut rec = new_record(kind, owner.mode, owner.uid, owner.gid);
         if kind == Kind::Symlink {
@@ -586,10 +773,40 @@ impl Files {
             self.flush_store()?;
         }
         let key = chunk_key(&self.fs, ino, c);
-        match self.store.retrieve_lent(&key) {
-            Ok(Some((_, b))) => Ok(Some(b)),
-            Ok(None) => Err(io_err(&format!("chunk {key} is listed but missing"), "")),
-            Err(e) => Err(io_err(&format!("cannot read {key}"), e)),
+        let chunk = self.fetch_chunk(&key)?;
+        // This mount knows the chunk holds data; an empty one is another mount's removal or
+        // truncation (design §15.6): say so rather than read zeros.
+        if self.shared && chunk.as_ref().is_some_and(|b| b.is_empty()) {
+            eprintln!(
+                "haar mount: {key} was emptied by another mount (file removed or truncated there); mount again to see its namespace"
+            );
+            return Err(libc::ESTALE);
+        }
+        Ok(chunk)
+    }
+
+    /// A chunk's stored bytes, lent where the store can.
+    fn fetch_chunk(&self, key: &Key) -> Result<Option<FieldBytes>, Errno> {
+        let missing = || {
+            io_err(
+                &format!("chunk {key} is listed but missing"),
+                "no server or store holds it",
+            )
+        };
+        match self.store.retrieve_lent(key) {
+            Some(Ok(Some((_, b)))) => Ok(Some(b)),
+            Some(Ok(None)) => Err(missing()),
+            Some(Err(e)) => Err(io_err(&format!("cannot read {key}"), e)),
+            // Servers: read into a buffer (from a replica if the best server is down).
+            None => {
+                let mut out = None;
+                let res = (self.store).retrieve_keys(std::slice::from_ref(key), &mut |_, b, _| {
+                    out = Some(FieldBytes::Owned(b.to_vec()));
+                    Ok(())
+                });
+                res.map_err(|e| io_err(&format!("cannot read {key}"), e))?;
+                out.map(Some).ok_or_else(missing)
+            }
         }
     }
 
@@ -856,8 +1073,13 @@ mod tests {
     #[test]
     fn random_writes_and_truncations_match_a_model() {
         let backend: Arc<dyn haar_store::Backend> = Arc::new(haar_store::MemoryBackend::new());
-        let mut fs =
-            Files::load(crate::files_store(Arc::clone(&backend)).unwrap(), "t", 0, 0).unwrap();
+        let mut fs = Files::load(
+            Box::new(crate::files_store(Arc::clone(&backend)).unwrap()),
+            "t",
+            0,
+            0,
+        )
+        .unwrap();
         let ino = fs.create(ROOT, b"f", Kind::File, OWNER, b"").unwrap().ino;
         let cs = CHUNK_SIZE as u64;
         let mut model: Vec<u8> = Vec::new();
@@ -896,7 +1118,8 @@ mod tests {
         }
         fs.barrier().unwrap();
         drop(fs);
-        let mut fs = Files::load(crate::files_store(backend).unwrap(), "t", 0, 0).unwrap();
+        let mut fs =
+            Files::load(Box::new(crate::files_store(backend).unwrap()), "t", 0, 0).unwrap();
         let ino = fs.lookup(ROOT, b"f").unwrap().ino;
         let got = fs.read(ino, 0, model.len() as u32 + 1).unwrap();
         assert!(got[..] == model[..], "after reloading");
@@ -907,8 +1130,13 @@ mod tests {
     #[test]
     fn the_namespace_is_reloaded_as_it_was_at_the_barrier() {
         let backend: Arc<dyn haar_store::Backend> = Arc::new(haar_store::MemoryBackend::new());
-        let mut fs =
-            Files::load(crate::files_store(Arc::clone(&backend)).unwrap(), "t", 0, 0).unwrap();
+        let mut fs = Files::load(
+            Box::new(crate::files_store(Arc::clone(&backend)).unwrap()),
+            "t",
+            0,
+            0,
+        )
+        .unwrap();
         let d = fs.create(ROOT, b"d", Kind::Dir, OWNER, b"").unwrap().ino;
         let e = fs.create(d, b"e", Kind::Dir, OWNER, b"").unwrap().ino;
         let f = fs.create(e, b"f", Kind::File, OWNER, b"").unwrap().ino;
@@ -928,7 +1156,7 @@ mod tests {
             .unwrap();
         let live: Vec<_> = listed.iter().filter(|f| f.data.length > 0).collect();
         assert_eq!(live.len(), 3, "only f's chunks hold data: {listed:?}");
-        let fs = Files::load(store, "t", 0, 0).unwrap();
+        let mut fs = Files::load(Box::new(store), "t", 0, 0).unwrap();
         let moved = fs.lookup(ROOT, b"moved").unwrap().ino;
         let e = fs.lookup(moved, b"e").unwrap().ino;
         assert_eq!(fs.lookup(e, b"f").unwrap().rec.size, 3 << 20);
@@ -937,5 +1165,126 @@ mod tests {
         let l = fs.lookup(ROOT, b"l").unwrap().ino;
         assert_eq!(fs.readlink(l).unwrap(), b"moved/e/f");
         assert_eq!(fs.getattr(ROOT).unwrap().nlink, 3);
+    }
+
+    /// Two shared mounts of one store with different ids: their inode numbers never meet, and
+    /// a file one of them made durable is found by the other's lookup and listing (design
+    /// §15.6); a file the other already knows keeps what it knew.
+    #[test]
+    fn shared_mounts_see_each_others_new_files() {
+        let backend: Arc<dyn haar_store::Backend> = Arc::new(haar_store::MemoryBackend::new());
+        let open = |id: u32| {
+            let o = LoadOptions {
+                mount_id: id,
+                shared: true,
+                ..LoadOptions::new("t", 0, 0)
+            };
+            Files::load_with(
+                Box::new(crate::files_store(Arc::clone(&backend)).unwrap()),
+                &o,
+            )
+            .unwrap()
+        };
+        let mut a = open(1);
+        let mut b = open(2);
+        let fa = a
+            .create(ROOT, b"from-a", Kind::File, OWNER, b"")
+            .unwrap()
+            .ino;
+        let fb = b
+            .create(ROOT, b"from-b", Kind::File, OWNER, b"")
+            .unwrap()
+            .ino;
+        assert_eq!(fa >> ID_SHIFT, 1);
+        assert_eq!(fb >> ID_SHIFT, 2);
+        a.write(fa, 0, &vec![5u8; (CHUNK_SIZE + 10) as usize])
+            .unwrap();
+        a.barrier().unwrap();
+        let d = a.create(ROOT, b"dir", Kind::Dir, OWNER, b"").unwrap().ino;
+        let inner = a.create(d, b"inner", Kind::File, OWNER, b"").unwrap().ino;
+        a.write(inner, 0, b"hello").unwrap();
+        a.barrier().unwrap();
+        b.barrier().unwrap();
+        // b finds a's entries (its refresh of the root is more than a second old or never).
+        b.refreshed.clear();
+        let got = b.lookup(ROOT, b"from-a").unwrap();
+        assert_eq!((got.ino, got.rec.size), (fa, u64::from(CHUNK_SIZE) + 10));
+        let data = b.read(fa, u64::from(CHUNK_SIZE) - 2, 12).unwrap();
+        assert_eq!(&data[..], &[5u8; 12][..]);
+        let (_, names) = b.readdir(d).unwrap();
+        assert_eq!(names.len(), 1);
+        assert_eq!(&b.read(inner, 0, 100).unwrap()[..], b"hello");
+        // a sees b's file after its own refresh interval.
+        a.refreshed.clear();
+        assert_eq!(a.lookup(ROOT, b"from-b").unwrap().ino, fb);
+        // A file another mount removed reads as ESTALE, not as zeros.
+        a.remove(ROOT, b"from-a", false).unwrap();
+        assert_eq!(b.read(fa, 0, 10).err(), Some(libc::ESTALE));
+        // A reload by id 1 continues past its own numbers.
+        drop(a);
+        let mut a = open(1);
+        let next = a
+            .create(ROOT, b"again", Kind::File, OWNER, b"")
+            .unwrap()
+            .ino;
+        assert_eq!(next, inner + 1);
+    }
+
+    /// Over `dist` with 3 lanes, replicas 2 and placement by full key (design §15.6): the
+    /// chunks of one file land on every lane, and with any one lane emptied (a server whose
+    /// store was lost) a new load sees the whole namespace and every byte.
+    #[test]
+    fn over_dist_chunks_spread_and_any_one_lane_may_be_lost() {
+        use haar_store::dist::{DistStore, Placement};
+        let backends: Vec<Arc<dyn haar_store::Backend>> = (0..3)
+            .map(|_| Arc::new(haar_store::MemoryBackend::new()) as Arc<dyn haar_store::Backend>)
+            .collect();
+        let dist = |lanes: &[Arc<dyn haar_store::Backend>]| -> Box<dyn FieldStore> {
+            let opts = crate::files_options().unwrap();
+            let lanes = (lanes.iter().enumerate())
+                .map(|(i, b)| {
+                    let s = haar_store::Store::with_options(Arc::clone(b), opts.clone());
+                    (format!("lane{i}"), Box::new(s) as Box<dyn FieldStore>)
+                })
+                .collect();
+            Box::new(DistStore::new(lanes, 2, Placement::Field, opts.schema, opts.context).unwrap())
+        };
+        let shared = LoadOptions {
+            shared: true,
+            ..LoadOptions::new("t", 0, 0)
+        };
+        let mut fs = Files::load_with(dist(&backends), &shared).unwrap();
+        let d = fs.create(ROOT, b"d", Kind::Dir, OWNER, b"").unwrap().ino;
+        let f = fs.create(d, b"f", Kind::File, OWNER, b"").unwrap().ino;
+        let data: Vec<u8> = (0..12 * CHUNK_SIZE as usize + 99)
+            .map(|i| (i * 7 + i / 4099) as u8)
+            .collect();
+        fs.write(f, 0, &data).unwrap();
+        fs.barrier().unwrap();
+        drop(fs);
+        let req = Request::parse("haarfs=t,kind=data").unwrap();
+        for (i, b) in backends.iter().enumerate() {
+            let held = (crate::files_store(Arc::clone(b))
+                .unwrap()
+                .list(&req)
+                .unwrap())
+            .into_iter()
+            .filter(|c| c.data.length > 0)
+            .count();
+            // 13 chunks, 2 copies each over 3 lanes: every lane holds some, none holds all.
+            assert!(
+                (1..13).contains(&held),
+                "lane {i} holds {held} of 13 chunks"
+            );
+        }
+        for lost in 0..3 {
+            let mut lanes = backends.clone();
+            lanes[lost] = Arc::new(haar_store::MemoryBackend::new());
+            let mut fs = Files::load_with(dist(&lanes), &shared).unwrap();
+            let d = fs.lookup(ROOT, b"d").unwrap().ino;
+            let f = fs.lookup(d, b"f").unwrap().ino;
+            let got = fs.read(f, 0, data.len() as u32 + 1).unwrap();
+            assert!(got[..] == data[..], "lane {lost} lost");
+        }
     }
 }

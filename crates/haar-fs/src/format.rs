@@ -8,8 +8,9 @@ use haar_persist::crc32c;
 /// Keyword naming the file system's database (`haarfs=NAME`).
 pub const DB_KEYWORD: &str = "haarfs";
 
-/// The file system's schema: `[ haarfs [ kind, ino [ part ]]]` (design §15.2).
-pub const SCHEMA: &str = "[ haarfs [ kind, ino [ part ]]]\n";
+/// The file system's schema: `[ haarfs [ kind, ino [ part ]]]` (design §15.2), the rule every
+/// server knows too (design §15.6).
+pub const SCHEMA: &str = haar_core::schema::FILES_RULE;
 
 /// Bytes of file data per chunk field.
 pub const CHUNK_SIZE: u32 = 1 << 20;
@@ -263,6 +264,22 @@ pub fn dirent_key(fs: &str, parent: u64, name: &[u8]) -> Key {
         .with("part", hex(name))
 }
 
+/// The bytes a lowercase hex string (as [`hex`] writes) stands for; `None` if it is not one.
+pub fn unhex(s: &str) -> Option<Vec<u8>> {
+    let digit = |c: u8| match c {
+        b'0'..=b'9' => Some(c - b'0'),
+        b'a'..=b'f' => Some(c - b'a' + 10),
+        _ => None,
+    };
+    let b = s.as_bytes();
+    if !b.len().is_multiple_of(2) {
+        return None;
+    }
+    b.chunks(2)
+        .map(|p| Some(digit(p[0])? << 4 | digit(p[1])?))
+        .collect()
+}
+
 /// Key of chunk `index` of file `ino`.
 pub fn chunk_key(fs: &str, ino: u64, index: u64) -> Key {
     db_key(fs)
@@ -345,6 +362,9 @@ mod tests {
     #[test]
     fn names_in_keys_are_hex() {
         assert_eq!(hex(b"a/,=\xff"), "612f2c3dff");
+        assert_eq!(unhex("612f2c3dff").unwrap(), b"a/,=\xff");
+        assert_eq!(unhex("6"), None);
+        assert_eq!(unhex("6G"), None);
         assert_eq!(
             dirent_key("main", 1, b"x").to_string(),
             "haarfs=main,kind=dirent,ino=1,part=78"

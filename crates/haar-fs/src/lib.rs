@@ -9,9 +9,10 @@
 //!   `close` are the durability barrier; hard links, special files and extended attributes
 //!   are refused with documented errnos.
 //!
-//! The store is opened from [`haar::OpenOptions`], as every other face does. With servers
-//! (`--servers` or a front-end configuration) only `fields/` is served and the root is
-//! read-only: the writable part needs a local store.
+//! The store is opened from [`haar::OpenOptions`], as every other face does: a local store, or
+//! servers (`--servers` or a front-end configuration), over which the writable part's chunks
+//! and records are spread by the rendezvous hash of their full key, with the configured
+//! replicas (design §15.6).
 //!
 //! ```no_run
 //! use haar_fs::{MountOptions, Mount};
@@ -34,6 +35,7 @@ use std::sync::Arc;
 
 use haar::OpenOptions;
 use haar_core::schema::Schema;
+use haar_store::dist::Placement;
 use haar_store::{Store, StoreOptions};
 
 pub use fuse::{FIELDS_BASE, FIELDS_NAME, HaarFs};
@@ -50,6 +52,9 @@ pub struct MountOptions {
     /// Let users other than the one mounting use the mount (`allow_other`; needs
     /// `user_allow_other` in /etc/fuse.conf unless root).
     pub allow_other: bool,
+    /// This mount's id: the high bits of the inode numbers it makes (design §15.2). Mounts
+    /// of one file system that run at the same time need different ids.
+    pub mount_id: u32,
 }
 
 impl MountOptions {
@@ -60,6 +65,7 @@ impl MountOptions {
             fs_name: "main".into(),
             threads: 2,
             allow_other: false,
+            mount_id: 0,
         }
     }
 }
@@ -83,12 +89,27 @@ pub enum MountError {
     },
 }
 
-/// Builds the file system for `opts`: the `fields/` view over the configured store and, for a
-/// local store, the writable part in the same backend.
+/// Builds the file system for `opts`: the `fields/` view over the configured store and the
+/// writable part in the same backend or, with servers, spread over them (design §15.6).
 pub fn build(opts: &MountOptions) -> Result<HaarFs, MountError> {
+    // SAFETY: getuid/getgid cannot fail.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    let load = files::LoadOptions {
+        mount_id: opts.mount_id,
+        ..files::LoadOptions::new(&opts.fs_name, uid, gid)
+    };
     if let Some(remote) = opts.open.remote()? {
         let fields = fields::Fields::new(remote, FIELDS_BASE);
-        return Ok(HaarFs::new(None, fields, None));
+        let store = opts
+            .open
+            .remote_with(Some(files_options()?), Some(Placement::Field))?
+            .ok_or_else(|| haar_store::Error::Config("the servers went away".into()))?;
+        let load = files::LoadOptions {
+            shared: true,
+            ..load
+        };
+        let files = files::Files::load_with(store, &load)?;
+        return Ok(HaarFs::new(Some(files), fields, None));
     }
     let (backend, store_opts) = opts.open.local_backend()?;
     let root = opts.open.config()?.roots.first().cloned();
@@ -96,22 +117,25 @@ pub fn build(opts: &MountOptions) -> Result<HaarFs, MountError> {
         Box::new(Store::with_options(Arc::clone(&backend), store_opts)),
         FIELDS_BASE,
     );
-    // SAFETY: getuid/getgid cannot fail.
-    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-    let files = files::Files::load(files_store(backend)?, &opts.fs_name, uid, gid)?;
+    let files = files::Files::load_with(Box::new(files_store(backend)?), &load)?;
     Ok(HaarFs::new(Some(files), fields, root))
+}
+
+/// The file system's own schema (design §15.2) as store options: what the writable part
+/// splits keys with, over a local backend or servers.
+pub fn files_options() -> haar_store::Result<StoreOptions> {
+    let schema = Schema::parse(format::SCHEMA)
+        .map_err(|e| haar_store::Error::Config(format!("the file system's schema: {e}")))?;
+    Ok(StoreOptions {
+        schema: Arc::new(schema),
+        ..StoreOptions::default()
+    })
 }
 
 /// The store the writable part keeps its records and chunks in: `backend` under the file
 /// system's own schema (design §15.2).
 pub fn files_store(backend: Arc<dyn haar_store::Backend>) -> haar_store::Result<Store> {
-    let schema = Schema::parse(format::SCHEMA)
-        .map_err(|e| haar_store::Error::Config(format!("the file system's schema: {e}")))?;
-    let opts = StoreOptions {
-        schema: Arc::new(schema),
-        ..StoreOptions::default()
-    };
-    Ok(Store::with_options(backend, opts))
+    Ok(Store::with_options(backend, files_options()?))
 }
 
 /// A mounted file system, not yet served: the mount exists from [`Mount::new`] on.

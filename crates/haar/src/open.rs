@@ -273,6 +273,17 @@ impl OpenOptions {
     /// The servers, if any were given or the configuration describes a front-end: one server
     /// directly, several through `dist`; `None` for a local store.
     pub fn remote(&self) -> Result<Option<Box<dyn FieldStore>>> {
+        self.remote_with(None, None)
+    }
+
+    /// As [`OpenOptions::remote`], splitting keys with `options` instead of the configured
+    /// schema, and with every `dist` placing by `placement` instead of what the configuration
+    /// says (`haar mount`'s file systems: their own schema, placed by full key; design §15.6).
+    pub fn remote_with(
+        &self,
+        options: Option<StoreOptions>,
+        placement: Option<haar_store::dist::Placement>,
+    ) -> Result<Option<Box<dyn FieldStore>>> {
         let Some(servers) = &self.servers else {
             // A configuration that describes a front-end (e.g. written by `haar cluster` or
             // scripts/slurm-serve.sh).
@@ -281,7 +292,11 @@ impl OpenOptions {
             };
             let cfg = self.client_config()?;
             let connect = |s: &str| lane(s, &cfg);
-            return Ok(Some(f.open(&StoreOptions::default(), &connect)?));
+            let f = match placement {
+                Some(p) => with_placement(f, p),
+                None => f,
+            };
+            return Ok(Some(f.open(&options.unwrap_or_default(), &connect)?));
         };
         let cfg = self.client_config()?;
         if servers.is_empty() {
@@ -298,9 +313,16 @@ impl OpenOptions {
             }
             // Keys are split (checked, filtered) with the configured schema, as through dist.
             let remote = haar_net::RemoteStore::connect(&servers[0], &cfg)?;
-            return Ok(Some(Box::new(remote.with_options(self.store_options()?))));
+            let opts = match options {
+                Some(o) => o,
+                None => self.store_options()?,
+            };
+            return Ok(Some(Box::new(remote.with_options(opts))));
         }
-        let opts = self.store_options()?;
+        let opts = match options {
+            Some(o) => o,
+            None => self.store_options()?,
+        };
         let mut lanes: Vec<(String, Box<dyn FieldStore>)> = Vec::new();
         for s in servers {
             lanes.push((s.clone(), lane(s, &cfg)?));
@@ -308,7 +330,7 @@ impl OpenOptions {
         Ok(Some(Box::new(haar_store::dist::DistStore::new(
             lanes,
             self.replicas,
-            haar_store::dist::Placement::default(),
+            placement.unwrap_or_default(),
             opts.schema.clone(),
             opts.context.clone(),
         )?)))
@@ -338,6 +360,28 @@ impl OpenOptions {
                 Ok(Box::new(store_of(cfg)?))
             }
         }
+    }
+}
+
+/// `f` with every `dist` in it placing by `placement`.
+fn with_placement(f: FrontendConfig, placement: haar_store::dist::Placement) -> FrontendConfig {
+    match f {
+        FrontendConfig::Dist {
+            lanes, replicas, ..
+        } => FrontendConfig::Dist {
+            lanes: (lanes.into_iter())
+                .map(|l| with_placement(l, placement))
+                .collect(),
+            replicas,
+            placement,
+        },
+        FrontendConfig::Select { mut routes } => {
+            for r in &mut routes {
+                r.store = with_placement(r.store.clone(), placement);
+            }
+            FrontendConfig::Select { routes }
+        }
+        other => other,
     }
 }
 

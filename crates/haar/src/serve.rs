@@ -3,6 +3,7 @@
 //! a server never starts unauthenticated; the protocol itself is `haar_net`'s.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use haar_net::auth::{self, Tokens};
 use haar_net::{Server, ServerConfig, ServerLimits, Target};
@@ -30,7 +31,9 @@ pub struct ServeOptions {
 /// without any token. Offers same-host reads of its store to clients on this machine.
 pub fn bind(opts: &OpenOptions, serve: &ServeOptions) -> Result<Server> {
     let cfg = opts.config()?;
-    let options = opts.store_options()?;
+    let mut options = opts.store_options()?;
+    // Clients' `haar mount` keeps its file systems here under their own rule (design §15.6).
+    options.schema = Arc::new(options.schema.with_files_rule());
     let tokens = Tokens {
         read_write: auth::load_token(opts.token_file.as_deref()).map_err(Error::Config)?,
         read_only: match &serve.read_token_file {

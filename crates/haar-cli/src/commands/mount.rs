@@ -22,6 +22,11 @@ pub struct MountArgs {
     /// systems can share one store.
     #[arg(long, value_name = "NAME", default_value = "main")]
     pub fs_name: String,
+    /// This mount's id (0 to 1048575): the high bits of the inode numbers it makes. Mounts of
+    /// one file system that run at the same time (one per node) need different ids;
+    /// scripts/slurm-mount.sh gives each node its Slurm node number.
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub mount_id: u32,
     /// Threads answering the kernel's requests.
     #[arg(long, value_name = "N", default_value_t = 2)]
     pub threads: usize,
@@ -53,13 +58,25 @@ WHAT IS MOUNTED
                            second.
     MOUNTPOINT/anything    a writable file system for arbitrary files, stored in the same
                            backend as the fields (1 MiB chunks, database haarfs=NAME).
-                           With --servers only fields/ is served.
+                           With servers (--servers, or a configuration of type remote,
+                           dist or select) its chunks, inodes and entries are spread over
+                           the servers by the rendezvous hash of their keys, with the
+                           configured replicas.
+
+SEVERAL MOUNTS (one per node, scripts/slurm-mount.sh)
+    Give each a different --mount-id. A name a mount does not know is looked for on the
+    servers (at most once a second per directory): files other mounts closed or fsynced
+    appear. Files a mount already knows are not re-read: changes other mounts make to
+    them, and their removals and renames, are seen after mounting again.
 
 DURABILITY
     fsync, fdatasync and close are the barrier: when they return, the file's data and
     every namespace change before them are persisted by the store. mkdir, rmdir, unlink,
     rename and symlink are barriers themselves. Data written and not yet closed or
-    fsynced may be lost if haar mount or the machine stops.
+    fsynced may be lost if haar mount or the machine stops. Over servers, a barrier returns
+    when every replica has persisted: with replicas R, losing fewer than R servers loses
+    nothing that passed a barrier. A server failing while it holds data not yet past one
+    makes that write, fsync or close fail with EIO (the log names the server).
 
 RELAXED SEMANTICS
     link (hard links): EPERM. mknod of devices, FIFOs, sockets: EPERM. rename with
@@ -77,7 +94,8 @@ RUNNING
 EXAMPLES
     haar --backend pmem --root /dev/shm/haar mount /mnt/haar &
     ls /mnt/haar/fields/*/*; grib_ls /mnt/haar/fields/*/*/*
-    haar mount --daemon /mnt/haar && cp -a results /mnt/haar/ && fusermount3 -u /mnt/haar";
+    haar mount --daemon /mnt/haar && cp -a results /mnt/haar/ && fusermount3 -u /mnt/haar
+    haar --config haar-cluster.yaml mount --mount-id 3 --daemon /mnt/haar";
 
 /// Runs `haar mount`.
 pub fn run(cli: &Cli, a: &MountArgs) -> Result<(), Failure> {
@@ -88,6 +106,7 @@ pub fn run(cli: &Cli, a: &MountArgs) -> Result<(), Failure> {
     opts.fs_name.clone_from(&a.fs_name);
     opts.threads = a.threads;
     opts.allow_other = a.allow_other;
+    opts.mount_id = a.mount_id;
     let mount = haar_fs::Mount::new(&opts, &a.mountpoint).map_err(|e| match e {
         haar_fs::MountError::Store(e) => Failure::from(e),
         e => Failure::io(e.to_string()),

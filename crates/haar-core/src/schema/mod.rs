@@ -231,7 +231,24 @@ impl fmt::Display for Rule {
     }
 }
 
+/// The rule of `haar mount`'s file systems (docs/design.md §15.2): `[ haarfs [ kind, ino [ part
+/// ]]]`. Servers know it whatever their configured schema (§15.6).
+pub const FILES_RULE: &str = "[ haarfs [ kind, ino [ part ]]]\n";
+
 impl Schema {
+    /// This schema with the file system rule ([`FILES_RULE`]) first, unless it already has a
+    /// rule of its own for `haarfs`: a server then stores the records and chunks of `haar
+    /// mount` under the same keys as a local store does (design §15.6). Put first, it takes
+    /// only keys with `haarfs`, which no FDB5 rule names.
+    pub fn with_files_rule(&self) -> Schema {
+        let mut out = self.clone();
+        if !self.mentions("haarfs") {
+            let files = Schema::parse(FILES_RULE).expect("the file system rule parses (tested)");
+            out.rules.splice(0..0, files.rules);
+        }
+        out
+    }
+
     /// The schema embedded in haar (`schema/default.schema`): FDB5's ECMWF schema with a
     /// fallback rule for streams it does not list.
     pub fn builtin() -> &'static Schema {
@@ -288,6 +305,25 @@ impl Schema {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_files_rule_splits_file_system_keys_and_leaves_fields_alone() {
+        let schema = Schema::builtin().with_files_rule();
+        let k = Key::parse("haarfs=main,kind=data,ino=5,part=3").unwrap();
+        let split = schema.split(&k, &ctx()).unwrap();
+        assert_eq!(split.db.to_string(), "haarfs=main");
+        assert_eq!(split.full(), k);
+        let field = Key::parse(
+            "class=od,expver=1,stream=oper,date=20240301,time=12,domain=g,type=fc,levtype=sfc,step=0,param=167",
+        )
+        .unwrap();
+        assert_eq!(
+            schema.split(&field, &ctx()).unwrap(),
+            Schema::builtin().split(&field, &ctx()).unwrap()
+        );
+        // Added once.
+        assert_eq!(schema.with_files_rule().rules.len(), schema.rules.len());
+    }
 
     #[test]
     fn is_full_recognises_the_stored_form_without_building_it() {

@@ -37,6 +37,8 @@ pub(super) fn open_offer(offer: &LocalOffer) -> Option<haar_store::Store> {
     if let Some(text) = &offer.schema {
         opts.schema = Arc::new(haar_core::schema::Schema::parse(text).ok()?);
     }
+    // As the server splits (design §15.6): a mount's records read from the pool directly.
+    opts.schema = Arc::new(opts.schema.with_files_rule());
     let backend = cfg.open_backend().ok()?;
     Some(haar_store::Store::with_options(backend, opts))
 }
