@@ -71,6 +71,26 @@ fn ns(t: TimeOrNow) -> i64 {
     }
 }
 
+/// Answers a `readdir` from the whole listing (`.` and `..` included): the entries from
+/// `offset` on, as many as the reply holds, each with the offset of the next; or the errno.
+pub(crate) fn reply_dir(
+    mut reply: ReplyDirectory,
+    entries: Result<Vec<(u64, FileType, Vec<u8>)>, i32>,
+    offset: u64,
+) {
+    match entries {
+        Ok(entries) => {
+            for (i, (ino, kind, name)) in entries.into_iter().enumerate().skip(offset as usize) {
+                if reply.add(INodeNo(ino), (i + 1) as u64, kind, OsStr::from_bytes(&name)) {
+                    break;
+                }
+            }
+            reply.ok()
+        }
+        Err(e) => reply.error(errno(e)),
+    }
+}
+
 fn file_type(k: Kind) -> FileType {
     match k {
         Kind::File => FileType::RegularFile,
@@ -543,7 +563,7 @@ impl Filesystem for HaarFs {
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectory,
+        reply: ReplyDirectory,
     ) {
         let res: Result<Vec<(u64, FileType, Vec<u8>)>, i32> = (|| {
             let mut out = Vec::new();
@@ -582,18 +602,7 @@ impl Filesystem for HaarFs {
             out.extend(entries.into_iter().map(|(i, k, n)| (i, file_type(k), n)));
             Ok(out)
         })();
-        match res {
-            Ok(entries) => {
-                for (i, (ino, kind, name)) in entries.into_iter().enumerate().skip(offset as usize)
-                {
-                    if reply.add(INodeNo(ino), (i + 1) as u64, kind, OsStr::from_bytes(&name)) {
-                        break;
-                    }
-                }
-                reply.ok()
-            }
-            Err(e) => reply.error(errno(e)),
-        }
+        reply_dir(reply, res, offset)
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

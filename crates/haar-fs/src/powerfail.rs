@@ -640,7 +640,7 @@ impl Filesystem for RecordingFs {
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
-        mut reply: ReplyDirectory,
+        reply: ReplyDirectory,
     ) {
         let g = lock(&self.inner);
         let res = (|| {
@@ -658,18 +658,7 @@ impl Filesystem for RecordingFs {
             }
             Ok(out)
         })();
-        match res {
-            Ok(entries) => {
-                for (i, (ino, kind, name)) in entries.into_iter().enumerate().skip(offset as usize)
-                {
-                    if reply.add(INodeNo(ino), (i + 1) as u64, kind, OsStr::from_bytes(&name)) {
-                        break;
-                    }
-                }
-                reply.ok()
-            }
-            Err(e) => reply.error(reply_err(e)),
-        }
+        crate::fuse::reply_dir(reply, res, offset)
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
