@@ -7,6 +7,9 @@
 # The FUSE ceiling of the host, in the same run: fio on the `fuse_ceiling` example of haar-fs
 # (same fuser session, options and max_write as haar mount; discards writes, reads zeros), built
 # with `cargo build --release -p haar-fs --example fuse_ceiling` ($CEILING to point elsewhere).
+# The small-file phases also run on a disk file system (DISK, default /var/tmp: ext4 on the
+# hosts here) beside tmpfs and haar mount; there close(2) is not a durability barrier, on haar
+# mount it is (design §15.3), so the two differ in what a crash keeps, not only in speed.
 # DIST=1 adds fio on haar mount over 3 local `haar serve` (pmem under /dev/shm, dist with
 # replicas 2, loopback TCP: every chunk crosses FUSE, then TCP twice), design §15.6.
 set -euo pipefail
@@ -19,6 +22,9 @@ work=$(mktemp -d /dev/shm/haar-mount-bench.XXXXXX)
 mnt=$(mktemp -d /tmp/haar-mount-bench-mnt.XXXXXX)
 cmnt=$(mktemp -d /tmp/haar-mount-bench-ceiling.XXXXXX)
 dmnt=$(mktemp -d /tmp/haar-mount-bench-dist.XXXXXX)
+disk=$(mktemp -d "${DISK:-/var/tmp}/haar-mount-bench-disk.XXXXXX")
+disk_type=$(df -T "$disk" | awk 'NR == 2 { print $2 }')
+DISK_LABEL=${DISK:-/var/tmp}
 pid=
 cpid=
 dpid=
@@ -31,7 +37,7 @@ cleanup() {
     [ -n "$cpid" ] && wait "$cpid" 2>/dev/null || true
     [ -n "$dpid" ] && wait "$dpid" 2>/dev/null || true
     for p in "${spids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-    rm -rf "$work" "$mnt" "$cmnt" "$dmnt"
+    rm -rf "$work" "$mnt" "$cmnt" "$dmnt" "$disk"
 }
 trap cleanup EXIT
 mkdir -p "$work/tmpfs"
@@ -95,6 +101,9 @@ for target in tmpfs mount; do
     m=$(shared "$dir")
     eval "${target}_w=$w ${target}_r=$r ${target}_s=\"$s\" ${target}_m=\"$m\""
 done
+disk_s=$(small "$disk")
+disk_m=$(shared "$disk")
+rm -rf "${disk:?}"/*
 # The local mount's pool (several GiB of /dev/shm) goes before the next phases: on a shared
 # host the memory it holds invites the OOM killer.
 fusermount3 -u "$mnt" 2>/dev/null || umount -l "$mnt"
@@ -162,6 +171,19 @@ load_after=$(uptime)
     for row in "1:$t1:$m1" "2:$t2:$m2" "4:$t4:$m4" "8:$t8:$m8"; do
         IFS=: read -r n a b <<< "$row"
         awk -v a="$a" -v b="$b" -v n="$n" 'BEGIN { printf "| N=%s processes creating 4 KiB files in one directory, files/s | %.0f | %.0f | %.2f |\n", n, a, b, b/a }'
+    done
+    echo
+    echo "| small files beside a disk file system | tmpfs | $disk_type ($DISK_LABEL) | haar mount | haar mount ÷ $disk_type |"
+    echo "|---|---|---|---|---|"
+    read -r dc ds dr du <<< "$disk_s"
+    for row in "create+write 4 KiB:$tc:$dc:$mc" "stat:$ts:$ds:$ms" "read 4 KiB:$tr:$dr:$mr" "unlink:$tu:$du:$mu"; do
+        IFS=: read -r what a d b <<< "$row"
+        awk -v a="$a" -v d="$d" -v b="$b" -v w="$what" 'BEGIN { printf "| %s, '"$FILES"' files, ops/s | %.0f | %.0f | %.0f | %.2f |\n", w, a, d, b, b/d }'
+    done
+    read -r d1 d2 d4 d8 <<< "$disk_m"
+    for row in "1:$t1:$d1:$m1" "2:$t2:$d2:$m2" "4:$t4:$d4:$m4" "8:$t8:$d8:$m8"; do
+        IFS=: read -r n a d b <<< "$row"
+        awk -v a="$a" -v d="$d" -v b="$b" -v n="$n" 'BEGIN { printf "| N=%s processes creating 4 KiB files in one directory, files/s | %.0f | %.0f | %.0f | %.2f |\n", n, a, d, b, b/d }'
     done
     echo
     echo "load before: $load_before"
