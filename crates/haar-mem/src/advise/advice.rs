@@ -224,9 +224,11 @@ fn describe(
         (_, Some(Outcome::DistributedFs)) => {
             setup.extend(fsdax_setup());
             setup.push(
-                "# start an ad-hoc distributed file system over the nodes' fsdax mounts for the \
-                 job (e.g. GekkoFS: gkfs_daemon per node, LD_PRELOAD=libgkfs_intercept.so), \
-                 stage data in and out"
+                "scripts/slurm-serve.sh --root /mnt/pmem_fsdax0/haar --backend pmem --replicas 2 \
+                 -- scripts/slurm-mount.sh --mountpoint /mnt/haarfs -- srun ./app ARGS   # \
+                 haar mount on every node over the nodes' haar servers (GekkoFS's role): one \
+                 namespace, file chunks spread over the nodes' persistent memory, stage data in \
+                 and out with haar stage"
                     .into(),
             );
             (
@@ -235,10 +237,11 @@ fn describe(
                     "processes on different nodes share files (global I/O) and the application \
                      is used unmodified or performance is not the goal{undesirable}: a \
                      distributed file system over the nodes' persistent memory gives one \
-                     namespace without code changes"
+                     namespace without code changes (`haar mount` over a server per node, as \
+                     GekkoFS does)"
                 ),
                 setup,
-                Some(posix_config("/mnt/gekkofs/haar")),
+                Some(posix_config("/mnt/haarfs/haar")),
             )
         }
         (_, Some(Outcome::Pmdk)) => {
@@ -382,6 +385,14 @@ mod tests {
             adv.heap
                 .unwrap()
                 .starts_with("haar run --heap /mnt/pmem_fsdax0:SIZE -- ")
+        );
+        // The distributed file system is haar's own, one mount per node over its servers.
+        assert!(
+            adv.setup
+                .iter()
+                .any(|l| l.contains("scripts/slurm-mount.sh --mountpoint")),
+            "{:?}",
+            adv.setup
         );
     }
 
