@@ -37,7 +37,12 @@ fn map(f: &File, len: usize) -> *const u8 {
             0,
         )
     };
-    assert_ne!(p, libc::MAP_FAILED, "mmap: {}", std::io::Error::last_os_error());
+    assert_ne!(
+        p,
+        libc::MAP_FAILED,
+        "mmap: {}",
+        std::io::Error::last_os_error()
+    );
     p.cast()
 }
 
