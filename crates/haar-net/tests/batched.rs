@@ -128,21 +128,24 @@ fn dist_reads_a_thousand_fields_in_one_round_trip_per_server() {
         let servers: Vec<(String, Arc<AtomicUsize>)> = (0..3).map(|_| server()).collect();
         let addrs: Vec<String> = servers.iter().map(|(a, _)| a.clone()).collect();
         let mut d = dist(&addrs, placement);
-        // 10 dates (databases) x 10 steps x 10 levels = 1,000 fields.
-        let keys: Vec<Key> = (1..=10)
+        // 25 dates (databases) x 4 steps x 10 levels = 1,000 fields.
+        let keys: Vec<Key> = (1..=25)
             .flat_map(|date| {
-                (0..10).flat_map(move |step| (1..=10).map(move |lev| key(date, step * 6, lev)))
+                (0..4).flat_map(move |step| (1..=10).map(move |lev| key(date, step * 6, lev)))
             })
             .collect();
         for k in &keys {
             d.archive(k, &bytes(k)).unwrap();
         }
         d.flush().unwrap();
+        // The servers listen on ephemeral ports, so which databases rank first where differs
+        // from run to run: every server in use gets exactly one read, an unused one none (with
+        // database placement, 25 databases miss a server about once in 8,000 runs; 10 used to
+        // miss one in 20).
         let lanes: BTreeSet<usize> = keys.iter().map(|k| d.ranking(k).unwrap()[0]).collect();
-        assert_eq!(
-            lanes.len(),
-            3,
-            "{placement:?}: the fields should use all three servers"
+        assert!(
+            lanes.len() >= 2,
+            "{placement:?}: the fields should use several servers, used {lanes:?}"
         );
 
         for (_, r) in &servers {
@@ -165,7 +168,8 @@ fn dist_reads_a_thousand_fields_in_one_round_trip_per_server() {
             .iter()
             .map(|(_, r)| r.load(Ordering::SeqCst))
             .collect();
-        assert_eq!(reads, [1, 1, 1], "{placement:?}: read requests per server");
+        let expected: Vec<usize> = (0..3).map(|i| usize::from(lanes.contains(&i))).collect();
+        assert_eq!(reads, expected, "{placement:?}: read requests per server");
 
         // A MARS request through dist keeps request order and batches each run of fields on
         // one server: with database placement, one round trip per database at most.
@@ -173,7 +177,7 @@ fn dist_reads_a_thousand_fields_in_one_round_trip_per_server() {
             r.store(0, Ordering::SeqCst);
         }
         let req = Request::parse(
-            "class=od,expver=1,stream=oper,date=20261101/to/20261110,time=12,domain=g,type=fc,levtype=pl,step=0/to/54/by/6,levelist=1/to/10,param=130",
+            "class=od,expver=1,stream=oper,date=20261101/to/20261125,time=12,domain=g,type=fc,levtype=pl,step=0/to/18/by/6,levelist=1/to/10,param=130",
         )
         .unwrap();
         let mut order = Vec::new();
@@ -189,7 +193,7 @@ fn dist_reads_a_thousand_fields_in_one_round_trip_per_server() {
         assert_eq!(order, sorted_by_request, "{placement:?}: request order");
         let total: usize = servers.iter().map(|(_, r)| r.load(Ordering::SeqCst)).sum();
         if placement == Placement::Database {
-            assert!(total <= 10, "{total} round trips for 10 databases");
+            assert!(total <= 25, "{total} round trips for 25 databases");
         }
     }
 }
