@@ -10,7 +10,8 @@
 #      the staged bytes, the output reaches the shared directory byte for byte, teardown
 #      removes what was staged in;
 #   2. a bad directive is rejected at sbatch with a message naming its line;
-#   3. a stage-in of a missing source fails the job, the reason visible in `scontrol show job`;
+#   3. a stage-in of a missing source ends the job (CANCELLED, never run) with the reason
+#      naming the source in `scontrol show job`, and cancels the job depending on it;
 #   4. `#HAAR persist store` keeps node-local output after teardown, owner-only; another user
 #      cannot read it until `persist share`;
 #   5. kill -9 of `haar stage` during a stage-in: the job is held with the reason, nothing
@@ -28,7 +29,7 @@ lua=$here/../slurm/burst_buffer.lua
 plugin=/usr/lib/x86_64-linux-gnu/slurm-wlm/burst_buffer_lua.so
 say() { echo "slurm-stage-test.sh: $*"; }
 [ "$(id -u)" = 0 ] || { say "needs root (slurmd, munged, useradd)" >&2; exit 1; }
-for t in slurmctld slurmd munged sbatch scontrol setpriv useradd cmp; do
+for t in slurmctld slurmd munged sbatch scontrol scancel setpriv useradd cmp; do
     command -v $t >/dev/null || { say "$t missing: apt-get install slurm-wlm munge" >&2; exit 1; }
 done
 [ -f "$plugin" ] || { say "$plugin missing: apt-get install slurm-wlm-basic-plugins" >&2; exit 1; }
@@ -115,6 +116,7 @@ haar = $S/haar
 config = $S/etc/haar.yaml
 state = $S/bb
 setpriv = $(command -v setpriv)
+scancel = $(command -v scancel)
 CONF
 export SLURM_CONF=$S/etc/slurm.conf
 slurmctld -f "$SLURM_CONF"
@@ -137,6 +139,8 @@ wait_gone_or_final() {
     return 1
 }
 fail() { say "FAILED: $*" >&2; tail -30 "$S/log/slurmctld.log" >&2; exit 1; }
+
+printf '#!/bin/bash\n#SBATCH -t 1\nexit 1\n' > "$S/jobs/fails.sh"; chown $user "$S/jobs/fails.sh"
 
 # 1. stage_in + stage_out, every byte checked.
 head -c 20000000 /dev/urandom > "$S/shared/input.bin"; chown $user "$S/shared/input.bin"
@@ -177,7 +181,9 @@ if out=$(as_user sbatch --parsable bad.sh 2>&1); then fail "a bad directive was 
 echo "$out" | grep -q "line 3" || fail "the rejection does not name line 3: $out"
 say "2 ok: bad directive rejected at sbatch: $out"
 
-# 3. A missing source fails the job, with the reason in scontrol show job.
+# 3. A missing source fails the job, with the reason in scontrol show job: Slurm 22.05 holds
+#    a job whose data_in failed; the hook's teardown cancels it, since no retry can help, and
+#    its dependent job (--kill-on-invalid-dep) is cancelled with it.
 cat > "$S/jobs/missing.sh" <<JOB
 #!/bin/bash
 #SBATCH -t 1
@@ -186,24 +192,24 @@ echo SHOULD-NOT-RUN
 JOB
 chown $user "$S/jobs/missing.sh"
 jid=$(as_user sbatch --parsable missing.sh) || fail "sbatch of the missing-source job"
-# Slurm 22.05 holds a job whose data_in failed (priority 0) with the message as its reason;
-# it never runs until its owner fixes the source and releases it.
-reason=""
+dep=$(as_user sbatch --parsable --dependency=afterok:$jid --kill-on-invalid-dep=yes "$S/jobs/fails.sh") \
+    || fail "sbatch of the job depending on $jid"
+info=""
 for _ in $(seq 300); do
     info=$(scontrol show job "$jid" 2>/dev/null || true)
-    reason=$(echo "$info" | grep -o 'Reason=.*' | head -1 || true)
-    echo "$reason" | grep -q "no-such-input.bin" && break
+    [ "$(state_of "$jid")" = CANCELLED ] && break
     sleep 0.2
 done
+reason=$(echo "$info" | grep -o 'Reason=[^ ]*' | head -1 || true)
+[ "$(state_of "$jid")" = CANCELLED ] || fail "job $jid with a missing source is $(state_of "$jid"), not ended: $info"
 # (Slurm writes the reason with its blanks as underscores.)
 echo "$reason" | grep -q "data_in:.#HAAR.stage_in.shared:no-such-input.bin.*does.not.exist" \
     || fail "job $jid: reason does not say the source is missing: $info"
-sleep 3
-state=$(state_of "$jid")
-[ "$state" = PENDING ] && echo "$info" | grep -q "Priority=0" || fail "job $jid is $state, not held: $info"
 [ ! -e "slurm-$jid.out" ] || ! grep -q SHOULD-NOT-RUN "slurm-$jid.out" || fail "job $jid ran"
-say "3 ok: job $jid with a missing source is held, never ran: $reason"
-scancel "$jid" 2>/dev/null || true
+for _ in $(seq 100); do [ "$(state_of "$dep")" = CANCELLED ] && break; sleep 0.2; done
+[ "$(state_of "$dep")" = CANCELLED ] || fail "job $dep after the failed $jid is $(state_of "$dep")"
+[ ! -d "$S/bb/$jid" ] || fail "job $jid: its stage state $S/bb/$jid was not torn down"
+say "3 ok: job $jid with a missing source ended CANCELLED, never ran, $reason; dependent $dep cancelled"
 
 # 4. persist: kept after teardown, owner-only, shared on demand.
 cat > "$S/jobs/persist.sh" <<JOB
@@ -305,8 +311,7 @@ set -e
 $S/haar retrieve --root $S/node/wf/store $req -o $S/node/wf/product.grib
 echo CONSUMER-OK
 JOB
-printf '#!/bin/bash\n#SBATCH -t 1\nexit 1\n' > "$S/jobs/fails.sh"
-chown $user "$S/jobs/producer.sh" "$S/jobs/consumer.sh" "$S/jobs/fails.sh"
+chown $user "$S/jobs/producer.sh" "$S/jobs/consumer.sh"
 p=$(as_user sbatch --parsable producer.sh) || fail "sbatch producer"
 c=$(as_user sbatch --parsable --dependency=afterok:$p --kill-on-invalid-dep=yes consumer.sh) \
     || fail "sbatch consumer"

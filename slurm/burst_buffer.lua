@@ -12,15 +12,21 @@ SRC, DST and LOCATION are haar stage endpoints: NAME:PATH in a dataspace of the 
 configuration, NAME:REQUEST in a store dataspace, or /ABS/PATH. "%j" in them is the job id.
 Directives are checked when the job is submitted: a bad one rejects it with a message naming
 its line. Every transfer runs `haar stage` under the job owner's uid and gid (setpriv), so the
-owner's own permissions decide what may be read and written; a failed stage-in fails the job
-with haar's message as its reason. Teardown removes what the job staged in (and the sources of
-its stage-outs) from posix (node-local) dataspaces, except persisted locations.
+owner's own permissions decide what may be read and written. A failed stage-in leaves haar's
+message as the job's reason; Slurm then holds the job. When no retry can help (haar exits 1:
+bad endpoint, request or permission; 2: the source does not exist) the teardown that follows
+(burst_buffer.conf: Flags=TeardownFailure) cancels the job, so it ends instead of waiting and
+its dependants are cancelled too (--kill-on-invalid-dep); other failures (I/O, a killed
+stager) keep it held: `scontrol release` stages again. Teardown removes what the job staged in
+(and the sources of its stage-outs) from posix (node-local) dataspaces, except persisted
+locations.
 
 Settings: burst_buffer_haar.conf beside this file, `key = value` lines:
   haar    = /usr/local/bin/haar          the haar binary
   config  = /etc/haar/haar.yaml          the haar configuration (its dataspaces: section)
   state   = /var/spool/slurm/haar-stage  per-job state (root-owned; journals owned by users)
   setpriv = /usr/bin/setpriv
+  scancel = /usr/bin/scancel
 See docs/staging.md.
 --]]
 
@@ -32,6 +38,7 @@ local function read_settings()
 		config = "/etc/haar/haar.yaml",
 		state = "/var/spool/slurm/haar-stage",
 		setpriv = "/usr/bin/setpriv",
+		scancel = "/usr/bin/scancel",
 	}
 	local f = io.open(script_dir .. "burst_buffer_haar.conf", "r")
 	if f then
@@ -146,7 +153,8 @@ local function job_dir(s, job_id)
 	return s.state .. "/" .. job_id
 end
 
--- Runs `haar stage ARGS` as the job's owner; returns true, or false and haar's message.
+-- Runs `haar stage ARGS` as the job's owner; returns true, or false, haar's message and its
+-- exit code (nil when it was killed by a signal or could not be run).
 local function run_haar(s, job_id, args)
 	local dir = job_dir(s, job_id)
 	local owner = read_file(dir .. "/owner")
@@ -161,19 +169,32 @@ local function run_haar(s, job_id, args)
 		cmd = cmd .. " " .. quote(a)
 	end
 	local out = dir .. "/last-output"
-	local status = os.execute(cmd .. " </dev/null >" .. quote(out) .. " 2>&1")
+	local status, how, code = os.execute(cmd .. " </dev/null >" .. quote(out) .. " 2>&1")
 	local text = read_file(out) or ""
 	log("job %s: %s -> %s: %s", job_id, cmd, tostring(status), text)
-	-- Lua 5.1: the wait status; 5.2+: true/nil.
+	-- Lua 5.1 (what Slurm 22.05 links): the wait status; 5.2+: true/nil, "exit", code.
 	if status == 0 or status == true then
 		return true
+	end
+	local exit_code = nil
+	if type(status) == "number" and status % 256 == 0 then
+		exit_code = status / 256
+	elseif how == "exit" then
+		exit_code = code
 	end
 	local msg = text:match("haar: ([^\n]*)") or text:gsub("%s+$", "")
 	if msg == "" then
 		msg = "haar stage ended with wait status " .. tostring(status)
 			.. " and no message (killed?); release the job to stage again"
 	end
-	return false, msg
+	return false, msg, exit_code
+end
+
+-- haar stage's exit statuses that no retry can change: 1 (bad endpoint, option or request;
+-- permission denied) and 2 (the source does not exist). 3 (I/O, checksum, interrupted) and a
+-- killed stager may succeed when staged again.
+local function permanent(exit_code)
+	return exit_code == 1 or exit_code == 2
 end
 
 local function directives_of(job_script)
@@ -214,12 +235,22 @@ local function run_directives(job_id, job_script, op)
 					args[#args + 1] = d.args[3]
 				end
 			end
-			local ok, msg = run_haar(s, job_id, args)
+			local ok, msg, exit_code = run_haar(s, job_id, args)
 			if not ok then
 				-- Named by its text: Slurm hands the stage functions a rewritten script,
 				-- whose line numbers are not the user's.
-				return slurm.ERROR, "#HAAR " .. op .. " " .. table.concat(d.args, " ")
-					.. ": " .. msg
+				local reason = "#HAAR " .. op .. " " .. table.concat(d.args, " ") .. ": " .. msg
+				if op == "stage_in" and permanent(exit_code) then
+					-- Read by the teardown Slurm runs next (Flags=TeardownFailure), which
+					-- ends the job: the hook itself must not call back into slurmctld
+					-- while its stage-in thread waits for it.
+					local f = io.open(job_dir(s, job_id) .. "/failed", "w")
+					if f then
+						f:write(reason .. "\n")
+						f:close()
+					end
+				end
+				return slurm.ERROR, reason
 			end
 		end
 	end
@@ -291,9 +322,18 @@ function slurm_bb_data_out(job_id, job_script)
 	return run_directives(job_id, job_script, "stage_out")
 end
 
+--[[
+After the job, or after a failed stage-in (Flags=TeardownFailure). A stage-in that failed for
+good (its `failed` mark) is ended here: by now Slurm has held the job with haar's message as
+its reason, and cancelling it keeps that reason (`scontrol show job`: JobState=CANCELLED
+Reason=burst_buffer/lua: slurm_bb_data_in: #HAAR stage_in ...). This runs in slurmscriptd with
+no slurmctld lock held, so scancel's request is served at once; Slurm's own cancel handling
+then queues a second teardown, which finds nothing left to do.
+--]]
 function slurm_bb_job_teardown(job_id, job_script, hurry)
 	local s = read_settings()
 	local dir = job_dir(s, job_id)
+	local failed = read_file(dir .. "/failed")
 	if read_file(dir .. "/owner") then
 		local ok, msg = run_haar(s, job_id, { "teardown" })
 		if not ok then
@@ -301,6 +341,12 @@ function slurm_bb_job_teardown(job_id, job_script, hurry)
 		end
 	end
 	os.execute("rm -rf " .. quote(dir))
+	if failed then
+		local cmd = quote(s.scancel) .. " " .. quote(job_id)
+		local status = os.execute(cmd .. " </dev/null >/dev/null 2>&1")
+		log("job %s: stage-in failed for good (%s): %s -> %s", job_id,
+			failed:gsub("%s+$", ""), cmd, tostring(status))
+	end
 	return slurm.SUCCESS
 end
 
