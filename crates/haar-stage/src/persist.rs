@@ -225,6 +225,38 @@ pub fn list(spaces: &Dataspaces) -> Result<Vec<Persisted>> {
     Ok(out)
 }
 
+/// Removes every persisted location `owner` owns, data and record (an admin's purge; the
+/// caller needs the right to remove them: root). Returns the records removed.
+pub fn purge(spaces: &Dataspaces, owner: u32) -> Result<Vec<Persisted>> {
+    let mut removed = Vec::new();
+    for d in spaces.spaces.values() {
+        let Some(root) = d.dir() else { continue };
+        let reg = root.join(".haar-persist");
+        let Ok(rd) = std::fs::read_dir(&reg) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let Ok(p) = Journal::read::<Persisted>(&e.path(), PERSIST_MAGIC) else {
+                continue;
+            };
+            if p.owner != owner {
+                continue;
+            }
+            let r = match std::fs::symlink_metadata(&p.path) {
+                Ok(m) if m.is_dir() => std::fs::remove_dir_all(&p.path),
+                Ok(_) => std::fs::remove_file(&p.path),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(e),
+            };
+            r.map_err(|er| Error::io("remove", &p.path, er))?;
+            std::fs::remove_file(e.path()).map_err(|er| Error::io("remove", &e.path(), er))?;
+            removed.push(p);
+        }
+    }
+    removed.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(removed)
+}
+
 /// Whether `path` is, or is inside, or contains a persisted location (a teardown must not
 /// remove it).
 pub fn is_persisted(persisted: &[Persisted], path: &Path) -> bool {
