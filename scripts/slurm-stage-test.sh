@@ -18,8 +18,9 @@
 #      half-copied is left under its name; released, it stages again and runs;
 #   6. a producer -> consumer workflow on native dependencies: a file and the fields of a
 #      request (from a haar store on the shared directory) staged in, a persisted node-local
-#      haar store between the jobs, the product staged out byte-identical; a failed producer
-#      cancels its consumer.
+#      haar store between the jobs (its record names the node), the consumer submitted by
+#      `haar stage submit --after` onto the producer's node, the product staged out
+#      byte-identical; a failed producer cancels its consumer.
 #
 # Usage (root): scripts/slurm-stage-test.sh [PATH/TO/haar]
 set -euo pipefail
@@ -313,21 +314,28 @@ echo CONSUMER-OK
 JOB
 chown $user "$S/jobs/producer.sh" "$S/jobs/consumer.sh"
 p=$(as_user sbatch --parsable producer.sh) || fail "sbatch producer"
-c=$(as_user sbatch --parsable --dependency=afterok:$p --kill-on-invalid-dep=yes consumer.sh) \
-    || fail "sbatch consumer"
+# Placed on the producer's node (where its persisted store is), after it: haar stage submit
+# waits for the producer's node and adds afterok, kill-on-invalid-dep and --nodelist.
+c=$(as_user "$S/haar" stage submit --after "$p" -- --parsable consumer.sh 2>"$S/submit.err") \
+    || fail "haar stage submit of the consumer: $(cat "$S/submit.err")"
+grep -q "on its nodes $H" "$S/submit.err" || fail "consumer $c not placed: $(cat "$S/submit.err")"
+cinfo=$(scontrol show job "$c")
+echo "$cinfo" | grep -q "ReqNodeList=$H " || fail "consumer $c does not ask for the producer's node $H: $cinfo"
 wait_gone_or_final "$p" || fail "producer $p did not finish"
 wait_gone_or_final "$c" || fail "consumer $c did not finish"
 grep -q PRODUCER-OK "slurm-$p.out" || fail "producer $p: $(cat "slurm-$p.out")"
 grep -q CONSUMER-OK "slurm-$c.out" || fail "consumer $c: $(cat "slurm-$c.out")"
 cmp "$S/shared/input.bin" "$S/shared/product.grib" || fail "the consumer's product differs from the producer's input"
+as_user "$S/haar" stage --config "$S/etc/haar.yaml" --journal "$S/jobs/j" persist list --json \
+    | grep -q "\"node\": \"$H\"" || fail "persist list does not name the node of local:wf"
 f=$(as_user sbatch --parsable fails.sh) || fail "sbatch failing producer"
-c2=$(as_user sbatch --parsable --dependency=afterok:$f --kill-on-invalid-dep=yes consumer.sh) \
-    || fail "sbatch second consumer"
+c2=$(as_user "$S/haar" stage submit --after "$f" -- --parsable consumer.sh 2>>"$S/submit.err") \
+    || fail "haar stage submit of the second consumer: $(cat "$S/submit.err")"
 for _ in $(seq 300); do [ "$(state_of "$c2")" = CANCELLED ] && break; sleep 0.2; done
 [ "$(state_of "$c2")" = CANCELLED ] || fail "consumer $c2 of failed $f is $(state_of "$c2")"
 as_user "$S/haar" stage --config "$S/etc/haar.yaml" --journal "$S/jobs/j" persist delete local:wf >/dev/null \
     || fail "persist delete local:wf"
-say "6 ok: producer $p (a file and fields by request staged in) -> consumer $c through a persisted node-local store, product byte-identical; consumer $c2 of failed $f cancelled"
+say "6 ok: producer $p (a file and fields by request staged in) -> consumer $c, placed on its node $H by haar stage submit, through a persisted node-local store, product byte-identical; consumer $c2 of failed $f cancelled"
 
 passed=1
 say "ok (Slurm $(sinfo -V | awk '{print $2}'))"

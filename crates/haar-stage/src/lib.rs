@@ -13,6 +13,7 @@
 //!   with.
 //! - [`daemon`]: the per-node stage service (`haar stage daemon`): users' tasks under their
 //!   own uid, admin operations for root or the admin token, over a Unix socket (design §13.5).
+//! - [`placement`]: a workflow's consumer job placed on its producer's nodes (Slurm).
 //! - [`bench`](mod@bench): stage-in against `cp` between the same directories.
 //!
 //! Tasks run in the calling process (the CLI's `--detach` starts a background process that
@@ -55,6 +56,7 @@ pub mod error;
 mod fields;
 pub mod journal;
 pub mod persist;
+pub mod placement;
 pub mod task;
 
 pub use dataspace::{Dataspace, Dataspaces, Endpoint, Object};

@@ -38,6 +38,23 @@ pub struct Persisted {
     pub shared_with: Vec<u32>,
     /// Unix seconds it was persisted.
     pub created: f64,
+    /// The node it was persisted on (short host name, Slurm's node name); `None` in records
+    /// written before nodes were recorded.
+    #[serde(default)]
+    pub node: Option<String>,
+}
+
+/// This node's short host name (up to the first '.').
+pub fn node_name() -> Option<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: a buffer and its length; gethostname NUL-terminates within it on success.
+    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
+        return None;
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    let name = String::from_utf8_lossy(&buf[..end]);
+    let short = name.split('.').next().unwrap_or("");
+    (!short.is_empty()).then(|| short.to_string())
 }
 
 /// What to do with a location.
@@ -168,7 +185,11 @@ pub fn apply(
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs_f64())
             .unwrap_or(0.0),
+        node: None,
     });
+    if rec.node.is_none() {
+        rec.node = node_name();
+    }
     match op {
         Op::Delete => {
             if meta.is_dir() {

@@ -164,6 +164,10 @@ pub enum StageAction {
         #[command(subcommand)]
         op: AdminOp,
     },
+    /// Submit a workflow's consumer job after its producer, on the producer's nodes (where
+    /// its persisted data is): `sbatch --dependency=afterok:JOBID --kill-on-invalid-dep=yes
+    /// --nodelist=NODES SBATCH_ARGS…`; prints sbatch's output.
+    Submit(SubmitArgs),
     /// Internal: the background runner of `--detach` and of the stage service.
     #[command(hide = true)]
     Run(TaskArg),
@@ -179,6 +183,27 @@ pub struct DaemonArgs {
     /// it only root is admin.
     #[arg(long, value_name = "FILE")]
     pub admin_token_file: Option<PathBuf>,
+}
+
+/// `haar stage submit` options.
+#[derive(Debug, Args)]
+pub struct SubmitArgs {
+    /// The producer's job id.
+    #[arg(long, value_name = "JOBID")]
+    pub after: String,
+    /// Seconds to wait for a pending producer to get nodes (then: no placement, the consumer
+    /// stages its inputs in).
+    #[arg(long, value_name = "SECONDS", default_value_t = 60.0)]
+    pub wait_node: f64,
+    /// The sbatch to run.
+    #[arg(long, value_name = "PATH", default_value = "sbatch")]
+    pub sbatch: PathBuf,
+    /// The scontrol to ask.
+    #[arg(long, value_name = "PATH", default_value = "scontrol")]
+    pub scontrol: PathBuf,
+    /// sbatch's own arguments: options, the job script, its arguments.
+    #[arg(last = true, required = true, value_name = "SBATCH_ARGS")]
+    pub sbatch_args: Vec<String>,
 }
 
 /// `haar stage admin` operations.
@@ -326,6 +351,7 @@ pub fn run(cli: &Cli, a: &StageArgs) -> Result<(), Failure> {
     match &a.action {
         StageAction::Daemon(d) => return serve(cli, a, d),
         StageAction::Admin { op } => return admin(a, op),
+        StageAction::Submit(s) => return submit_after(s),
         StageAction::In(_)
         | StageAction::Out(_)
         | StageAction::Copy(_)
@@ -389,8 +415,48 @@ pub fn run(cli: &Cli, a: &StageArgs) -> Result<(), Failure> {
             Ok(())
         }
         StageAction::Persist { op } => persist_cmd(&st, a, op),
-        StageAction::Daemon(_) | StageAction::Admin { .. } => unreachable!("handled above"),
+        StageAction::Daemon(_) | StageAction::Admin { .. } | StageAction::Submit(_) => {
+            unreachable!("handled above")
+        }
     }
+}
+
+/// `haar stage submit --after JOBID -- SBATCH_ARGS`: sbatch with the placement
+/// `haar_stage::placement` decides.
+fn submit_after(s: &SubmitArgs) -> Result<(), Failure> {
+    use haar_stage::placement;
+    let place = placement::producer_nodes(
+        &s.scontrol,
+        &s.after,
+        Duration::from_secs_f64(s.wait_node.max(0.0)),
+    )
+    .map_err(fail)?;
+    let args = placement::consumer_args(&s.after, place.nodes.as_deref());
+    match &place.nodes {
+        Some(n) => eprintln!(
+            "haar stage submit: after job {} ({}), on its nodes {n}",
+            s.after, place.state
+        ),
+        None => eprintln!(
+            "haar stage submit: after job {} ({}), which has no nodes yet: not placed; the              consumer must stage its inputs in",
+            s.after, place.state
+        ),
+    }
+    let out = std::process::Command::new(&s.sbatch)
+        .args(&args)
+        .args(&s.sbatch_args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| Failure::io(format!("cannot run {}: {e}", s.sbatch.display())))?;
+    eprint!("{}", String::from_utf8_lossy(&out.stderr));
+    if !out.status.success() {
+        return Err(Failure::usage(format!(
+            "sbatch {} refused the consumer (exit {:?})",
+            args.join(" "),
+            out.status.code()
+        )));
+    }
+    out!("{}", String::from_utf8_lossy(&out.stdout))
 }
 
 /// `haar stage daemon`: binds the socket, resumes what a previous daemon left, serves.
@@ -739,10 +805,11 @@ fn persist_cmd(st: &Stager, a: &StageArgs, op: &PersistOp) -> Result<(), Failure
             }
             for p in &all {
                 outln!(
-                    "{} {} owner={} shared_with={:?}",
+                    "{} {} owner={} node={} shared_with={:?}",
                     p.endpoint,
                     p.path.display(),
                     p.owner,
+                    p.node.as_deref().unwrap_or("?"),
                     p.shared_with
                 )?;
             }
