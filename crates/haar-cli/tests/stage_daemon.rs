@@ -458,3 +458,34 @@ fn a_daemon_killed_with_its_runner_mid_task_resumes_the_task_when_it_starts_agai
     assert_eq!(rec["attempts"], 2, "{rec}");
     assert_eq!(whole_or_absent(&src, &n.root.join("node/tree")), (40, 0));
 }
+
+#[test]
+fn a_task_whose_runner_cannot_start_fails_naming_the_runners_output() {
+    if !root_or_skip() {
+        return;
+    }
+    let n = Node::new();
+    std::fs::write(n.root.join("pfs/in.bin"), b"GRIB....7777").unwrap();
+    // The runner, under the user's uid, can no longer read the configuration.
+    std::fs::set_permissions(&n.config, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let o = n.haar(
+        true,
+        &["copy", "shared:in.bin", "local:u/in.bin", "--id", "t"],
+    );
+    assert_eq!(
+        o.status.code(),
+        Some(3),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        err.contains("before running it") && err.contains("/t/log"),
+        "{err}"
+    );
+    let log = std::fs::read_to_string(n.state.join(format!("users/{USER_UID}/t/log"))).unwrap();
+    assert!(
+        log.contains("haar.yaml"),
+        "the runner's output does not say why: {log}"
+    );
+}

@@ -421,8 +421,22 @@ impl Daemon {
         let mut child = cmd
             .spawn()
             .map_err(|e| Error::io("start the runner", &self.cfg.runner, e))?;
+        // Reaps the runner; a task it never started would stay queued for ever: fail it,
+        // pointing at the runner's output.
+        let (st, id) = (st.clone(), id.to_string());
         std::thread::spawn(move || {
-            let _ = child.wait();
+            let how = match child.wait() {
+                Ok(s) => s.to_string(),
+                Err(e) => e.to_string(),
+            };
+            let _ = st.fail_unstarted(
+                &id,
+                &format!(
+                    "the stage service's runner of task {id} ended ({how}) before running it; \
+                     its output: {}",
+                    log_path.display()
+                ),
+            );
         });
         Ok(())
     }
@@ -448,6 +462,7 @@ impl Daemon {
             for rec in st.list()? {
                 let cancelled = st.journal.task_dir(&rec.id).join("cancel").exists();
                 if (rec.state == State::Interrupted || rec.state == State::Queued) && !cancelled {
+                    st.requeue(&rec.id)?;
                     self.spawn_runner(&st, uid, meta.gid(), &rec.id)?;
                     out.push((uid, rec.id));
                 }

@@ -352,6 +352,33 @@ impl Stager {
         self.wait(id, Some(timeout))
     }
 
+    /// Marks an `interrupted` task `queued` again, for a runner about to resume it (so that
+    /// nobody waiting takes the old, dead runner's state for the outcome).
+    pub fn requeue(&self, id: &str) -> Result<TaskRecord> {
+        let mut rec = self.status(id)?;
+        if rec.state == State::Interrupted {
+            rec.state = State::Queued;
+            rec.pid = None;
+            rec.pid_start = None;
+            self.save(&rec)?;
+        }
+        Ok(rec)
+    }
+
+    /// Records `failed` with `why` for a task still `queued`: its runner ended without
+    /// starting it (nothing else would ever finish it).
+    pub fn fail_unstarted(&self, id: &str, why: &str) -> Result<()> {
+        let mut rec = self.status(id)?;
+        if rec.state == State::Queued {
+            rec.state = State::Failed;
+            rec.finished = Some(now());
+            rec.error = Some(why.to_string());
+            rec.error_class = Some("io".into());
+            self.save(&rec)?;
+        }
+        Ok(())
+    }
+
     fn cancel_requested(&self, id: &str) -> bool {
         self.journal.task_dir(id).join("cancel").exists()
     }
