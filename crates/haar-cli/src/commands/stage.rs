@@ -168,6 +168,9 @@ pub enum StageAction {
     /// its persisted data is): `sbatch --dependency=afterok:JOBID --kill-on-invalid-dep=yes
     /// --nodelist=NODES SBATCH_ARGS…`; prints sbatch's output.
     Submit(SubmitArgs),
+    /// Measure staging against `cp` between two directories in the same run (files, and
+    /// fields by request out of a haar store), with the ETA error at 10%; prints JSON.
+    Bench(BenchArgs),
     /// Internal: the background runner of `--detach` and of the stage service.
     #[command(hide = true)]
     Run(TaskArg),
@@ -204,6 +207,39 @@ pub struct SubmitArgs {
     /// sbatch's own arguments: options, the job script, its arguments.
     #[arg(last = true, required = true, value_name = "SBATCH_ARGS")]
     pub sbatch_args: Vec<String>,
+}
+
+/// `haar stage bench` options.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Where the sources are written (the tier staged from).
+    #[arg(long, value_name = "DIR")]
+    pub from: PathBuf,
+    /// Where the copies go (the tier staged to).
+    #[arg(long, value_name = "DIR")]
+    pub to: PathBuf,
+    /// MiB per round.
+    #[arg(long, default_value_t = 4096)]
+    pub mib: u64,
+    /// MiB per file (files).
+    #[arg(long, default_value_t = 16)]
+    pub file_mib: u64,
+    /// KiB per field (fields).
+    #[arg(long, default_value_t = 1024)]
+    pub field_kib: u64,
+    /// Rounds (medians are reported).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// files, fields or both.
+    #[arg(long, default_value = "both", value_parser = ["files", "fields", "both"])]
+    pub what: String,
+    /// Also measure the non-temporal copy limit into --to (a pmem or tmpfs target) and
+    /// report the stage rate against it.
+    #[arg(long)]
+    pub nt_limit: bool,
+    /// Also save the JSON here.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
 }
 
 /// `haar stage admin` operations.
@@ -352,6 +388,7 @@ pub fn run(cli: &Cli, a: &StageArgs) -> Result<(), Failure> {
         StageAction::Daemon(d) => return serve(cli, a, d),
         StageAction::Admin { op } => return admin(a, op),
         StageAction::Submit(s) => return submit_after(s),
+        StageAction::Bench(b) => return bench(b),
         StageAction::In(_)
         | StageAction::Out(_)
         | StageAction::Copy(_)
@@ -415,7 +452,10 @@ pub fn run(cli: &Cli, a: &StageArgs) -> Result<(), Failure> {
             Ok(())
         }
         StageAction::Persist { op } => persist_cmd(&st, a, op),
-        StageAction::Daemon(_) | StageAction::Admin { .. } | StageAction::Submit(_) => {
+        StageAction::Daemon(_)
+        | StageAction::Admin { .. }
+        | StageAction::Submit(_)
+        | StageAction::Bench(_) => {
             unreachable!("handled above")
         }
     }
@@ -457,6 +497,83 @@ fn submit_after(s: &SubmitArgs) -> Result<(), Failure> {
         )));
     }
     out!("{}", String::from_utf8_lossy(&out.stdout))
+}
+
+/// `haar stage bench`: `haar_stage::bench` between two directories, with the host and its load.
+fn bench(b: &BenchArgs) -> Result<(), Failure> {
+    use haar_stage::bench;
+    let load = || {
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let scratch = |d: &PathBuf| {
+        tempfile::Builder::new()
+            .prefix("haar-stage-bench")
+            .tempdir_in(d)
+            .map_err(|e| Failure::io(format!("{}: {e}", d.display())))
+    };
+    let load_before = load();
+    let (from, to) = (scratch(&b.from)?, scratch(&b.to)?);
+    let mut results = Vec::new();
+    if b.what != "fields" {
+        results.push(
+            bench::files_between(
+                from.path(),
+                to.path(),
+                b.mib << 20,
+                b.file_mib << 20,
+                b.rounds,
+            )
+            .map_err(fail)?,
+        );
+    }
+    if b.what != "files" {
+        results.push(
+            bench::fields_between(
+                from.path(),
+                to.path(),
+                b.mib << 20,
+                b.field_kib << 10,
+                b.rounds,
+            )
+            .map_err(fail)?,
+        );
+    }
+    let nt = if b.nt_limit {
+        let l = haar_persist::measure_raw_limits(to.path(), 1 << 30)
+            .map_err(|e| Failure::io(format!("raw limits in {}: {e}", b.to.display())))?;
+        Some(l.nt_copy_gbs)
+    } else {
+        None
+    };
+    let gbs = |r: &bench::StageBench| r.bytes as f64 / r.stage_seconds / 1e9;
+    let v = serde_json::json!({
+        "host": std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim(),
+        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "load_before": load_before,
+        "load_after": load(),
+        "from": b.from,
+        "to": b.to,
+        "nt_copy_limit_gb_s": nt,
+        "results": results.iter().map(|r| {
+            let mut j = serde_json::to_value(r).expect("serialise");
+            j["stage_gb_s"] = serde_json::json!(gbs(r));
+            if let Some(l) = nt {
+                j["ratio_to_nt_copy"] = serde_json::json!(gbs(r) / l);
+            }
+            j
+        }).collect::<Vec<_>>(),
+    });
+    let text = serde_json::to_string_pretty(&v).expect("serialise");
+    if let Some(o) = &b.out {
+        std::fs::write(o, format!("{text}\n"))
+            .map_err(|e| Failure::io(format!("{}: {e}", o.display())))?;
+    }
+    outln!("{text}")
 }
 
 /// `haar stage daemon`: binds the socket, resumes what a previous daemon left, serves.
