@@ -20,7 +20,11 @@
 #      request (from a haar store on the shared directory) staged in, a persisted node-local
 #      haar store between the jobs (its record names the node), the consumer submitted by
 #      `haar stage submit --after` onto the producer's node, the product staged out
-#      byte-identical; a failed producer cancels its consumer.
+#      byte-identical; a failed producer cancels its consumer;
+#   7. the node's stage service (`haar stage daemon`, `socket` in burst_buffer_haar.conf): a
+#      stage-in is the service's task, run under the job owner's uid; kill -9 of the service
+#      and its runner mid-task holds the job; the service restarted resumes the task, the job
+#      released runs on every byte, and its teardown removes what it staged.
 #
 # Usage (root): scripts/slurm-stage-test.sh [PATH/TO/haar]
 set -euo pipefail
@@ -55,7 +59,7 @@ head -c 1024 /dev/urandom > "$S/munge/munge.key"; chmod 400 "$S/munge/munge.key"
 passed=0
 cleanup() {
     local pids
-    pids=$(cat "$S/slurmd.pid" "$S/slurmctld.pid" "$S/munge/munged.pid" 2>/dev/null || true)
+    pids=$(cat "$S/slurmd.pid" "$S/slurmctld.pid" "$S/munge/munged.pid" "$S/svc.pid" 2>/dev/null || true)
     for p in $pids; do kill "$p" 2>/dev/null || true; done
     sleep 2
     for p in $pids; do kill -9 "$p" 2>/dev/null || true; done
@@ -336,6 +340,66 @@ for _ in $(seq 300); do [ "$(state_of "$c2")" = CANCELLED ] && break; sleep 0.2;
 as_user "$S/haar" stage --config "$S/etc/haar.yaml" --journal "$S/jobs/j" persist delete local:wf >/dev/null \
     || fail "persist delete local:wf"
 say "6 ok: producer $p (a file and fields by request staged in) -> consumer $c, placed on its node $H by haar stage submit, through a persisted node-local store, product byte-identical; consumer $c2 of failed $f cancelled"
+
+# 7. Through the node's stage service.
+svc_state=$S/svc
+start_service() {
+    "$S/haar" stage daemon --config "$S/etc/haar.yaml" --socket "$S/svc.sock" --state "$svc_state" \
+        >>"$S/log/svc.log" 2>&1 &
+    echo $! > "$S/svc.pid"
+    disown
+    for _ in $(seq 100); do
+        "$S/haar" stage status --socket "$S/svc.sock" >/dev/null 2>&1 && return 0
+        sleep 0.1
+    done
+    fail "the stage service did not start: $(cat "$S/log/svc.log")"
+}
+start_service
+printf 'socket = %s\nservice_state = %s\n' "$S/svc.sock" "$svc_state" >> "$S/etc/burst_buffer_haar.conf"
+cat > "$S/jobs/svc.sh" <<JOB
+#!/bin/bash
+#SBATCH -t 5
+#HAAR stage_in shared:large.bin local:svc%j/large.bin
+set -e
+cmp $S/shared/large.bin $S/node/svc\$SLURM_JOB_ID/large.bin
+echo "journal \$HAAR_STAGE_JOURNAL"
+echo JOB-OK
+JOB
+chown $user "$S/jobs/svc.sh"
+jid=$(as_user sbatch --parsable svc.sh) || fail "sbatch of the service job"
+rec="$svc_state/users/$(id -u $user)/job$jid-in-1/task"
+pid=""
+for _ in $(seq 600); do
+    if [ -f "$rec" ] && grep -q '"state": "running"' "$rec"; then
+        pid=$(grep -o '"pid": [0-9]*' "$rec" | grep -o '[0-9]*$' || true)
+        [ -n "$pid" ] && break
+    fi
+    sleep 0.05
+done
+[ -n "$pid" ] || fail "job $jid: no running service task seen in $rec"
+[ "$(stat -c %u /proc/$pid)" = "$(id -u $user)" ] || fail "the service's runner $pid does not run as $user"
+kill -9 "$(cat "$S/svc.pid")" "$pid"
+reason=""
+for _ in $(seq 300); do
+    info=$(scontrol show job "$jid")
+    reason=$(echo "$info" | grep -o 'Reason=[^ ]*' || true)
+    echo "$info" | grep -q "Priority=0" && echo "$reason" | grep -q "data_in" && break
+    sleep 0.2
+done
+[ "$(state_of "$jid")" = PENDING ] && echo "$info" | grep -q "Priority=0" \
+    || fail "job $jid is not held after its service was killed: $info"
+for f in "$S/node/svc$jid"/*; do
+    [ -e "$f" ] || continue
+    cmp -s "$f" "$S/shared/large.bin" || fail "kill -9 left a partial file under its name: $f"
+done
+start_service
+grep -q "job$jid-in-1 (uid" "$S/log/svc.log" || fail "the restarted service did not resume job$jid-in-1: $(cat "$S/log/svc.log")"
+scontrol release "$jid"
+wait_gone_or_final "$jid" || fail "job $jid did not finish after release"
+grep -q JOB-OK "slurm-$jid.out" || fail "job $jid after release: $(cat "slurm-$jid.out" 2>/dev/null)"
+grep -q "journal $svc_state/users/" "slurm-$jid.out" || fail "job $jid: HAAR_STAGE_JOURNAL is not the service's"
+[ ! -e "$S/node/svc$jid/large.bin" ] || fail "teardown left job $jid's service-staged input"
+say "7 ok: job $jid staged in by the stage service as $user; service and runner killed with SIGKILL (held: $reason); restarted, it resumed the task; released, the job ran"
 
 passed=1
 say "ok (Slurm $(sinfo -V | awk '{print $2}'))"

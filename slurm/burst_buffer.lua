@@ -27,6 +27,12 @@ Settings: burst_buffer_haar.conf beside this file, `key = value` lines:
   state   = /var/spool/slurm/haar-stage  per-job state (root-owned; journals owned by users)
   setpriv = /usr/bin/setpriv
   scancel = /usr/bin/scancel
+  socket  =                              the node's stage service (`haar stage daemon`); empty:
+                                         transfers run in the hook's own process
+  service_state = /var/lib/haar/stage    that service's --state
+With a stage service, stage_in/stage_out tasks are the service's (ids job<ID>-in-N,
+job<ID>-out-N, in the owner's journal there, run under the owner's uid by the service), so
+they survive a restart of the service: a retried stage-in resumes the task.
 See docs/staging.md.
 --]]
 
@@ -39,6 +45,8 @@ local function read_settings()
 		state = "/var/spool/slurm/haar-stage",
 		setpriv = "/usr/bin/setpriv",
 		scancel = "/usr/bin/scancel",
+		socket = "",
+		service_state = "/var/lib/haar/stage",
 	}
 	local f = io.open(script_dir .. "burst_buffer_haar.conf", "r")
 	if f then
@@ -154,8 +162,9 @@ local function job_dir(s, job_id)
 end
 
 -- Runs `haar stage ARGS` as the job's owner; returns true, or false, haar's message and its
--- exit code (nil when it was killed by a signal or could not be run).
-local function run_haar(s, job_id, args)
+-- exit code (nil when it was killed by a signal or could not be run). `where` is the journal
+-- (default: the job's own), or "service" for a task of the node's stage service.
+local function run_haar(s, job_id, args, where)
 	local dir = job_dir(s, job_id)
 	local owner = read_file(dir .. "/owner")
 	if not owner then
@@ -164,7 +173,11 @@ local function run_haar(s, job_id, args)
 	local uid, gid = owner:match("^(%d+) (%d+)")
 	local cmd = quote(s.setpriv) .. " --reuid=" .. uid .. " --regid=" .. gid
 		.. " --clear-groups " .. quote(s.haar) .. " stage --config " .. quote(s.config)
-		.. " --journal " .. quote(dir .. "/journal")
+	if where == "service" then
+		cmd = cmd .. " --socket " .. quote(s.socket)
+	else
+		cmd = cmd .. " --journal " .. quote(where or (dir .. "/journal"))
+	end
 	for _, a in ipairs(args) do
 		cmd = cmd .. " " .. quote(a)
 	end
@@ -228,14 +241,22 @@ local function run_directives(job_id, job_script, op)
 				end
 			else
 				local verb = (op == "stage_in") and "in" or "out"
+				local id = verb .. "-" .. i
+				if s.socket ~= "" then
+					id = "job" .. job_id .. "-" .. id
+				end
 				args = { verb, expand(d.args[1], job_id), expand(d.args[2], job_id),
-					"--id", verb .. "-" .. i, "--quiet" }
+					"--id", id, "--quiet" }
 				if d.args[3] then
 					args[#args + 1] = "--mapping"
 					args[#args + 1] = d.args[3]
 				end
 			end
-			local ok, msg, exit_code = run_haar(s, job_id, args)
+			local where = nil
+			if op ~= "persist" and s.socket ~= "" then
+				where = "service"
+			end
+			local ok, msg, exit_code = run_haar(s, job_id, args, where)
 			if not ok then
 				-- Named by its text: Slurm hands the stage functions a rewritten script,
 				-- whose line numbers are not the user's.
@@ -298,12 +319,23 @@ function slurm_bb_real_size(job_id)
 	return slurm.SUCCESS
 end
 
+-- The owner's journal in the node's stage service.
+local function service_journal(s, uid)
+	return s.service_state .. "/users/" .. uid
+end
+
 -- The job's environment: where its stage journal is.
 function slurm_bb_paths(job_id, job_script, path_file)
 	local s = read_settings()
+	local journal = job_dir(s, job_id) .. "/journal"
+	-- (Slurm 22.05 passes no uid here: the one setup recorded.)
+	local uid = (read_file(job_dir(s, job_id) .. "/owner") or ""):match("^(%d+)")
+	if s.socket ~= "" and uid then
+		journal = service_journal(s, uid)
+	end
 	local f = io.open(path_file, "w")
 	if f then
-		f:write("HAAR_STAGE_JOURNAL=" .. job_dir(s, job_id) .. "/journal\n")
+		f:write("HAAR_STAGE_JOURNAL=" .. journal .. "\n")
 		f:close()
 	end
 	return slurm.SUCCESS
@@ -334,10 +366,21 @@ function slurm_bb_job_teardown(job_id, job_script, hurry)
 	local s = read_settings()
 	local dir = job_dir(s, job_id)
 	local failed = read_file(dir .. "/failed")
-	if read_file(dir .. "/owner") then
+	local owner = read_file(dir .. "/owner")
+	if owner then
 		local ok, msg = run_haar(s, job_id, { "teardown" })
 		if not ok then
 			log("job %s: teardown: %s", job_id, msg)
+		end
+		-- This job's tasks in the stage service's journal of its owner.
+		local uid = owner:match("^(%d+)")
+		local journal = service_journal(s, uid)
+		if s.socket ~= "" and os.execute("test -d " .. quote(journal)) == 0 then
+			ok, msg = run_haar(s, job_id, { "teardown", "--tasks", "job" .. job_id .. "-" },
+				journal)
+			if not ok then
+				log("job %s: teardown of its service tasks: %s", job_id, msg)
+			end
 		end
 	end
 	os.execute("rm -rf " .. quote(dir))

@@ -291,6 +291,9 @@ struct Registered {
 pub struct Daemon {
     cfg: DaemonConfig,
     registered: Mutex<BTreeMap<String, Dataspace>>,
+    /// `(uid, task)` of the runners this daemon started and has not yet reaped: a task asked
+    /// for again (a retried Slurm stage-in) must not get a second runner.
+    live: Arc<Mutex<std::collections::HashSet<(u32, String)>>>,
 }
 
 fn mkdir(path: &Path, mode: u32) -> Result<()> {
@@ -321,6 +324,7 @@ impl Daemon {
         Ok(Arc::new(Daemon {
             cfg,
             registered: Mutex::new(registered),
+            live: Arc::default(),
         }))
     }
 
@@ -379,6 +383,25 @@ impl Daemon {
 
     /// Starts `haar stage run ID` for task `id` of `uid`, in a new session, as that user.
     fn spawn_runner(&self, st: &Stager, uid: u32, gid: u32, id: &str) -> Result<()> {
+        if !self
+            .live
+            .lock()
+            .expect("lock")
+            .insert((uid, id.to_string()))
+        {
+            return Ok(());
+        }
+        let r = self.start_runner(st, uid, gid, id);
+        if r.is_err() {
+            self.live
+                .lock()
+                .expect("lock")
+                .remove(&(uid, id.to_string()));
+        }
+        r
+    }
+
+    fn start_runner(&self, st: &Stager, uid: u32, gid: u32, id: &str) -> Result<()> {
         let task_dir = st.journal.task_dir(id);
         let log_path = task_dir.join("log");
         let log =
@@ -423,12 +446,13 @@ impl Daemon {
             .map_err(|e| Error::io("start the runner", &self.cfg.runner, e))?;
         // Reaps the runner; a task it never started would stay queued for ever: fail it,
         // pointing at the runner's output.
-        let (st, id) = (st.clone(), id.to_string());
+        let (st, id, live) = (st.clone(), id.to_string(), Arc::clone(&self.live));
         std::thread::spawn(move || {
             let how = match child.wait() {
                 Ok(s) => s.to_string(),
                 Err(e) => e.to_string(),
             };
+            live.lock().expect("lock").remove(&(uid, id.clone()));
             let _ = st.fail_unstarted(
                 &id,
                 &format!(
@@ -580,8 +604,13 @@ impl Daemon {
                     )));
                 }
                 let st = self.stager_for(peer.uid, peer.gid)?;
-                let rec = st.submit(spec)?;
-                if !rec.state.is_final() && rec.state != State::Running {
+                let mut rec = st.submit(spec)?;
+                // The same task asked for again (a retried Slurm stage-in) resumes it, as
+                // running it in-process would; done, running or cancelled, it is left so.
+                if matches!(rec.state, State::Failed | State::Interrupted) {
+                    rec = st.requeue(&rec.id)?;
+                }
+                if rec.state == State::Queued {
                     self.spawn_runner(&st, peer.uid, peer.gid, &rec.id)?;
                 }
                 Ok(json!({"ok": true, "task": rec}))
@@ -749,17 +778,19 @@ impl Client {
             req.set_token(self.token.clone());
         }
         let line = encode_line(&serde_json::to_value(&req).expect("requests serialise"));
+        let gone = |what: String| {
+            Error::Service(format!(
+                "the stage service on {} went away ({what}); once it runs again its tasks \
+                 resume: ask again (`haar stage wait TASK`, or release the Slurm job)",
+                self.socket.display()
+            ))
+        };
         self.w
             .write_all(line.as_bytes())
-            .map_err(|e| Error::io("send to", &self.socket, e))?;
+            .map_err(|e| gone(format!("send: {e}")))?;
         let reply = read_line(&mut self.r)
-            .map_err(|e| Error::io("read from", &self.socket, e))?
-            .ok_or_else(|| {
-                Error::Service(format!(
-                    "the stage service on {} closed the connection",
-                    self.socket.display()
-                ))
-            })?;
+            .map_err(|e| gone(format!("receive: {e}")))?
+            .ok_or_else(|| gone("it closed the connection".into()))?;
         let v = decode_line(&reply).map_err(|m| {
             Error::Service(format!("stage service on {}: {m}", self.socket.display()))
         })?;

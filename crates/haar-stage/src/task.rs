@@ -352,11 +352,11 @@ impl Stager {
         self.wait(id, Some(timeout))
     }
 
-    /// Marks an `interrupted` task `queued` again, for a runner about to resume it (so that
-    /// nobody waiting takes the old, dead runner's state for the outcome).
+    /// Marks an `interrupted` or `failed` task `queued` again, for a runner about to resume
+    /// it (so that nobody waiting takes the old runner's state for the outcome).
     pub fn requeue(&self, id: &str) -> Result<TaskRecord> {
         let mut rec = self.status(id)?;
-        if rec.state == State::Interrupted {
+        if matches!(rec.state, State::Interrupted | State::Failed) {
             rec.state = State::Queued;
             rec.pid = None;
             rec.pid_start = None;
@@ -500,8 +500,17 @@ impl Stager {
     /// sources of its `out` tasks, where they lie in a `posix` (node-local) dataspace; data
     /// in shared dataspaces, stores and absolute paths is never removed.
     pub fn teardown_paths(&self) -> Result<Vec<PathBuf>> {
+        self.teardown_paths_of("")
+    }
+
+    /// [`Stager::teardown_paths`] of the tasks whose id starts with `prefix` (a job's tasks
+    /// in a journal it shares with others: the stage service's per-user journal).
+    pub fn teardown_paths_of(&self, prefix: &str) -> Result<Vec<PathBuf>> {
         let mut out = Vec::new();
         for rec in self.list()? {
+            if !rec.id.starts_with(prefix) {
+                continue;
+            }
             let (endpoint, named_by_src) = match rec.direction {
                 Direction::In => (&rec.dst, true),
                 Direction::Out => (&rec.src, false),
@@ -531,9 +540,14 @@ impl Stager {
     /// A job's teardown: removes each of [`Stager::teardown_paths`] (a file or a tree) that
     /// no `persist store` keeps, and says what it removed and what it kept.
     pub fn teardown(&self) -> Result<Teardown> {
+        self.teardown_of("")
+    }
+
+    /// [`Stager::teardown`] of the tasks whose id starts with `prefix`.
+    pub fn teardown_of(&self, prefix: &str) -> Result<Teardown> {
         let persisted = crate::persist::list(&self.spaces)?;
         let mut done = Teardown::default();
-        for p in self.teardown_paths()? {
+        for p in self.teardown_paths_of(prefix)? {
             if crate::persist::is_persisted(&persisted, &p) {
                 done.kept_persisted.push(p);
                 continue;

@@ -145,7 +145,11 @@ pub enum StageAction {
     Resume(MoveQuiet),
     /// Remove what the journal's `in` tasks staged in and its `out` tasks' sources, from
     /// posix (node-local) dataspaces only, except persisted locations (a job's teardown).
-    Teardown,
+    Teardown {
+        /// Only the tasks whose id starts with PREFIX (a job's, in a shared journal).
+        #[arg(long, value_name = "PREFIX", default_value = "")]
+        tasks: String,
+    },
     /// Bandwidth measured per dataspace pair by the journal's finished tasks (what the first
     /// ETA of a new task between them starts from).
     Rates,
@@ -430,7 +434,7 @@ pub fn run(cli: &Cli, a: &StageArgs) -> Result<(), Failure> {
         }
         StageAction::Resume(r) => execute(&st, a, &r.task, r.quiet),
         StageAction::Run(t) => execute(&st, a, &t.task, true),
-        StageAction::Teardown => teardown(&st, a),
+        StageAction::Teardown { tasks } => teardown(&st, a, tasks),
         StageAction::Rates => {
             let rates = st.journal.rates();
             if a.json {
@@ -892,11 +896,11 @@ fn print_record(r: &TaskRecord, json: bool) -> Result<(), Failure> {
     }
 }
 
-fn teardown(st: &Stager, a: &StageArgs) -> Result<(), Failure> {
+fn teardown(st: &Stager, a: &StageArgs, prefix: &str) -> Result<(), Failure> {
     let haar_stage::Teardown {
         removed,
         kept_persisted: kept,
-    } = st.teardown().map_err(fail)?;
+    } = st.teardown_of(prefix).map_err(fail)?;
     if a.json {
         outln!(
             "{}",
