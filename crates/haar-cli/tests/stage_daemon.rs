@@ -255,6 +255,16 @@ fn users_run_tasks_as_themselves_see_only_their_own_and_admin_needs_root_or_the_
     let out = n.root.join("node/u/in.bin");
     assert_eq!(std::fs::read(&out).unwrap(), vec![7u8; 3 << 20]);
     assert_eq!(std::fs::metadata(&out).unwrap().uid(), USER_UID);
+    // The service wrote the user's journal as the user.
+    for f in ["", "/mine", "/mine/task", "/mine/log"] {
+        let p = n.state.join(format!("users/{USER_UID}{f}"));
+        assert_eq!(
+            std::fs::metadata(&p).unwrap().uid(),
+            USER_UID,
+            "{}",
+            p.display()
+        );
+    }
     // A source the user may not read stays unread, though the daemon is root.
     std::fs::write(n.root.join("pfs/secret.bin"), b"root only").unwrap();
     std::fs::set_permissions(
@@ -488,4 +498,76 @@ fn a_task_whose_runner_cannot_start_fails_naming_the_runners_output() {
         log.contains("haar.yaml"),
         "the runner's output does not say why: {log}"
     );
+}
+
+#[test]
+fn links_and_records_a_user_plants_give_the_root_service_no_reach_beyond_the_user() {
+    if !root_or_skip() {
+        return;
+    }
+    let n = Node::new();
+    let victim = n.root.join("victim");
+    std::fs::write(&victim, b"root's own").unwrap();
+    // A task that fails (its source is missing), then its log made a link to root's file.
+    let o = n.haar(true, &["copy", "shared:none.bin", "local:u/x", "--id", "t"]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let log = n.state.join(format!("users/{USER_UID}/t/log"));
+    let plant = Command::new("setpriv")
+        .args([
+            &format!("--reuid={USER}"),
+            &format!("--regid={USER_UID}"),
+            "--clear-groups",
+        ])
+        .args(["ln", "-sf"])
+        .arg(&victim)
+        .arg(&log)
+        .status()
+        .unwrap();
+    assert!(plant.success());
+    // Asked again, the task is resumed: the service writes the log as the user, not through
+    // the link as root.
+    let o = n.haar(true, &["copy", "shared:none.bin", "local:u/x", "--id", "t"]);
+    assert_eq!(
+        o.status.code(),
+        Some(2),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert_eq!(std::fs::read(&victim).unwrap(), b"root's own");
+    assert_eq!(std::fs::metadata(&victim).unwrap().uid(), 0);
+
+    // A persist record the user forged, naming root's files: purge removes neither.
+    let reg = n.root.join("node/.haar-persist");
+    std::fs::create_dir_all(&reg).unwrap();
+    std::fs::set_permissions(&reg, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let root_file = n.root.join("node/roots-file");
+    std::fs::write(&root_file, b"root's too").unwrap();
+    for (i, path) in [
+        root_file.clone(),
+        n.root.join("node/../victim"),
+        victim.clone(),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let rec = haar_stage::persist::Persisted {
+            endpoint: format!("local:forged{i}"),
+            path,
+            owner: USER_UID,
+            shared_with: vec![],
+            created: 0.0,
+            node: None,
+        };
+        let f = reg.join(format!("forged{i}"));
+        haar_stage::journal::write_record(&f, haar_stage::persist::PERSIST_MAGIC, &rec).unwrap();
+        std::os::unix::fs::chown(&f, Some(USER_UID), None).unwrap();
+    }
+    ok(&n.haar(false, &["admin", "purge", USER]));
+    assert_eq!(std::fs::read(&root_file).unwrap(), b"root's too");
+    assert_eq!(std::fs::read(&victim).unwrap(), b"root's own");
 }

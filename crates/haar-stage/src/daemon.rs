@@ -11,7 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -307,8 +307,49 @@ fn mkdir(path: &Path, mode: u32) -> Result<()> {
     }
 }
 
-fn chown(path: &Path, uid: u32, gid: u32) -> Result<()> {
-    std::os::unix::fs::chown(path, Some(uid), Some(gid)).map_err(|e| Error::io("chown", path, e))
+/// Runs `f` in a thread whose file-system identity is `uid`/`gid` with no supplementary
+/// groups (setfsuid, setfsgid and setgroups, which Linux keeps per thread; the fs-related
+/// capabilities go with a non-zero fsuid): whatever it opens, creates or removes in a user's
+/// journal or data, the kernel checks as that user, and a symbolic link the user planted leads
+/// nowhere the user could not go. Files it creates are the user's. A daemon not running as
+/// root runs `f` as it is.
+fn as_user<T: Send>(uid: u32, gid: u32, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
+    if euid() != 0 {
+        return f();
+    }
+    std::thread::scope(|scope| {
+        scope
+            .spawn(move || {
+                // SAFETY: raw system calls that change this thread's credentials only (glibc's
+                // setgroups wrapper would change every thread's); -1 reads the fsuid back.
+                let now = unsafe {
+                    libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>());
+                    libc::syscall(libc::SYS_setfsgid, gid);
+                    libc::syscall(libc::SYS_setfsuid, uid);
+                    libc::syscall(libc::SYS_setfsuid, u32::MAX)
+                };
+                if now != i64::from(uid) {
+                    return Err(Error::Service(format!(
+                        "cannot take uid {uid}'s file-system identity (fsuid is {now})"
+                    )));
+                }
+                f()
+            })
+            .join()
+            .unwrap_or_else(|_| Err(Error::Service("a stage service worker panicked".into())))
+    })
+}
+
+/// The primary gid of `uid` (its own uid as gid if it has no passwd entry).
+fn primary_gid(uid: u32) -> u32 {
+    // SAFETY: getpwuid's result is read at once.
+    let pw = unsafe { libc::getpwuid(uid) };
+    if pw.is_null() {
+        uid
+    } else {
+        // SAFETY: non-null pointer from getpwuid.
+        unsafe { (*pw).pw_gid }
+    }
 }
 
 impl Daemon {
@@ -350,38 +391,63 @@ impl Daemon {
         self.cfg.state.join("users").join(uid.to_string())
     }
 
-    /// The stager of `uid`'s journal, creating it (owned by the user) on first use.
+    /// The stager of `uid`'s journal, creating its directory (root's `users/` holds it; the
+    /// user owns it) on first use. Use the journal through [`as_user`] only.
     fn stager_for(&self, uid: u32, gid: u32) -> Result<Stager> {
         let dir = self.user_dir(uid);
-        let fresh = !dir.exists();
-        let journal = Journal::open(&dir)?;
-        if fresh && euid() == 0 {
-            chown(&dir, uid, gid)?;
+        if std::fs::symlink_metadata(&dir).is_err() {
+            std::fs::DirBuilder::new()
+                .mode(0o700)
+                .create(&dir)
+                .map_err(|e| Error::io("create", &dir, e))?;
+            if euid() == 0 {
+                std::os::unix::fs::lchown(&dir, Some(uid), Some(gid))
+                    .map_err(|e| Error::io("chown", &dir, e))?;
+            }
         }
         Ok(Stager {
             spaces: self.spaces(),
-            journal,
+            journal: Journal::new_unchecked(&dir),
         })
     }
 
-    /// Tasks running now, every user's.
-    fn running(&self) -> usize {
+    /// The users with a journal here: `(uid, gid of the directory, directory)`.
+    fn users(&self) -> Vec<(u32, u32, PathBuf)> {
         let Ok(rd) = std::fs::read_dir(self.cfg.state.join("users")) else {
-            return 0;
+            return Vec::new();
         };
         rd.flatten()
-            .filter_map(|e| Journal::open(&e.path()).ok())
-            .map(|journal| Stager {
-                spaces: self.cfg.spaces.clone(),
-                journal,
+            .filter_map(|e| {
+                let uid = e.file_name().to_str()?.parse::<u32>().ok()?;
+                let meta = std::fs::symlink_metadata(e.path()).ok()?;
+                (meta.is_dir() && meta.uid() == uid).then(|| (uid, meta.gid(), e.path()))
             })
-            .filter_map(|s| s.list().ok())
-            .flatten()
-            .filter(|r| r.state == State::Running)
-            .count()
+            .collect()
+    }
+
+    /// Tasks running now, every user's (each journal read as its user).
+    fn running(&self) -> usize {
+        self.users()
+            .into_iter()
+            .map(|(uid, gid, dir)| {
+                as_user(uid, gid, || {
+                    let st = Stager {
+                        spaces: self.cfg.spaces.clone(),
+                        journal: Journal::new_unchecked(&dir),
+                    };
+                    Ok(st
+                        .list()?
+                        .iter()
+                        .filter(|r| r.state == State::Running)
+                        .count())
+                })
+                .unwrap_or(0)
+            })
+            .sum()
     }
 
     /// Starts `haar stage run ID` for task `id` of `uid`, in a new session, as that user.
+    /// Called inside [`as_user`] (the log is created as the user).
     fn spawn_runner(&self, st: &Stager, uid: u32, gid: u32, id: &str) -> Result<()> {
         if !self
             .live
@@ -404,8 +470,13 @@ impl Daemon {
     fn start_runner(&self, st: &Stager, uid: u32, gid: u32, id: &str) -> Result<()> {
         let task_dir = st.journal.task_dir(id);
         let log_path = task_dir.join("log");
-        let log =
-            std::fs::File::create(&log_path).map_err(|e| Error::io("create", &log_path, e))?;
+        let _ = std::fs::remove_file(&log_path);
+        let log = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&log_path)
+            .map_err(|e| Error::io("create", &log_path, e))?;
         let mut cmd = std::process::Command::new(&self.cfg.runner);
         cmd.arg("stage").arg("run").arg(id);
         cmd.arg("--journal").arg(st.journal.dir());
@@ -424,13 +495,6 @@ impl Daemon {
             )
             .stderr(log);
         if euid() == 0 {
-            chown(&task_dir, uid, gid)?;
-            for f in ["task", "log"] {
-                let p = task_dir.join(f);
-                if p.exists() {
-                    chown(&p, uid, gid)?;
-                }
-            }
             // std clears the supplementary groups when it sets the uid of a root child.
             cmd.uid(uid).gid(gid);
         }
@@ -453,14 +517,12 @@ impl Daemon {
                 Err(e) => e.to_string(),
             };
             live.lock().expect("lock").remove(&(uid, id.clone()));
-            let _ = st.fail_unstarted(
-                &id,
-                &format!(
-                    "the stage service's runner of task {id} ended ({how}) before running it; \
-                     its output: {}",
-                    log_path.display()
-                ),
+            let why = format!(
+                "the stage service's runner of task {id} ended ({how}) before running it; its \
+                 output: {}",
+                log_path.display()
             );
+            let _ = as_user(uid, gid, || st.fail_unstarted(&id, &why));
         });
         Ok(())
     }
@@ -472,25 +534,25 @@ impl Daemon {
         if self.draining() {
             return Ok(out);
         }
-        let users = self.cfg.state.join("users");
-        let rd = std::fs::read_dir(&users).map_err(|e| Error::io("list", &users, e))?;
-        for e in rd.flatten() {
-            let Some(uid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-                continue;
-            };
-            let Ok(meta) = e.metadata() else { continue };
+        for (uid, gid, dir) in self.users() {
             let st = Stager {
                 spaces: self.spaces(),
-                journal: Journal::open(&e.path())?,
+                journal: Journal::new_unchecked(&dir),
             };
-            for rec in st.list()? {
-                let cancelled = st.journal.task_dir(&rec.id).join("cancel").exists();
-                if (rec.state == State::Interrupted || rec.state == State::Queued) && !cancelled {
-                    st.requeue(&rec.id)?;
-                    self.spawn_runner(&st, uid, meta.gid(), &rec.id)?;
-                    out.push((uid, rec.id));
+            let resumed = as_user(uid, gid, || {
+                let mut ids = Vec::new();
+                for rec in st.list()? {
+                    let cancelled = st.journal.task_dir(&rec.id).join("cancel").exists();
+                    if (rec.state == State::Interrupted || rec.state == State::Queued) && !cancelled
+                    {
+                        st.requeue(&rec.id)?;
+                        self.spawn_runner(&st, uid, gid, &rec.id)?;
+                        ids.push(rec.id);
+                    }
                 }
-            }
+                Ok(ids)
+            })?;
+            out.extend(resumed.into_iter().map(|id| (uid, id)));
         }
         Ok(out)
     }
@@ -604,15 +666,18 @@ impl Daemon {
                     )));
                 }
                 let st = self.stager_for(peer.uid, peer.gid)?;
-                let mut rec = st.submit(spec)?;
-                // The same task asked for again (a retried Slurm stage-in) resumes it, as
-                // running it in-process would; done, running or cancelled, it is left so.
-                if matches!(rec.state, State::Failed | State::Interrupted) {
-                    rec = st.requeue(&rec.id)?;
-                }
-                if rec.state == State::Queued {
-                    self.spawn_runner(&st, peer.uid, peer.gid, &rec.id)?;
-                }
+                let rec = as_user(peer.uid, peer.gid, || {
+                    let mut rec = st.submit(spec)?;
+                    // The same task asked for again (a retried Slurm stage-in) resumes it, as
+                    // running it in-process would; done, running or cancelled, it is left so.
+                    if matches!(rec.state, State::Failed | State::Interrupted) {
+                        rec = st.requeue(&rec.id)?;
+                    }
+                    if rec.state == State::Queued {
+                        self.spawn_runner(&st, peer.uid, peer.gid, &rec.id)?;
+                    }
+                    Ok(rec)
+                })?;
                 Ok(json!({"ok": true, "task": rec}))
             }
             Request::Status { task, user, .. } => {
@@ -626,10 +691,10 @@ impl Daemon {
                     };
                 }
                 let st = self.stager_for(uid, gid)?;
-                let tasks: Vec<TaskRecord> = match task {
-                    Some(t) => vec![st.status(t)?],
-                    None => st.list()?,
-                };
+                let tasks: Vec<TaskRecord> = as_user(uid, gid, || match task {
+                    Some(t) => Ok(vec![st.status(t)?]),
+                    None => st.list(),
+                })?;
                 Ok(json!({"ok": true, "tasks": tasks}))
             }
             Request::Cancel { task, user, .. } => {
@@ -640,7 +705,7 @@ impl Daemon {
                     )));
                 }
                 let st = self.stager_for(uid, gid)?;
-                let rec = st.cancel(task, Duration::from_secs(30))?;
+                let rec = as_user(uid, gid, || st.cancel(task, Duration::from_secs(30)))?;
                 Ok(json!({"ok": true, "task": rec}))
             }
             Request::Register { name, space, .. } => {
@@ -687,7 +752,12 @@ impl Daemon {
             Request::Purge { user, .. } => {
                 need_admin("purge")?;
                 let uid = crate::persist::user_id(user)?;
-                let removed = crate::persist::purge(&self.spaces(), uid)?;
+                // As the user: the registry's records are the user's to write, so the paths
+                // they name are removed with the user's rights only.
+                let spaces = self.spaces();
+                let removed = as_user(uid, primary_gid(uid), || {
+                    crate::persist::purge(&spaces, uid)
+                })?;
                 Ok(json!({"ok": true, "removed": removed}))
             }
         }

@@ -260,10 +260,19 @@ pub fn purge(spaces: &Dataspaces, owner: u32) -> Result<Vec<Persisted>> {
             let Ok(p) = Journal::read::<Persisted>(&e.path(), PERSIST_MAGIC) else {
                 continue;
             };
-            if p.owner != owner {
+            // A record names its owner's path, but the owner wrote it: only a path inside
+            // this dataspace is removed (and the caller runs this with the owner's rights).
+            let inside = p.path.starts_with(root)
+                && p.path != root
+                && p.path
+                    .components()
+                    .all(|c| !matches!(c, std::path::Component::ParentDir));
+            if p.owner != owner || !inside {
                 continue;
             }
             let r = match std::fs::symlink_metadata(&p.path) {
+                // Not the owner's (any more): not the owner's to purge.
+                Ok(m) if m.uid() != owner => continue,
                 Ok(m) if m.is_dir() => std::fs::remove_dir_all(&p.path),
                 Ok(_) => std::fs::remove_file(&p.path),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
