@@ -10,15 +10,21 @@
 #      the staged bytes, the output reaches the shared directory byte for byte, teardown
 #      removes what was staged in;
 #   2. a bad directive is rejected at sbatch with a message naming its line;
-#   3. a stage-in of a missing source fails the job, the reason visible in `scontrol show job`;
+#   3. a stage-in of a missing source ends the job (CANCELLED, never run) with the reason
+#      naming the source in `scontrol show job`, and cancels the job depending on it;
 #   4. `#HAAR persist store` keeps node-local output after teardown, owner-only; another user
 #      cannot read it until `persist share`;
 #   5. kill -9 of `haar stage` during a stage-in: the job is held with the reason, nothing
 #      half-copied is left under its name; released, it stages again and runs;
 #   6. a producer -> consumer workflow on native dependencies: a file and the fields of a
 #      request (from a haar store on the shared directory) staged in, a persisted node-local
-#      haar store between the jobs, the product staged out byte-identical; a failed producer
-#      cancels its consumer.
+#      haar store between the jobs (its record names the node), the consumer submitted by
+#      `haar stage submit --after` onto the producer's node, the product staged out
+#      byte-identical; a failed producer cancels its consumer;
+#   7. the node's stage service (`haar stage daemon`, `socket` in burst_buffer_haar.conf): a
+#      stage-in is the service's task, run under the job owner's uid; kill -9 of the service
+#      and its runner mid-task holds the job; the service restarted resumes the task, the job
+#      released runs on every byte, and its teardown removes what it staged.
 #
 # Usage (root): scripts/slurm-stage-test.sh [PATH/TO/haar]
 set -euo pipefail
@@ -28,7 +34,7 @@ lua=$here/../slurm/burst_buffer.lua
 plugin=/usr/lib/x86_64-linux-gnu/slurm-wlm/burst_buffer_lua.so
 say() { echo "slurm-stage-test.sh: $*"; }
 [ "$(id -u)" = 0 ] || { say "needs root (slurmd, munged, useradd)" >&2; exit 1; }
-for t in slurmctld slurmd munged sbatch scontrol setpriv useradd cmp; do
+for t in slurmctld slurmd munged sbatch scontrol scancel setpriv useradd cmp; do
     command -v $t >/dev/null || { say "$t missing: apt-get install slurm-wlm munge" >&2; exit 1; }
 done
 [ -f "$plugin" ] || { say "$plugin missing: apt-get install slurm-wlm-basic-plugins" >&2; exit 1; }
@@ -53,7 +59,7 @@ head -c 1024 /dev/urandom > "$S/munge/munge.key"; chmod 400 "$S/munge/munge.key"
 passed=0
 cleanup() {
     local pids
-    pids=$(cat "$S/slurmd.pid" "$S/slurmctld.pid" "$S/munge/munged.pid" 2>/dev/null || true)
+    pids=$(cat "$S/slurmd.pid" "$S/slurmctld.pid" "$S/munge/munged.pid" "$S/svc.pid" 2>/dev/null || true)
     for p in $pids; do kill "$p" 2>/dev/null || true; done
     sleep 2
     for p in $pids; do kill -9 "$p" 2>/dev/null || true; done
@@ -115,6 +121,7 @@ haar = $S/haar
 config = $S/etc/haar.yaml
 state = $S/bb
 setpriv = $(command -v setpriv)
+scancel = $(command -v scancel)
 CONF
 export SLURM_CONF=$S/etc/slurm.conf
 slurmctld -f "$SLURM_CONF"
@@ -137,6 +144,8 @@ wait_gone_or_final() {
     return 1
 }
 fail() { say "FAILED: $*" >&2; tail -30 "$S/log/slurmctld.log" >&2; exit 1; }
+
+printf '#!/bin/bash\n#SBATCH -t 1\nexit 1\n' > "$S/jobs/fails.sh"; chown $user "$S/jobs/fails.sh"
 
 # 1. stage_in + stage_out, every byte checked.
 head -c 20000000 /dev/urandom > "$S/shared/input.bin"; chown $user "$S/shared/input.bin"
@@ -177,7 +186,9 @@ if out=$(as_user sbatch --parsable bad.sh 2>&1); then fail "a bad directive was 
 echo "$out" | grep -q "line 3" || fail "the rejection does not name line 3: $out"
 say "2 ok: bad directive rejected at sbatch: $out"
 
-# 3. A missing source fails the job, with the reason in scontrol show job.
+# 3. A missing source fails the job, with the reason in scontrol show job: Slurm 22.05 holds
+#    a job whose data_in failed; the hook's teardown cancels it, since no retry can help, and
+#    its dependent job (--kill-on-invalid-dep) is cancelled with it.
 cat > "$S/jobs/missing.sh" <<JOB
 #!/bin/bash
 #SBATCH -t 1
@@ -186,24 +197,24 @@ echo SHOULD-NOT-RUN
 JOB
 chown $user "$S/jobs/missing.sh"
 jid=$(as_user sbatch --parsable missing.sh) || fail "sbatch of the missing-source job"
-# Slurm 22.05 holds a job whose data_in failed (priority 0) with the message as its reason;
-# it never runs until its owner fixes the source and releases it.
-reason=""
+dep=$(as_user sbatch --parsable --dependency=afterok:$jid --kill-on-invalid-dep=yes "$S/jobs/fails.sh") \
+    || fail "sbatch of the job depending on $jid"
+info=""
 for _ in $(seq 300); do
     info=$(scontrol show job "$jid" 2>/dev/null || true)
-    reason=$(echo "$info" | grep -o 'Reason=.*' | head -1 || true)
-    echo "$reason" | grep -q "no-such-input.bin" && break
+    [ "$(state_of "$jid")" = CANCELLED ] && break
     sleep 0.2
 done
+reason=$(echo "$info" | grep -o 'Reason=[^ ]*' | head -1 || true)
+[ "$(state_of "$jid")" = CANCELLED ] || fail "job $jid with a missing source is $(state_of "$jid"), not ended: $info"
 # (Slurm writes the reason with its blanks as underscores.)
 echo "$reason" | grep -q "data_in:.#HAAR.stage_in.shared:no-such-input.bin.*does.not.exist" \
     || fail "job $jid: reason does not say the source is missing: $info"
-sleep 3
-state=$(state_of "$jid")
-[ "$state" = PENDING ] && echo "$info" | grep -q "Priority=0" || fail "job $jid is $state, not held: $info"
 [ ! -e "slurm-$jid.out" ] || ! grep -q SHOULD-NOT-RUN "slurm-$jid.out" || fail "job $jid ran"
-say "3 ok: job $jid with a missing source is held, never ran: $reason"
-scancel "$jid" 2>/dev/null || true
+for _ in $(seq 100); do [ "$(state_of "$dep")" = CANCELLED ] && break; sleep 0.2; done
+[ "$(state_of "$dep")" = CANCELLED ] || fail "job $dep after the failed $jid is $(state_of "$dep")"
+[ ! -d "$S/bb/$jid" ] || fail "job $jid: its stage state $S/bb/$jid was not torn down"
+say "3 ok: job $jid with a missing source ended CANCELLED, never ran, $reason; dependent $dep cancelled"
 
 # 4. persist: kept after teardown, owner-only, shared on demand.
 cat > "$S/jobs/persist.sh" <<JOB
@@ -305,24 +316,90 @@ set -e
 $S/haar retrieve --root $S/node/wf/store $req -o $S/node/wf/product.grib
 echo CONSUMER-OK
 JOB
-printf '#!/bin/bash\n#SBATCH -t 1\nexit 1\n' > "$S/jobs/fails.sh"
-chown $user "$S/jobs/producer.sh" "$S/jobs/consumer.sh" "$S/jobs/fails.sh"
+chown $user "$S/jobs/producer.sh" "$S/jobs/consumer.sh"
 p=$(as_user sbatch --parsable producer.sh) || fail "sbatch producer"
-c=$(as_user sbatch --parsable --dependency=afterok:$p --kill-on-invalid-dep=yes consumer.sh) \
-    || fail "sbatch consumer"
+# Placed on the producer's node (where its persisted store is), after it: haar stage submit
+# waits for the producer's node and adds afterok, kill-on-invalid-dep and --nodelist.
+c=$(as_user "$S/haar" stage submit --after "$p" -- --parsable consumer.sh 2>"$S/submit.err") \
+    || fail "haar stage submit of the consumer: $(cat "$S/submit.err")"
+grep -q "on its nodes $H" "$S/submit.err" || fail "consumer $c not placed: $(cat "$S/submit.err")"
+cinfo=$(scontrol show job "$c")
+echo "$cinfo" | grep -q "ReqNodeList=$H " || fail "consumer $c does not ask for the producer's node $H: $cinfo"
 wait_gone_or_final "$p" || fail "producer $p did not finish"
 wait_gone_or_final "$c" || fail "consumer $c did not finish"
 grep -q PRODUCER-OK "slurm-$p.out" || fail "producer $p: $(cat "slurm-$p.out")"
 grep -q CONSUMER-OK "slurm-$c.out" || fail "consumer $c: $(cat "slurm-$c.out")"
 cmp "$S/shared/input.bin" "$S/shared/product.grib" || fail "the consumer's product differs from the producer's input"
+as_user "$S/haar" stage --config "$S/etc/haar.yaml" --journal "$S/jobs/j" persist list --json \
+    | grep -q "\"node\": \"$H\"" || fail "persist list does not name the node of local:wf"
 f=$(as_user sbatch --parsable fails.sh) || fail "sbatch failing producer"
-c2=$(as_user sbatch --parsable --dependency=afterok:$f --kill-on-invalid-dep=yes consumer.sh) \
-    || fail "sbatch second consumer"
+c2=$(as_user "$S/haar" stage submit --after "$f" -- --parsable consumer.sh 2>>"$S/submit.err") \
+    || fail "haar stage submit of the second consumer: $(cat "$S/submit.err")"
 for _ in $(seq 300); do [ "$(state_of "$c2")" = CANCELLED ] && break; sleep 0.2; done
 [ "$(state_of "$c2")" = CANCELLED ] || fail "consumer $c2 of failed $f is $(state_of "$c2")"
 as_user "$S/haar" stage --config "$S/etc/haar.yaml" --journal "$S/jobs/j" persist delete local:wf >/dev/null \
     || fail "persist delete local:wf"
-say "6 ok: producer $p (a file and fields by request staged in) -> consumer $c through a persisted node-local store, product byte-identical; consumer $c2 of failed $f cancelled"
+say "6 ok: producer $p (a file and fields by request staged in) -> consumer $c, placed on its node $H by haar stage submit, through a persisted node-local store, product byte-identical; consumer $c2 of failed $f cancelled"
+
+# 7. Through the node's stage service.
+svc_state=$S/svc
+start_service() {
+    "$S/haar" stage daemon --config "$S/etc/haar.yaml" --socket "$S/svc.sock" --state "$svc_state" \
+        >>"$S/log/svc.log" 2>&1 &
+    echo $! > "$S/svc.pid"
+    disown
+    for _ in $(seq 100); do
+        "$S/haar" stage status --socket "$S/svc.sock" >/dev/null 2>&1 && return 0
+        sleep 0.1
+    done
+    fail "the stage service did not start: $(cat "$S/log/svc.log")"
+}
+start_service
+printf 'socket = %s\nservice_state = %s\n' "$S/svc.sock" "$svc_state" >> "$S/etc/burst_buffer_haar.conf"
+cat > "$S/jobs/svc.sh" <<JOB
+#!/bin/bash
+#SBATCH -t 5
+#HAAR stage_in shared:large.bin local:svc%j/large.bin
+set -e
+cmp $S/shared/large.bin $S/node/svc\$SLURM_JOB_ID/large.bin
+echo "journal \$HAAR_STAGE_JOURNAL"
+echo JOB-OK
+JOB
+chown $user "$S/jobs/svc.sh"
+jid=$(as_user sbatch --parsable svc.sh) || fail "sbatch of the service job"
+rec="$svc_state/users/$(id -u $user)/job$jid-in-1/task"
+pid=""
+for _ in $(seq 600); do
+    if [ -f "$rec" ] && grep -q '"state": "running"' "$rec"; then
+        pid=$(grep -o '"pid": [0-9]*' "$rec" | grep -o '[0-9]*$' || true)
+        [ -n "$pid" ] && break
+    fi
+    sleep 0.05
+done
+[ -n "$pid" ] || fail "job $jid: no running service task seen in $rec"
+[ "$(stat -c %u /proc/$pid)" = "$(id -u $user)" ] || fail "the service's runner $pid does not run as $user"
+kill -9 "$(cat "$S/svc.pid")" "$pid"
+reason=""
+for _ in $(seq 300); do
+    info=$(scontrol show job "$jid")
+    reason=$(echo "$info" | grep -o 'Reason=[^ ]*' || true)
+    echo "$info" | grep -q "Priority=0" && echo "$reason" | grep -q "data_in" && break
+    sleep 0.2
+done
+[ "$(state_of "$jid")" = PENDING ] && echo "$info" | grep -q "Priority=0" \
+    || fail "job $jid is not held after its service was killed: $info"
+for f in "$S/node/svc$jid"/*; do
+    [ -e "$f" ] || continue
+    cmp -s "$f" "$S/shared/large.bin" || fail "kill -9 left a partial file under its name: $f"
+done
+start_service
+grep -q "job$jid-in-1 (uid" "$S/log/svc.log" || fail "the restarted service did not resume job$jid-in-1: $(cat "$S/log/svc.log")"
+scontrol release "$jid"
+wait_gone_or_final "$jid" || fail "job $jid did not finish after release"
+grep -q JOB-OK "slurm-$jid.out" || fail "job $jid after release: $(cat "slurm-$jid.out" 2>/dev/null)"
+grep -q "journal $svc_state/users/" "slurm-$jid.out" || fail "job $jid: HAAR_STAGE_JOURNAL is not the service's"
+[ ! -e "$S/node/svc$jid/large.bin" ] || fail "teardown left job $jid's service-staged input"
+say "7 ok: job $jid staged in by the stage service as $user; service and runner killed with SIGKILL (held: $reason); restarted, it resumed the task; released, the job ran"
 
 passed=1
 say "ok (Slurm $(sinfo -V | awk '{print $2}'))"

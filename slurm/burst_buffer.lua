@@ -12,15 +12,27 @@ SRC, DST and LOCATION are haar stage endpoints: NAME:PATH in a dataspace of the 
 configuration, NAME:REQUEST in a store dataspace, or /ABS/PATH. "%j" in them is the job id.
 Directives are checked when the job is submitted: a bad one rejects it with a message naming
 its line. Every transfer runs `haar stage` under the job owner's uid and gid (setpriv), so the
-owner's own permissions decide what may be read and written; a failed stage-in fails the job
-with haar's message as its reason. Teardown removes what the job staged in (and the sources of
-its stage-outs) from posix (node-local) dataspaces, except persisted locations.
+owner's own permissions decide what may be read and written. A failed stage-in leaves haar's
+message as the job's reason; Slurm then holds the job. When no retry can help (haar exits 1:
+bad endpoint, request or permission; 2: the source does not exist) the teardown that follows
+(burst_buffer.conf: Flags=TeardownFailure) cancels the job, so it ends instead of waiting and
+its dependants are cancelled too (--kill-on-invalid-dep); other failures (I/O, a killed
+stager) keep it held: `scontrol release` stages again. Teardown removes what the job staged in
+(and the sources of its stage-outs) from posix (node-local) dataspaces, except persisted
+locations.
 
 Settings: burst_buffer_haar.conf beside this file, `key = value` lines:
   haar    = /usr/local/bin/haar          the haar binary
   config  = /etc/haar/haar.yaml          the haar configuration (its dataspaces: section)
   state   = /var/spool/slurm/haar-stage  per-job state (root-owned; journals owned by users)
   setpriv = /usr/bin/setpriv
+  scancel = /usr/bin/scancel
+  socket  =                              the node's stage service (`haar stage daemon`); empty:
+                                         transfers run in the hook's own process
+  service_state = /var/lib/haar/stage    that service's --state
+With a stage service, stage_in/stage_out tasks are the service's (ids job<ID>-in-N,
+job<ID>-out-N, in the owner's journal there, run under the owner's uid by the service), so
+they survive a restart of the service: a retried stage-in resumes the task.
 See docs/staging.md.
 --]]
 
@@ -32,6 +44,9 @@ local function read_settings()
 		config = "/etc/haar/haar.yaml",
 		state = "/var/spool/slurm/haar-stage",
 		setpriv = "/usr/bin/setpriv",
+		scancel = "/usr/bin/scancel",
+		socket = "",
+		service_state = "/var/lib/haar/stage",
 	}
 	local f = io.open(script_dir .. "burst_buffer_haar.conf", "r")
 	if f then
@@ -146,8 +161,10 @@ local function job_dir(s, job_id)
 	return s.state .. "/" .. job_id
 end
 
--- Runs `haar stage ARGS` as the job's owner; returns true, or false and haar's message.
-local function run_haar(s, job_id, args)
+-- Runs `haar stage ARGS` as the job's owner; returns true, or false, haar's message and its
+-- exit code (nil when it was killed by a signal or could not be run). `where` is the journal
+-- (default: the job's own), or "service" for a task of the node's stage service.
+local function run_haar(s, job_id, args, where)
 	local dir = job_dir(s, job_id)
 	local owner = read_file(dir .. "/owner")
 	if not owner then
@@ -156,24 +173,41 @@ local function run_haar(s, job_id, args)
 	local uid, gid = owner:match("^(%d+) (%d+)")
 	local cmd = quote(s.setpriv) .. " --reuid=" .. uid .. " --regid=" .. gid
 		.. " --clear-groups " .. quote(s.haar) .. " stage --config " .. quote(s.config)
-		.. " --journal " .. quote(dir .. "/journal")
+	if where == "service" then
+		cmd = cmd .. " --socket " .. quote(s.socket)
+	else
+		cmd = cmd .. " --journal " .. quote(where or (dir .. "/journal"))
+	end
 	for _, a in ipairs(args) do
 		cmd = cmd .. " " .. quote(a)
 	end
 	local out = dir .. "/last-output"
-	local status = os.execute(cmd .. " </dev/null >" .. quote(out) .. " 2>&1")
+	local status, how, code = os.execute(cmd .. " </dev/null >" .. quote(out) .. " 2>&1")
 	local text = read_file(out) or ""
 	log("job %s: %s -> %s: %s", job_id, cmd, tostring(status), text)
-	-- Lua 5.1: the wait status; 5.2+: true/nil.
+	-- Lua 5.1 (what Slurm 22.05 links): the wait status; 5.2+: true/nil, "exit", code.
 	if status == 0 or status == true then
 		return true
+	end
+	local exit_code = nil
+	if type(status) == "number" and status % 256 == 0 then
+		exit_code = status / 256
+	elseif how == "exit" then
+		exit_code = code
 	end
 	local msg = text:match("haar: ([^\n]*)") or text:gsub("%s+$", "")
 	if msg == "" then
 		msg = "haar stage ended with wait status " .. tostring(status)
 			.. " and no message (killed?); release the job to stage again"
 	end
-	return false, msg
+	return false, msg, exit_code
+end
+
+-- haar stage's exit statuses that no retry can change: 1 (bad endpoint, option or request;
+-- permission denied) and 2 (the source does not exist). 3 (I/O, checksum, interrupted) and a
+-- killed stager may succeed when staged again.
+local function permanent(exit_code)
+	return exit_code == 1 or exit_code == 2
 end
 
 local function directives_of(job_script)
@@ -207,19 +241,37 @@ local function run_directives(job_id, job_script, op)
 				end
 			else
 				local verb = (op == "stage_in") and "in" or "out"
+				local id = verb .. "-" .. i
+				if s.socket ~= "" then
+					id = "job" .. job_id .. "-" .. id
+				end
 				args = { verb, expand(d.args[1], job_id), expand(d.args[2], job_id),
-					"--id", verb .. "-" .. i, "--quiet" }
+					"--id", id, "--quiet" }
 				if d.args[3] then
 					args[#args + 1] = "--mapping"
 					args[#args + 1] = d.args[3]
 				end
 			end
-			local ok, msg = run_haar(s, job_id, args)
+			local where = nil
+			if op ~= "persist" and s.socket ~= "" then
+				where = "service"
+			end
+			local ok, msg, exit_code = run_haar(s, job_id, args, where)
 			if not ok then
 				-- Named by its text: Slurm hands the stage functions a rewritten script,
 				-- whose line numbers are not the user's.
-				return slurm.ERROR, "#HAAR " .. op .. " " .. table.concat(d.args, " ")
-					.. ": " .. msg
+				local reason = "#HAAR " .. op .. " " .. table.concat(d.args, " ") .. ": " .. msg
+				if op == "stage_in" and permanent(exit_code) then
+					-- Read by the teardown Slurm runs next (Flags=TeardownFailure), which
+					-- ends the job: the hook itself must not call back into slurmctld
+					-- while its stage-in thread waits for it.
+					local f = io.open(job_dir(s, job_id) .. "/failed", "w")
+					if f then
+						f:write(reason .. "\n")
+						f:close()
+					end
+				end
+				return slurm.ERROR, reason
 			end
 		end
 	end
@@ -267,12 +319,23 @@ function slurm_bb_real_size(job_id)
 	return slurm.SUCCESS
 end
 
+-- The owner's journal in the node's stage service.
+local function service_journal(s, uid)
+	return s.service_state .. "/users/" .. uid
+end
+
 -- The job's environment: where its stage journal is.
 function slurm_bb_paths(job_id, job_script, path_file)
 	local s = read_settings()
+	local journal = job_dir(s, job_id) .. "/journal"
+	-- (Slurm 22.05 passes no uid here: the one setup recorded.)
+	local uid = (read_file(job_dir(s, job_id) .. "/owner") or ""):match("^(%d+)")
+	if s.socket ~= "" and uid then
+		journal = service_journal(s, uid)
+	end
 	local f = io.open(path_file, "w")
 	if f then
-		f:write("HAAR_STAGE_JOURNAL=" .. job_dir(s, job_id) .. "/journal\n")
+		f:write("HAAR_STAGE_JOURNAL=" .. journal .. "\n")
 		f:close()
 	end
 	return slurm.SUCCESS
@@ -291,16 +354,42 @@ function slurm_bb_data_out(job_id, job_script)
 	return run_directives(job_id, job_script, "stage_out")
 end
 
+--[[
+After the job, or after a failed stage-in (Flags=TeardownFailure). A stage-in that failed for
+good (its `failed` mark) is ended here: by now Slurm has held the job with haar's message as
+its reason, and cancelling it keeps that reason (`scontrol show job`: JobState=CANCELLED
+Reason=burst_buffer/lua: slurm_bb_data_in: #HAAR stage_in ...). This runs in slurmscriptd with
+no slurmctld lock held, so scancel's request is served at once; Slurm's own cancel handling
+then queues a second teardown, which finds nothing left to do.
+--]]
 function slurm_bb_job_teardown(job_id, job_script, hurry)
 	local s = read_settings()
 	local dir = job_dir(s, job_id)
-	if read_file(dir .. "/owner") then
+	local failed = read_file(dir .. "/failed")
+	local owner = read_file(dir .. "/owner")
+	if owner then
 		local ok, msg = run_haar(s, job_id, { "teardown" })
 		if not ok then
 			log("job %s: teardown: %s", job_id, msg)
 		end
+		-- This job's tasks in the stage service's journal of its owner.
+		local uid = owner:match("^(%d+)")
+		local journal = service_journal(s, uid)
+		if s.socket ~= "" and os.execute("test -d " .. quote(journal)) == 0 then
+			ok, msg = run_haar(s, job_id, { "teardown", "--tasks", "job" .. job_id .. "-" },
+				journal)
+			if not ok then
+				log("job %s: teardown of its service tasks: %s", job_id, msg)
+			end
+		end
 	end
 	os.execute("rm -rf " .. quote(dir))
+	if failed then
+		local cmd = quote(s.scancel) .. " " .. quote(job_id)
+		local status = os.execute(cmd .. " </dev/null >/dev/null 2>&1")
+		log("job %s: stage-in failed for good (%s): %s -> %s", job_id,
+			failed:gsub("%s+$", ""), cmd, tostring(status))
+	end
 	return slurm.SUCCESS
 end
 

@@ -1,11 +1,13 @@
-//! Stage-in against `cp` between the same two directories in the same run, and how good the
-//! ETA printed at 10% progress was. A program prints these numbers (`haar_stage::bench::
-//! stage_vs_cp`); it is not a timed test.
+//! Staging against `cp` between the same two directories in the same run, and how good the
+//! ETA printed at 10% progress was: files ([`files_between`]), and the fields of a MARS
+//! request out of a haar store into one GRIB file ([`fields_between`]), whose peer is `cp` of
+//! a GRIB file holding the same bytes. Programs print these numbers (`haar stage bench`, the
+//! `stage_bench` example); they are not timed tests.
 //!
 //! Both sides start from a warm page cache of the source (written just before). `cp` neither
-//! fsyncs nor verifies; a stage-in does both (design §13.3), so the ratio prices the
-//! durability and the check. `cp_sync_seconds` (cp then `sync -f` of the destination) is the
-//! fairer peer and is reported too.
+//! fsyncs nor verifies; a task does both (design §13.3), so the ratio prices the durability
+//! and the check. `cp_sync_seconds` (cp then `sync -f` of the destination) is the fairer peer
+//! and is reported too.
 
 use std::io::Write;
 use std::path::Path;
@@ -19,10 +21,16 @@ use crate::error::{Error, Result};
 use crate::journal::Journal;
 use crate::task::{Direction, Mapping, Stager, State, TaskSpec};
 
-/// The figures of one [`stage_vs_cp`] run (medians over the rounds).
+/// The figures of one run (medians over the rounds).
 #[derive(Debug, Clone, Serialize)]
 pub struct StageBench {
-    /// Files staged per round.
+    /// `files` or `fields`.
+    pub kind: String,
+    /// Where the sources were.
+    pub src_dir: std::path::PathBuf,
+    /// Where the copies went.
+    pub dst_dir: std::path::PathBuf,
+    /// Objects (files or fields) staged per round.
     pub files: usize,
     /// Bytes staged per round.
     pub bytes: u64,
@@ -55,46 +63,186 @@ fn median(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-/// Writes `total` bytes as files of `file_bytes` under `dir/src`, then, `rounds` times, copies
-/// them to fresh destinations with `cp -r`, with `cp -r` + `sync -f`, and with a stage-in
-/// task; removes everything but returns the figures.
-pub fn stage_vs_cp(dir: &Path, total: u64, file_bytes: u64, rounds: usize) -> Result<StageBench> {
-    let src = dir.join("src");
-    std::fs::create_dir_all(&src).map_err(|e| Error::io("create", &src, e))?;
+/// Files of `file_bytes` making `total` bytes, each with different pseudo-random bytes,
+/// written under `dir`.
+fn write_files(dir: &Path, total: u64, file_bytes: u64) -> Result<usize> {
+    std::fs::create_dir_all(dir).map_err(|e| Error::io("create", dir, e))?;
     let files = total.div_ceil(file_bytes).max(1) as usize;
     let mut block = vec![0u8; file_bytes as usize];
     let mut x = 0x9e37_79b9_7f4a_7c15u64;
     for i in 0..files {
-        for chunk in block.chunks_mut(8) {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
-        }
-        let p = src.join(format!("f{i:05}.grib"));
+        fill(&mut block, &mut x);
+        let p = dir.join(format!("f{i:05}.grib"));
         std::fs::File::create(&p)
             .and_then(|mut f| f.write_all(&block))
             .map_err(|e| Error::io("write", &p, e))?;
     }
+    Ok(files)
+}
+
+fn fill(block: &mut [u8], x: &mut u64) {
+    for chunk in block.chunks_mut(8) {
+        *x ^= *x << 13;
+        *x ^= *x >> 7;
+        *x ^= *x << 17;
+        chunk.copy_from_slice(&x.to_le_bytes()[..chunk.len()]);
+    }
+}
+
+/// [`files_between`] with both sides in `dir`.
+pub fn stage_vs_cp(dir: &Path, total: u64, file_bytes: u64, rounds: usize) -> Result<StageBench> {
+    files_between(dir, dir, total, file_bytes, rounds)
+}
+
+/// Writes `total` bytes as files of `file_bytes` under `src_dir/src`, then, `rounds` times,
+/// copies them to fresh destinations in `dst_dir` with `cp -r`, with `cp -r` + `sync -f`, and
+/// with a task (dataspace `from` = `src_dir`, `to` = `dst_dir`); removes everything but
+/// returns the figures.
+pub fn files_between(
+    src_dir: &Path,
+    dst_dir: &Path,
+    total: u64,
+    file_bytes: u64,
+    rounds: usize,
+) -> Result<StageBench> {
+    let src = src_dir.join("src");
+    let files = write_files(&src, total, file_bytes)?;
     let bytes = files as u64 * file_bytes;
     let mut spaces = Dataspaces::default();
-    spaces
-        .spaces
-        .insert("from".into(), Dataspace::Shared { path: dir.into() });
-    spaces
-        .spaces
-        .insert("to".into(), Dataspace::Posix { path: dir.into() });
+    spaces.spaces.insert(
+        "from".into(),
+        Dataspace::Shared {
+            path: src_dir.into(),
+        },
+    );
+    spaces.spaces.insert(
+        "to".into(),
+        Dataspace::Posix {
+            path: dst_dir.into(),
+        },
+    );
+    let r = measure(
+        "files",
+        src_dir,
+        dst_dir,
+        spaces,
+        &src,
+        true,
+        "from:src",
+        |round| format!("stage{round}"),
+        files,
+        bytes,
+        rounds,
+    );
+    let _ = std::fs::remove_dir_all(&src);
+    r
+}
+
+/// Archives `total` bytes as fields of `field_bytes` into a posix haar store under
+/// `store_dir/store` (and the same bytes, in the same order, as `store_dir/fields.grib`, the
+/// `cp` peer), then, `rounds` times, stages the request for all of them into one GRIB file in
+/// `dst_dir` (checked equal to the peer's bytes in the first round) and copies the peer file
+/// there with `cp` and `cp` + `sync -f`.
+pub fn fields_between(
+    store_dir: &Path,
+    dst_dir: &Path,
+    total: u64,
+    field_bytes: u64,
+    rounds: usize,
+) -> Result<StageBench> {
+    let root = store_dir.join("store");
+    let peer = store_dir.join("fields.grib");
+    let n = total.div_ceil(field_bytes).max(1);
+    {
+        let opts = haar::OpenOptions {
+            root: Some(root.clone()),
+            backend: Some("posix".into()),
+            ..haar::OpenOptions::default()
+        };
+        let mut store = opts.field_store()?;
+        let mut out = std::fs::File::create(&peer).map_err(|e| Error::io("create", &peer, e))?;
+        let mut block = vec![0u8; field_bytes as usize];
+        let mut x = 0x2545_f491_4f6c_dd1du64;
+        for i in 0..n {
+            fill(&mut block, &mut x);
+            let key = haar_core::key::Key::parse(&format!("{FIELD_KEY},step={i}"))
+                .map_err(|e| Error::Usage(format!("bench key: {e}")))?;
+            store.archive(&key, &block)?;
+            out.write_all(&block)
+                .map_err(|e| Error::io("write", &peer, e))?;
+        }
+        store.flush()?;
+    }
+    let bytes = n * field_bytes;
+    let mut spaces = Dataspaces::default();
+    spaces.spaces.insert(
+        "fdb".into(),
+        Dataspace::Store {
+            config: None,
+            root: Some(root.clone()),
+            backend: Some("posix".into()),
+        },
+    );
+    spaces.spaces.insert(
+        "to".into(),
+        Dataspace::Posix {
+            path: dst_dir.into(),
+        },
+    );
+    let request = format!("fdb:{FIELD_REQUEST},step=0/to/{}/by/1", n - 1);
+    let r = measure(
+        "fields",
+        store_dir,
+        dst_dir,
+        spaces,
+        &peer,
+        false,
+        &request,
+        |round| format!("fields{round}.grib"),
+        n as usize,
+        bytes,
+        rounds,
+    );
+    let _ = std::fs::remove_dir_all(&root);
+    let _ = std::fs::remove_file(&peer);
+    r
+}
+
+/// The bench fields' key, but for `step`.
+const FIELD_KEY: &str =
+    "class=od,expver=1,stream=oper,date=20261124,time=0,domain=g,type=fc,levtype=sfc,param=167";
+/// The request for them, but for `step`.
+const FIELD_REQUEST: &str =
+    "class=od,expver=1,stream=oper,date=20261124,time=0,type=fc,levtype=sfc,param=167";
+
+/// The rounds: `cp` of `peer` (`-r` when `tree`), `cp` + `sync -f`, then the task from
+/// `src_endpoint` to `to:DST(round)`.
+#[allow(clippy::too_many_arguments)]
+fn measure(
+    kind: &str,
+    src_dir: &Path,
+    dst_dir: &Path,
+    spaces: Dataspaces,
+    peer: &Path,
+    tree: bool,
+    src_endpoint: &str,
+    dst_name: impl Fn(usize) -> String,
+    objects: usize,
+    bytes: u64,
+    rounds: usize,
+) -> Result<StageBench> {
+    let journal_dir = dst_dir.join(format!("bench-journal-{}", std::process::id()));
     let stager = Stager {
         spaces,
-        journal: Journal::open(&dir.join("journal"))?,
+        journal: Journal::open(&journal_dir)?,
     };
     let (mut st, mut cp, mut cps) = (Vec::new(), Vec::new(), Vec::new());
     let (mut etas, mut reals) = (Vec::new(), Vec::new());
     let run_cp = |dst: &Path, sync: bool| -> Result<f64> {
         let t = Instant::now();
         let ok = Command::new("cp")
-            .arg("-r")
-            .arg(&src)
+            .args(if tree { &["-r"][..] } else { &[] })
+            .arg(peer)
             .arg(dst)
             .status()
             .map_err(|e| Error::io("run cp for", dst, e))?
@@ -109,17 +257,17 @@ pub fn stage_vs_cp(dir: &Path, total: u64, file_bytes: u64, rounds: usize) -> Re
         if !ok {
             return Err(Error::Usage(format!("cp into {} failed", dst.display())));
         }
-        let _ = std::fs::remove_dir_all(dst);
+        remove(dst);
         Ok(secs)
     };
     for round in 0..rounds.max(1) {
-        cp.push(run_cp(&dir.join("cp"), false)?);
-        cps.push(run_cp(&dir.join("cps"), true)?);
+        cp.push(run_cp(&dst_dir.join("cp"), false)?);
+        cps.push(run_cp(&dst_dir.join("cps"), true)?);
         let spec = TaskSpec {
             id: Some(format!("bench{round}")),
             direction: Direction::In,
-            src: "from:src".into(),
-            dst: format!("to:stage{round}"),
+            src: src_endpoint.into(),
+            dst: format!("to:{}", dst_name(round)),
             mapping: Mapping::Same,
         };
         let task = stager.submit(&spec)?;
@@ -146,10 +294,19 @@ pub fn stage_vs_cp(dir: &Path, total: u64, file_bytes: u64, rounds: usize) -> Re
             etas.push(eta);
             reals.push(secs - when);
         }
-        let _ = std::fs::remove_dir_all(dir.join(format!("stage{round}")));
+        let out = dst_dir.join(dst_name(round));
+        if round == 0 && !tree {
+            let (a, b) = (crc_of(peer)?, crc_of(&out)?);
+            if a != b {
+                return Err(Error::Checksum {
+                    path: out,
+                    detail: format!("staged {b:08x}, the peer file holds {a:08x}"),
+                });
+            }
+        }
+        remove(&out);
     }
-    let _ = std::fs::remove_dir_all(&src);
-    let _ = std::fs::remove_dir_all(dir.join("journal"));
+    let _ = std::fs::remove_dir_all(&journal_dir);
     let (s, c, cs) = (median(st), median(cp), median(cps));
     let gib = bytes as f64 / (1u64 << 30) as f64;
     let eta_error_max = etas
@@ -158,7 +315,10 @@ pub fn stage_vs_cp(dir: &Path, total: u64, file_bytes: u64, rounds: usize) -> Re
         .map(|(e, r)| (e - r).abs() / r.max(1e-9))
         .fold(0.0, f64::max);
     Ok(StageBench {
-        files,
+        kind: kind.into(),
+        src_dir: src_dir.into(),
+        dst_dir: dst_dir.into(),
+        files: objects,
         bytes,
         rounds: rounds.max(1),
         stage_seconds: s,
@@ -172,4 +332,15 @@ pub fn stage_vs_cp(dir: &Path, total: u64, file_bytes: u64, rounds: usize) -> Re
         real_left_seconds: reals,
         eta_error_max,
     })
+}
+
+fn remove(p: &Path) {
+    let _ = std::fs::remove_dir_all(p).or_else(|_| std::fs::remove_file(p));
+}
+
+fn crc_of(p: &Path) -> Result<u32> {
+    let f = std::fs::File::open(p).map_err(|e| Error::io("open", p, e))?;
+    // SAFETY: a read-only mapping of a file nobody else writes while the bench runs.
+    let map = unsafe { memmap2::Mmap::map(&f) }.map_err(|e| Error::io("map", p, e))?;
+    Ok(haar_persist::crc32c(&map))
 }

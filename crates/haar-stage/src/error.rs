@@ -50,6 +50,9 @@ pub enum Error {
     /// Not allowed (persisted data of another user, an operation for root only).
     #[error("{0}")]
     Denied(String),
+    /// The stage service failed, or answered what the client cannot read.
+    #[error("{0}")]
+    Service(String),
 }
 
 impl Error {

@@ -43,7 +43,9 @@ pub(crate) fn store_to_file(
         .open(&tmp)
         .map_err(|e| Error::io("create", &tmp, e))?;
     let result = (|| {
-        let mut out = std::io::BufWriter::with_capacity(copy::CHUNK, file);
+        // Fields of 64 KiB or more bypass the buffer (one copy fewer); smaller ones are
+        // gathered into 64 KiB writes.
+        let mut out = std::io::BufWriter::with_capacity(64 << 10, file);
         let mut crc = 0u32;
         let mut len = 0u64;
         let mut failure: Option<Error> = None;

@@ -38,6 +38,12 @@ impl Journal {
         Ok(Journal { dir: dir.into() })
     }
 
+    /// The journal in the existing directory `dir`, without creating or checking it (a
+    /// journal another process created).
+    pub fn new_unchecked(dir: &Path) -> Journal {
+        Journal { dir: dir.into() }
+    }
+
     /// The default journal of this user: `$XDG_STATE_HOME/haar/stage`, else
     /// `~/.local/state/haar/stage`, else `/tmp/haar-stage-UID`.
     pub fn default_dir() -> PathBuf {
@@ -91,12 +97,30 @@ impl Journal {
         Ok(d)
     }
 
-    /// Reads a record written by [`write_record`] at `path`.
+    /// Reads a record written by [`write_record`] at `path`: a regular file (a symbolic link
+    /// or a device is refused, not followed: journals may lie in directories their readers
+    /// do not own) of at most [`MAX_RECORD`] bytes.
     pub fn read<T: DeserializeOwned>(path: &Path, magic: &str) -> Result<T> {
-        let bytes = std::fs::read(path).map_err(|e| match e.kind() {
-            std::io::ErrorKind::NotFound => Error::Missing(format!("no {}", path.display())),
-            _ => Error::io("read", path, e),
-        })?;
+        use std::io::Read;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(path)
+            .map_err(|e| match e.kind() {
+                std::io::ErrorKind::NotFound => Error::Missing(format!("no {}", path.display())),
+                _ => Error::io("read", path, e),
+            })?;
+        let meta = f.metadata().map_err(|e| Error::io("stat", path, e))?;
+        if !meta.is_file() || meta.len() > MAX_RECORD {
+            return Err(Error::Journal {
+                path: path.into(),
+                detail: format!("not a regular file of at most {MAX_RECORD} bytes"),
+            });
+        }
+        let mut bytes = Vec::with_capacity(meta.len() as usize);
+        f.take(MAX_RECORD)
+            .read_to_end(&mut bytes)
+            .map_err(|e| Error::io("read", path, e))?;
         decode(&bytes, magic).map_err(|detail| Error::Journal {
             path: path.into(),
             detail,
@@ -231,14 +255,17 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8], magic: &str) -> std::result::Re
     serde_json::from_slice(body).map_err(|e| format!("body: {e}"))
 }
 
+/// Largest record [`Journal::read`] accepts.
+pub const MAX_RECORD: u64 = 64 << 20;
+
 /// Replaces the record at `path` atomically: written whole beside it, fsynced, renamed over
 /// it. A reader sees the old record or the new one, never a mixture.
 pub fn write_record<T: Serialize>(path: &Path, magic: &str, value: &T) -> Result<()> {
     let bytes = encode(magic, value);
     let tmp = path.with_extension(format!("tmp{}", std::process::id()));
+    let _ = std::fs::remove_file(&tmp);
     let mut f = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(true)
+        .create_new(true)
         .write(true)
         .mode(0o600)
         .open(&tmp)

@@ -11,10 +11,13 @@
 //! - [`copy`]: the crash-safe copy of one file (design §13.3).
 //! - [`persist`]: data kept on the node after its job, readable by the users it is shared
 //!   with.
+//! - [`daemon`]: the per-node stage service (`haar stage daemon`): users' tasks under their
+//!   own uid, admin operations for root or the admin token, over a Unix socket (design §13.5).
+//! - [`placement`]: a workflow's consumer job placed on its producer's nodes (Slurm).
 //! - [`bench`](mod@bench): stage-in against `cp` between the same directories.
 //!
 //! Tasks run in the calling process (the CLI's `--detach` starts a background process that
-//! calls [`Stager::run`]); there is no per-node daemon yet.
+//! calls [`Stager::run`]), or in runner processes the per-node [`daemon`] starts.
 //!
 //! ```
 //! use haar_stage::{Dataspaces, Journal, Stager, TaskSpec, Direction, Mapping, State};
@@ -47,11 +50,13 @@
 
 pub mod bench;
 pub mod copy;
+pub mod daemon;
 pub mod dataspace;
 pub mod error;
 mod fields;
 pub mod journal;
 pub mod persist;
+pub mod placement;
 pub mod task;
 
 pub use dataspace::{Dataspace, Dataspaces, Endpoint, Object};

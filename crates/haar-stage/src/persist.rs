@@ -38,6 +38,23 @@ pub struct Persisted {
     pub shared_with: Vec<u32>,
     /// Unix seconds it was persisted.
     pub created: f64,
+    /// The node it was persisted on (short host name, Slurm's node name); `None` in records
+    /// written before nodes were recorded.
+    #[serde(default)]
+    pub node: Option<String>,
+}
+
+/// This node's short host name (up to the first '.').
+pub fn node_name() -> Option<String> {
+    let mut buf = [0u8; 256];
+    // SAFETY: a buffer and its length; gethostname NUL-terminates within it on success.
+    if unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) } != 0 {
+        return None;
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    let name = String::from_utf8_lossy(&buf[..end]);
+    let short = name.split('.').next().unwrap_or("");
+    (!short.is_empty()).then(|| short.to_string())
 }
 
 /// What to do with a location.
@@ -168,7 +185,11 @@ pub fn apply(
             .duration_since(std::time::UNIX_EPOCH)
             .map(|d| d.as_secs_f64())
             .unwrap_or(0.0),
+        node: None,
     });
+    if rec.node.is_none() {
+        rec.node = node_name();
+    }
     match op {
         Op::Delete => {
             if meta.is_dir() {
@@ -223,6 +244,47 @@ pub fn list(spaces: &Dataspaces) -> Result<Vec<Persisted>> {
     }
     out.sort_by(|a, b| a.path.cmp(&b.path));
     Ok(out)
+}
+
+/// Removes every persisted location `owner` owns, data and record (an admin's purge; the
+/// caller needs the right to remove them: root). Returns the records removed.
+pub fn purge(spaces: &Dataspaces, owner: u32) -> Result<Vec<Persisted>> {
+    let mut removed = Vec::new();
+    for d in spaces.spaces.values() {
+        let Some(root) = d.dir() else { continue };
+        let reg = root.join(".haar-persist");
+        let Ok(rd) = std::fs::read_dir(&reg) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let Ok(p) = Journal::read::<Persisted>(&e.path(), PERSIST_MAGIC) else {
+                continue;
+            };
+            // A record names its owner's path, but the owner wrote it: only a path inside
+            // this dataspace is removed (and the caller runs this with the owner's rights).
+            let inside = p.path.starts_with(root)
+                && p.path != root
+                && p.path
+                    .components()
+                    .all(|c| !matches!(c, std::path::Component::ParentDir));
+            if p.owner != owner || !inside {
+                continue;
+            }
+            let r = match std::fs::symlink_metadata(&p.path) {
+                // Not the owner's (any more): not the owner's to purge.
+                Ok(m) if m.uid() != owner => continue,
+                Ok(m) if m.is_dir() => std::fs::remove_dir_all(&p.path),
+                Ok(_) => std::fs::remove_file(&p.path),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(e),
+            };
+            r.map_err(|er| Error::io("remove", &p.path, er))?;
+            std::fs::remove_file(e.path()).map_err(|er| Error::io("remove", &e.path(), er))?;
+            removed.push(p);
+        }
+    }
+    removed.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(removed)
 }
 
 /// Whether `path` is, or is inside, or contains a persisted location (a teardown must not

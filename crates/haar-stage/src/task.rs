@@ -352,6 +352,33 @@ impl Stager {
         self.wait(id, Some(timeout))
     }
 
+    /// Marks an `interrupted` or `failed` task `queued` again, for a runner about to resume
+    /// it (so that nobody waiting takes the old runner's state for the outcome).
+    pub fn requeue(&self, id: &str) -> Result<TaskRecord> {
+        let mut rec = self.status(id)?;
+        if matches!(rec.state, State::Interrupted | State::Failed) {
+            rec.state = State::Queued;
+            rec.pid = None;
+            rec.pid_start = None;
+            self.save(&rec)?;
+        }
+        Ok(rec)
+    }
+
+    /// Records `failed` with `why` for a task still `queued`: its runner ended without
+    /// starting it (nothing else would ever finish it).
+    pub fn fail_unstarted(&self, id: &str, why: &str) -> Result<()> {
+        let mut rec = self.status(id)?;
+        if rec.state == State::Queued {
+            rec.state = State::Failed;
+            rec.finished = Some(now());
+            rec.error = Some(why.to_string());
+            rec.error_class = Some("io".into());
+            self.save(&rec)?;
+        }
+        Ok(())
+    }
+
     fn cancel_requested(&self, id: &str) -> bool {
         self.journal.task_dir(id).join("cancel").exists()
     }
@@ -405,6 +432,8 @@ impl Stager {
             progress,
             save_error: None,
             copied: 0,
+            committed: 0,
+            first_commit: None,
         };
         let outcome = run.execute();
         let mut rec = run.rec;
@@ -473,8 +502,17 @@ impl Stager {
     /// sources of its `out` tasks, where they lie in a `posix` (node-local) dataspace; data
     /// in shared dataspaces, stores and absolute paths is never removed.
     pub fn teardown_paths(&self) -> Result<Vec<PathBuf>> {
+        self.teardown_paths_of("")
+    }
+
+    /// [`Stager::teardown_paths`] of the tasks whose id starts with `prefix` (a job's tasks
+    /// in a journal it shares with others: the stage service's per-user journal).
+    pub fn teardown_paths_of(&self, prefix: &str) -> Result<Vec<PathBuf>> {
         let mut out = Vec::new();
         for rec in self.list()? {
+            if !rec.id.starts_with(prefix) {
+                continue;
+            }
             let (endpoint, named_by_src) = match rec.direction {
                 Direction::In => (&rec.dst, true),
                 Direction::Out => (&rec.src, false),
@@ -504,9 +542,14 @@ impl Stager {
     /// A job's teardown: removes each of [`Stager::teardown_paths`] (a file or a tree) that
     /// no `persist store` keeps, and says what it removed and what it kept.
     pub fn teardown(&self) -> Result<Teardown> {
+        self.teardown_of("")
+    }
+
+    /// [`Stager::teardown`] of the tasks whose id starts with `prefix`.
+    pub fn teardown_of(&self, prefix: &str) -> Result<Teardown> {
         let persisted = crate::persist::list(&self.spaces)?;
         let mut done = Teardown::default();
-        for p in self.teardown_paths()? {
+        for p in self.teardown_paths_of(prefix)? {
             if crate::persist::is_persisted(&persisted, &p) {
                 done.kept_persisted.push(p);
                 continue;
@@ -546,6 +589,12 @@ pub(crate) struct TaskRun<'s, 'p> {
     save_error: Option<Error>,
     /// Bytes copied by this run (to temporary names, or into a store), for the rate.
     copied: u64,
+    /// Bytes this run committed (verified and renamed, or in the store): objects kept from an
+    /// earlier run do not count.
+    committed: u64,
+    /// When this run first committed, and `committed` then: the durable rate is measured
+    /// from there, without the time the commit pipeline took to fill.
+    first_commit: Option<(Instant, u64)>,
 }
 
 impl Monitor for TaskRun<'_, '_> {
@@ -569,9 +618,17 @@ impl TaskRun<'_, '_> {
     /// Updates rate and ETA; reports every 100 ms and saves the record every 250 ms.
     fn tick(&mut self, force: bool) {
         let elapsed = self.start.elapsed().as_secs_f64();
-        // The rate is that of the copying, which the bounded commit pipeline ties to the
-        // durable rate once it is full; the ETA is what is not yet committed at that rate.
-        let measured = (elapsed > 0.2 && self.copied > 0).then(|| self.copied as f64 / elapsed);
+        // The rate is the durable one: bytes committed since this run's first commit, over
+        // the time since (a page cache that absorbs the first gigabytes, then throttles,
+        // does not fool it); before there is such a measure, the copying rate. The ETA is
+        // what is not yet committed at that rate.
+        let durable = self.first_commit.and_then(|(t0, c0)| {
+            let dt = t0.elapsed().as_secs_f64();
+            let bytes = self.committed.saturating_sub(c0);
+            (dt > 0.2 && bytes > 0).then(|| bytes as f64 / dt)
+        });
+        let copying = (elapsed > 0.2 && self.copied > 0).then(|| self.copied as f64 / elapsed);
+        let measured = durable.or(copying);
         if let Some(rate) = measured.or(self.prior_rate) {
             self.rec.rate = rate;
             let left = self.rec.bytes_total.saturating_sub(self.rec.bytes_done) as f64;
@@ -732,6 +789,8 @@ impl TaskRun<'_, '_> {
     /// Records an object its commit verified and renamed.
     fn record_done(&mut self, done: DoneObject, touched_dirs: &mut Vec<PathBuf>) {
         self.rec.bytes_done += done.bytes;
+        self.committed += done.bytes;
+        self.note_commit();
         if let Some(parent) = done.dst.parent()
             && !touched_dirs.iter().any(|t| t == parent)
         {
@@ -765,7 +824,16 @@ impl TaskRun<'_, '_> {
     pub(crate) fn set_done(&mut self, bytes: u64) {
         self.rec.bytes_done = bytes;
         self.copied = bytes;
+        self.committed = bytes;
+        self.note_commit();
         self.tick(false);
+    }
+
+    /// Starts the durable-rate clock at the run's first commit.
+    fn note_commit(&mut self) {
+        if self.first_commit.is_none() && self.committed > 0 {
+            self.first_commit = Some((Instant::now(), self.committed));
+        }
     }
 
     /// Whether the task was cancelled (checked every 50 ms at most).
@@ -777,6 +845,8 @@ impl TaskRun<'_, '_> {
     pub(crate) fn advance_by(&mut self, bytes: u64) {
         self.rec.bytes_done += bytes;
         self.copied += bytes;
+        self.committed += bytes;
+        self.note_commit();
         self.tick(false);
     }
 

@@ -134,6 +134,7 @@ fn req_for(key: &Key) -> String {
 pub fn run_all(f: Factory<'_>) {
     invisible_until_flush_then_visible_without_reopen(f);
     retrieve_order_and_missing(f);
+    partial_combinations_get_every_agreeing_field(f);
     rearchive_masks_older(f);
     list_and_axes(f);
     wipe_partial_and_whole(f);
@@ -220,6 +221,66 @@ pub fn retrieve_order_and_missing(f: Factory<'_>) {
             .unwrap()
             .2;
         assert_eq!(bytes, want, "bytes of {k}");
+    }
+}
+
+/// A request that leaves keywords out (here `domain` and `levelist`) gets, for each of its
+/// combinations in request order, every field that agrees with it, in key order; many
+/// combinations over many fields (the indexed path) give the same as a few.
+pub fn partial_combinations_get_every_agreeing_field(f: Factory<'_>) {
+    let mut w = store(f);
+    let steps: Vec<u32> = (0..300).collect();
+    for &step in &steps {
+        for level in [500, 850] {
+            let k = field_key("20260109", step, level, "130");
+            w.archive(&k, &payload(&k, 0, 64)).unwrap();
+        }
+    }
+    w.flush().unwrap();
+    let r = store(f);
+    let (got, missing) = get(
+        &r,
+        "class=od,expver=1,stream=oper,date=20260109,time=12,type=fc,levtype=pl,step=6/0/400,param=130",
+    );
+    let order: Vec<(String, String)> = got
+        .iter()
+        .map(|(k, _)| {
+            (
+                k.get("step").unwrap().to_string(),
+                k.get("levelist").unwrap().to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        order,
+        [("6", "500"), ("6", "850"), ("0", "500"), ("0", "850")]
+            .map(|(a, b)| (a.to_string(), b.to_string()))
+            .to_vec(),
+        "not every agreeing field, or not in request then key order"
+    );
+    assert_eq!(missing.len(), 1, "step 400 is missing: {missing:?}");
+    for (k, bytes) in &got {
+        assert_eq!(bytes, &payload(k, 0, 64), "bytes of {k}");
+    }
+    let all = steps
+        .iter()
+        .rev()
+        .map(|s| s.to_string())
+        .collect::<Vec<_>>()
+        .join("/");
+    let (got, missing) = get(
+        &r,
+        &format!(
+            "class=od,expver=1,stream=oper,date=20260109,time=12,type=fc,levtype=pl,step={all},param=130"
+        ),
+    );
+    assert!(missing.is_empty(), "{missing:?}");
+    assert_eq!(got.len(), 600);
+    for (i, (k, _)) in got.iter().enumerate() {
+        let step = steps[steps.len() - 1 - i / 2].to_string();
+        assert_eq!(k.get("step"), Some(step.as_str()), "field {i}: {k}");
+        let level = if i % 2 == 0 { "500" } else { "850" };
+        assert_eq!(k.get("levelist"), Some(level), "field {i}: {k}");
     }
 }
 

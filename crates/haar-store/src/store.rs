@@ -39,6 +39,65 @@ impl Field {
     }
 }
 
+/// The fields a request lists, with their full keys, indexed by the values of the keywords of
+/// the request's combinations (the same keywords in every combination).
+struct PartialMatches {
+    fields: Vec<(Field, Key)>,
+    keywords: Vec<String>,
+    by_values: HashMap<Vec<String>, Vec<usize>>,
+}
+
+impl PartialMatches {
+    fn new(fields: Vec<Field>, combination: &Key) -> PartialMatches {
+        let keywords: Vec<String> = combination.iter().map(|(k, _)| k.to_string()).collect();
+        let fields: Vec<(Field, Key)> = fields
+            .into_iter()
+            .map(|f| {
+                let k = f.key();
+                (f, k)
+            })
+            .collect();
+        let mut by_values: HashMap<Vec<String>, Vec<usize>> = HashMap::new();
+        for (i, (_, full)) in fields.iter().enumerate() {
+            let values: Option<Vec<String>> = keywords
+                .iter()
+                .map(|k| full.get(k).map(str::to_string))
+                .collect();
+            if let Some(v) = values {
+                by_values.entry(v).or_default().push(i);
+            }
+        }
+        PartialMatches {
+            fields,
+            keywords,
+            by_values,
+        }
+    }
+
+    /// The fields whose full key agrees with every keyword of `key`, in listing order.
+    fn agreeing_with<'a>(&'a self, key: &Key) -> Vec<(&'a Field, &'a Key)> {
+        let same_keywords = key.len() == self.keywords.len()
+            && key.iter().zip(&self.keywords).all(|((k, _), kw)| k == kw);
+        if same_keywords {
+            let values: Vec<String> = key.iter().map(|(_, v)| v.to_string()).collect();
+            return self
+                .by_values
+                .get(&values)
+                .map(|ix| {
+                    ix.iter()
+                        .map(|&i| (&self.fields[i].0, &self.fields[i].1))
+                        .collect()
+                })
+                .unwrap_or_default();
+        }
+        self.fields
+            .iter()
+            .filter(|(_, full)| key.iter().all(|(k, v)| full.get(k) == Some(v)))
+            .map(|(f, full)| (f, full))
+            .collect()
+    }
+}
+
 /// What a retrieve found.
 #[derive(Debug, Default, Clone)]
 pub struct RetrieveReport {
@@ -682,7 +741,7 @@ impl Store {
             }
             return Ok(report);
         }
-        let mut listed: Option<Vec<Field>> = None;
+        let mut listed: Option<PartialMatches> = None;
         for key in resolved.expand() {
             // Fast path: the combination is a complete key of a schema rule.
             if let Ok(split) = self.opts.schema.split(&key, &self.opts.context)
@@ -690,21 +749,22 @@ impl Store {
             {
                 continue;
             }
-            // Partial key: every stored field that agrees with it, in key order.
+            // Partial key: every stored field that agrees with it, in key order. The listing
+            // is made once and indexed by the values of the combination's keywords, so a
+            // request of N partial combinations over M fields costs N + M, not N x M.
             if listed.is_none() {
-                listed = Some(self.list_resolved(&resolved)?);
+                listed = Some(PartialMatches::new(self.list_resolved(&resolved)?, &key));
             }
             let mut any = false;
-            for f in listed.as_ref().unwrap() {
-                let full = f.key();
-                if key.iter().all(|(k, v)| full.get(k) == Some(v))
-                    && let Some((bytes, crc)) =
-                        self.fetch(&f.db, &f.index, &f.datum, std::mem::take(&mut buf))?
+            let matches = listed.as_ref().unwrap().agreeing_with(&key);
+            for (f, full) in matches {
+                if let Some((bytes, crc)) =
+                    self.fetch(&f.db, &f.index, &f.datum, std::mem::take(&mut buf))?
                 {
                     any = true;
                     report.found += 1;
                     report.bytes += bytes.len() as u64;
-                    sink(&full, &bytes, crc)?;
+                    sink(full, &bytes, crc)?;
                     buf = bytes.into_buffer();
                 }
             }

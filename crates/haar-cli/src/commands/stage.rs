@@ -5,8 +5,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
+use haar_stage::daemon::{self, Client, Daemon, DaemonConfig, Request};
 use haar_stage::persist::{self, Op};
-use haar_stage::{Direction, Journal, Mapping, Stager, State, TaskRecord, TaskSpec};
+use haar_stage::{
+    Dataspace, Dataspaces, Direction, Journal, Mapping, Stager, State, TaskRecord, TaskSpec,
+};
 
 use crate::Failure;
 use crate::args::Cli;
@@ -33,6 +36,12 @@ GUARANTEES
     CRC-32C of the source as it was read, then renamed into place: a task killed at any
     point never leaves a half-copied object under the destination's name. Run it again
     (`haar stage resume TASK`) and verified objects are kept, the rest redone.
+
+STAGE SERVICE
+    `haar stage daemon` (root, one per node) runs tasks under each caller's uid; `in`, `out`,
+    `copy`, `status`, `wait` and `cancel` go through it when it answers on --socket (default
+    /run/haar/stage.sock), in-process otherwise (or with --no-daemon or --journal). Admin
+    operations (`haar stage admin ...`) need root or the admin token. docs/design.md §13.5.
 
 JOURNAL
     Task records live in --journal DIR (default $XDG_STATE_HOME/haar/stage, else
@@ -61,6 +70,20 @@ pub struct StageArgs {
     /// Print task records as JSON instead of text.
     #[arg(long, global = true)]
     pub json: bool,
+    /// The per-node stage service's socket (default /run/haar/stage.sock): used when it
+    /// answers there; given explicitly, it must.
+    #[arg(long, value_name = "PATH", global = true)]
+    pub socket: Option<PathBuf>,
+    /// Run tasks in this process even when a stage service answers.
+    #[arg(long, global = true)]
+    pub no_daemon: bool,
+    /// File whose first line is the stage service's admin token (admin operations by a
+    /// non-root user).
+    #[arg(long, value_name = "FILE", global = true)]
+    pub token_file: Option<PathBuf>,
+    /// Internal: the stage service's registered dataspaces, for its runners.
+    #[arg(long, value_name = "FILE", global = true, hide = true)]
+    pub registered: Option<PathBuf>,
 }
 
 /// How to start a task.
@@ -122,7 +145,11 @@ pub enum StageAction {
     Resume(MoveQuiet),
     /// Remove what the journal's `in` tasks staged in and its `out` tasks' sources, from
     /// posix (node-local) dataspaces only, except persisted locations (a job's teardown).
-    Teardown,
+    Teardown {
+        /// Only the tasks whose id starts with PREFIX (a job's, in a shared journal).
+        #[arg(long, value_name = "PREFIX", default_value = "")]
+        tasks: String,
+    },
     /// Bandwidth measured per dataspace pair by the journal's finished tasks (what the first
     /// ETA of a new task between them starts from).
     Rates,
@@ -132,9 +159,129 @@ pub enum StageAction {
         #[command(subcommand)]
         op: PersistOp,
     },
-    /// Internal: the background runner of `--detach`.
+    /// Run the per-node stage service in the foreground (normally as root): users' tasks
+    /// under their own uid, admin operations for root or the admin token.
+    Daemon(DaemonArgs),
+    /// Admin operations of the stage service (root, or --token-file).
+    Admin {
+        /// What to do.
+        #[command(subcommand)]
+        op: AdminOp,
+    },
+    /// Submit a workflow's consumer job after its producer, on the producer's nodes (where
+    /// its persisted data is): `sbatch --dependency=afterok:JOBID --kill-on-invalid-dep=yes
+    /// --nodelist=NODES SBATCH_ARGS…`; prints sbatch's output.
+    Submit(SubmitArgs),
+    /// Measure staging against `cp` between two directories in the same run (files, and
+    /// fields by request out of a haar store), with the ETA error at 10%; prints JSON.
+    Bench(BenchArgs),
+    /// Internal: the background runner of `--detach` and of the stage service.
     #[command(hide = true)]
     Run(TaskArg),
+}
+
+/// `haar stage daemon` options.
+#[derive(Debug, Args)]
+pub struct DaemonArgs {
+    /// State directory: per-user journals, registered dataspaces, the drain mark.
+    #[arg(long, value_name = "DIR", default_value = daemon::DEFAULT_STATE)]
+    pub state: PathBuf,
+    /// File whose first line is the admin token (mode 0600, the daemon's user's); without
+    /// it only root is admin.
+    #[arg(long, value_name = "FILE")]
+    pub admin_token_file: Option<PathBuf>,
+}
+
+/// `haar stage submit` options.
+#[derive(Debug, Args)]
+pub struct SubmitArgs {
+    /// The producer's job id.
+    #[arg(long, value_name = "JOBID")]
+    pub after: String,
+    /// Seconds to wait for a pending producer to get nodes (then: no placement, the consumer
+    /// stages its inputs in).
+    #[arg(long, value_name = "SECONDS", default_value_t = 60.0)]
+    pub wait_node: f64,
+    /// The sbatch to run.
+    #[arg(long, value_name = "PATH", default_value = "sbatch")]
+    pub sbatch: PathBuf,
+    /// The scontrol to ask.
+    #[arg(long, value_name = "PATH", default_value = "scontrol")]
+    pub scontrol: PathBuf,
+    /// sbatch's own arguments: options, the job script, its arguments.
+    #[arg(last = true, required = true, value_name = "SBATCH_ARGS")]
+    pub sbatch_args: Vec<String>,
+}
+
+/// `haar stage bench` options.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Where the sources are written (the tier staged from).
+    #[arg(long, value_name = "DIR")]
+    pub from: PathBuf,
+    /// Where the copies go (the tier staged to).
+    #[arg(long, value_name = "DIR")]
+    pub to: PathBuf,
+    /// MiB per round.
+    #[arg(long, default_value_t = 4096)]
+    pub mib: u64,
+    /// MiB per file (files).
+    #[arg(long, default_value_t = 16)]
+    pub file_mib: u64,
+    /// KiB per field (fields).
+    #[arg(long, default_value_t = 1024)]
+    pub field_kib: u64,
+    /// Rounds (medians are reported).
+    #[arg(long, default_value_t = 3)]
+    pub rounds: usize,
+    /// files, fields or both.
+    #[arg(long, default_value = "both", value_parser = ["files", "fields", "both"])]
+    pub what: String,
+    /// Also measure the non-temporal copy limit into --to (a pmem or tmpfs target) and
+    /// report the stage rate against it.
+    #[arg(long)]
+    pub nt_limit: bool,
+    /// Also save the JSON here.
+    #[arg(long, value_name = "FILE")]
+    pub out: Option<PathBuf>,
+}
+
+/// `haar stage admin` operations.
+#[derive(Debug, Subcommand)]
+pub enum AdminOp {
+    /// Add a dataspace to the service (beside the configuration's).
+    Register {
+        /// Its name.
+        name: String,
+        /// posix (node-local directory), shared (parallel file system) or store (a haar
+        /// store root).
+        kind: String,
+        /// Its directory (store: the store's root).
+        path: PathBuf,
+    },
+    /// Remove a registered dataspace.
+    Unregister {
+        /// Its name.
+        name: String,
+    },
+    /// Refuse new tasks; running ones finish.
+    Drain {
+        /// Return when no task runs any more.
+        #[arg(long)]
+        wait: bool,
+    },
+    /// Accept tasks again.
+    Undrain,
+    /// Remove every persisted location USER owns, data and record.
+    Purge {
+        /// User name or uid.
+        user: String,
+    },
+    /// Another user's tasks.
+    Tasks {
+        /// User name or uid.
+        user: String,
+    },
 }
 
 /// `resume` options.
@@ -178,12 +325,20 @@ pub enum PersistOp {
     List,
 }
 
-fn stager(cli: &Cli, a: &StageArgs) -> Result<Stager, Failure> {
+fn spaces(cli: &Cli, a: &StageArgs) -> Result<Dataspaces, Failure> {
     let mut opts = crate::open::open_options(cli);
     if let Some(c) = &a.config {
         opts.config = haar::ConfigSource::File(c.clone());
     }
-    let spaces = haar_stage::Dataspaces::load(opts.config).map_err(fail)?;
+    let mut spaces = Dataspaces::load(opts.config).map_err(fail)?;
+    if let Some(r) = &a.registered {
+        daemon::add_registered(&mut spaces, r).map_err(fail)?;
+    }
+    Ok(spaces)
+}
+
+fn stager(cli: &Cli, a: &StageArgs) -> Result<Stager, Failure> {
+    let spaces = spaces(cli, a)?;
     let dir = a.journal.clone().unwrap_or_else(Journal::default_dir);
     Ok(Stager {
         spaces,
@@ -199,8 +354,57 @@ fn fail(e: haar_stage::Error) -> Failure {
     }
 }
 
+/// The stage service to use, if any: none with --no-daemon or --journal; the one on
+/// --socket (which must answer), else the one on the default socket if it answers.
+fn service(a: &StageArgs) -> Result<Option<Client>, Failure> {
+    if a.no_daemon || a.journal.is_some() {
+        return Ok(None);
+    }
+    let socket = a
+        .socket
+        .clone()
+        .unwrap_or_else(|| daemon::DEFAULT_SOCKET.into());
+    match Client::connect(&socket) {
+        Ok(mut c) => {
+            c.token = token(a)?;
+            Ok(Some(c))
+        }
+        Err(e) if a.socket.is_some() => Err(Failure::io(format!(
+            "{e}: is `haar stage daemon --socket {}` running? (--no-daemon runs tasks here)",
+            socket.display()
+        ))),
+        Err(_) => Ok(None),
+    }
+}
+
+fn token(a: &StageArgs) -> Result<Option<String>, Failure> {
+    let Some(f) = &a.token_file else {
+        return Ok(None);
+    };
+    let text = std::fs::read_to_string(f)
+        .map_err(|e| Failure::usage(format!("admin token file {}: {e}", f.display())))?;
+    Ok(Some(text.lines().next().unwrap_or("").trim().to_string()))
+}
+
 /// Runs `haar stage`.
 pub fn run(cli: &Cli, a: &StageArgs) -> Result<(), Failure> {
+    match &a.action {
+        StageAction::Daemon(d) => return serve(cli, a, d),
+        StageAction::Admin { op } => return admin(a, op),
+        StageAction::Submit(s) => return submit_after(s),
+        StageAction::Bench(b) => return bench(b),
+        StageAction::In(_)
+        | StageAction::Out(_)
+        | StageAction::Copy(_)
+        | StageAction::Status { .. }
+        | StageAction::Wait { .. }
+        | StageAction::Cancel(_) => {
+            if let Some(c) = service(a)? {
+                return through_service(c, a);
+            }
+        }
+        _ => {}
+    }
     let st = stager(cli, a)?;
     match &a.action {
         StageAction::In(m) => start(&st, a, m, Direction::In),
@@ -210,20 +414,7 @@ pub fn run(cli: &Cli, a: &StageArgs) -> Result<(), Failure> {
             let rec = st.status(t).map_err(fail)?;
             print_record(&rec, a.json)
         }
-        StageAction::Status { task: None } => {
-            let all = st.list().map_err(fail)?;
-            if a.json {
-                outln!(
-                    "{}",
-                    serde_json::to_string_pretty(&all).expect("records serialise")
-                )
-            } else {
-                for r in &all {
-                    outln!("{}", summary(r))?;
-                }
-                Ok(())
-            }
-        }
+        StageAction::Status { task: None } => print_records(&st.list().map_err(fail)?, a.json),
         StageAction::Wait { task, timeout } => {
             let rec = st
                 .wait(task, timeout.map(Duration::from_secs_f64))
@@ -243,7 +434,7 @@ pub fn run(cli: &Cli, a: &StageArgs) -> Result<(), Failure> {
         }
         StageAction::Resume(r) => execute(&st, a, &r.task, r.quiet),
         StageAction::Run(t) => execute(&st, a, &t.task, true),
-        StageAction::Teardown => teardown(&st, a),
+        StageAction::Teardown { tasks } => teardown(&st, a, tasks),
         StageAction::Rates => {
             let rates = st.journal.rates();
             if a.json {
@@ -265,7 +456,294 @@ pub fn run(cli: &Cli, a: &StageArgs) -> Result<(), Failure> {
             Ok(())
         }
         StageAction::Persist { op } => persist_cmd(&st, a, op),
+        StageAction::Daemon(_)
+        | StageAction::Admin { .. }
+        | StageAction::Submit(_)
+        | StageAction::Bench(_) => {
+            unreachable!("handled above")
+        }
     }
+}
+
+/// `haar stage submit --after JOBID -- SBATCH_ARGS`: sbatch with the placement
+/// `haar_stage::placement` decides.
+fn submit_after(s: &SubmitArgs) -> Result<(), Failure> {
+    use haar_stage::placement;
+    let place = placement::producer_nodes(
+        &s.scontrol,
+        &s.after,
+        Duration::from_secs_f64(s.wait_node.max(0.0)),
+    )
+    .map_err(fail)?;
+    let args = placement::consumer_args(&s.after, place.nodes.as_deref());
+    match &place.nodes {
+        Some(n) => eprintln!(
+            "haar stage submit: after job {} ({}), on its nodes {n}",
+            s.after, place.state
+        ),
+        None => eprintln!(
+            "haar stage submit: after job {} ({}), which has no nodes yet: not placed; the              consumer must stage its inputs in",
+            s.after, place.state
+        ),
+    }
+    let out = std::process::Command::new(&s.sbatch)
+        .args(&args)
+        .args(&s.sbatch_args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| Failure::io(format!("cannot run {}: {e}", s.sbatch.display())))?;
+    eprint!("{}", String::from_utf8_lossy(&out.stderr));
+    if !out.status.success() {
+        return Err(Failure::usage(format!(
+            "sbatch {} refused the consumer (exit {:?})",
+            args.join(" "),
+            out.status.code()
+        )));
+    }
+    out!("{}", String::from_utf8_lossy(&out.stdout))
+}
+
+/// `haar stage bench`: `haar_stage::bench` between two directories, with the host and its load.
+fn bench(b: &BenchArgs) -> Result<(), Failure> {
+    use haar_stage::bench;
+    let load = || {
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let scratch = |d: &PathBuf| {
+        tempfile::Builder::new()
+            .prefix("haar-stage-bench")
+            .tempdir_in(d)
+            .map_err(|e| Failure::io(format!("{}: {e}", d.display())))
+    };
+    let load_before = load();
+    let (from, to) = (scratch(&b.from)?, scratch(&b.to)?);
+    let mut results = Vec::new();
+    if b.what != "fields" {
+        results.push(
+            bench::files_between(
+                from.path(),
+                to.path(),
+                b.mib << 20,
+                b.file_mib << 20,
+                b.rounds,
+            )
+            .map_err(fail)?,
+        );
+    }
+    if b.what != "files" {
+        results.push(
+            bench::fields_between(
+                from.path(),
+                to.path(),
+                b.mib << 20,
+                b.field_kib << 10,
+                b.rounds,
+            )
+            .map_err(fail)?,
+        );
+    }
+    let nt = if b.nt_limit {
+        let l = haar_persist::measure_raw_limits(to.path(), 1 << 30)
+            .map_err(|e| Failure::io(format!("raw limits in {}: {e}", b.to.display())))?;
+        Some(l.nt_copy_gbs)
+    } else {
+        None
+    };
+    let gbs = |r: &bench::StageBench| r.bytes as f64 / r.stage_seconds / 1e9;
+    let v = serde_json::json!({
+        "host": std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim(),
+        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "load_before": load_before,
+        "load_after": load(),
+        "from": b.from,
+        "to": b.to,
+        "nt_copy_limit_gb_s": nt,
+        "results": results.iter().map(|r| {
+            let mut j = serde_json::to_value(r).expect("serialise");
+            j["stage_gb_s"] = serde_json::json!(gbs(r));
+            if let Some(l) = nt {
+                j["ratio_to_nt_copy"] = serde_json::json!(gbs(r) / l);
+            }
+            j
+        }).collect::<Vec<_>>(),
+    });
+    let text = serde_json::to_string_pretty(&v).expect("serialise");
+    if let Some(o) = &b.out {
+        std::fs::write(o, format!("{text}\n"))
+            .map_err(|e| Failure::io(format!("{}: {e}", o.display())))?;
+    }
+    outln!("{text}")
+}
+
+/// `haar stage daemon`: binds the socket, resumes what a previous daemon left, serves.
+fn serve(cli: &Cli, a: &StageArgs, d: &DaemonArgs) -> Result<(), Failure> {
+    let socket = a
+        .socket
+        .clone()
+        .unwrap_or_else(|| daemon::DEFAULT_SOCKET.into());
+    let admin_token = d
+        .admin_token_file
+        .as_deref()
+        .map(daemon::read_token_file)
+        .transpose()
+        .map_err(fail)?;
+    let runner = std::env::current_exe().map_err(|e| Failure::io(format!("haar's path: {e}")))?;
+    let service = Daemon::open(DaemonConfig {
+        socket: socket.clone(),
+        state: d.state.clone(),
+        spaces: spaces(cli, a)?,
+        runner,
+        admin_token,
+    })
+    .map_err(fail)?;
+    let listener = daemon::bind(&socket).map_err(fail)?;
+    let resumed = service.recover().map_err(fail)?;
+    outln!(
+        "haar stage daemon: listening on {}, state {}, {} task(s) resumed{}",
+        socket.display(),
+        d.state.display(),
+        resumed.len(),
+        resumed
+            .iter()
+            .map(|(uid, id)| format!(" {id} (uid {uid})"))
+            .collect::<String>()
+    )?;
+    service.serve(listener).map_err(fail)
+}
+
+/// `haar stage admin …`: always through the service.
+fn admin(a: &StageArgs, op: &AdminOp) -> Result<(), Failure> {
+    let socket = a
+        .socket
+        .clone()
+        .unwrap_or_else(|| daemon::DEFAULT_SOCKET.into());
+    let mut c = Client::connect(&socket).map_err(|e| {
+        Failure::io(format!(
+            "{e}: is `haar stage daemon --socket {}` running?",
+            socket.display()
+        ))
+    })?;
+    c.token = token(a)?;
+    let req = match op {
+        AdminOp::Register { name, kind, path } => Request::Register {
+            name: name.clone(),
+            space: match kind.as_str() {
+                "posix" => Dataspace::Posix { path: path.clone() },
+                "shared" => Dataspace::Shared { path: path.clone() },
+                "store" => Dataspace::Store {
+                    config: None,
+                    root: Some(path.clone()),
+                    backend: None,
+                },
+                k => {
+                    return Err(Failure::usage(format!(
+                        "dataspace kind {k:?}: use posix, shared or store"
+                    )));
+                }
+            },
+            token: None,
+        },
+        AdminOp::Unregister { name } => Request::Unregister {
+            name: name.clone(),
+            token: None,
+        },
+        AdminOp::Drain { .. } => Request::Drain { token: None },
+        AdminOp::Undrain => Request::Undrain { token: None },
+        AdminOp::Purge { user } => Request::Purge {
+            user: user.clone(),
+            token: None,
+        },
+        AdminOp::Tasks { user } => {
+            let all = c.list(Some(user)).map_err(fail)?;
+            return print_records(&all, a.json);
+        }
+    };
+    let mut v = c.call(req).map_err(fail)?;
+    if let AdminOp::Drain { wait: true } = op {
+        while v["running"].as_u64().unwrap_or(0) > 0 {
+            std::thread::sleep(Duration::from_millis(200));
+            v = c.call(Request::Hello { token: None }).map_err(fail)?;
+        }
+    }
+    if let Some(o) = v.as_object_mut() {
+        o.remove("ok");
+    }
+    outln!("{v}")
+}
+
+/// in/out/copy/status/wait/cancel through the stage service.
+fn through_service(mut c: Client, a: &StageArgs) -> Result<(), Failure> {
+    let submit = |c: &mut Client, m: &MoveArgs, direction: Direction| {
+        c.submit(&TaskSpec {
+            id: m.id.clone(),
+            direction,
+            src: m.src.clone(),
+            dst: m.dst.clone(),
+            mapping: m.mapping,
+        })
+        .map_err(fail)
+    };
+    let (m, direction) = match &a.action {
+        StageAction::In(m) => (m, Direction::In),
+        StageAction::Out(m) => (m, Direction::Out),
+        StageAction::Copy(m) => (m, Direction::Copy),
+        StageAction::Status { task: Some(t) } => {
+            return print_record(&c.status(t).map_err(fail)?, a.json);
+        }
+        StageAction::Status { task: None } => {
+            return print_records(&c.list(None).map_err(fail)?, a.json);
+        }
+        StageAction::Wait { task, timeout } => {
+            let rec = c
+                .wait(task, timeout.map(Duration::from_secs_f64), &mut |_| {})
+                .map_err(fail)?;
+            print_record(&rec, a.json)?;
+            if !rec.state.is_final() {
+                return Err(Failure {
+                    code: 4,
+                    message: format!("task {task} is still {:?} after the timeout", rec.state),
+                });
+            }
+            return outcome(&rec);
+        }
+        StageAction::Cancel(t) => {
+            return print_record(&c.cancel(&t.task, None).map_err(fail)?, a.json);
+        }
+        _ => unreachable!("only these go through the service"),
+    };
+    let rec = submit(&mut c, m, direction)?;
+    if m.detach {
+        return if a.json {
+            outln!("{}", serde_json::json!({"id": rec.id, "state": "queued"}))
+        } else {
+            outln!("{}", rec.id)
+        };
+    }
+    let bar = progress_bar(&rec.id, m.quiet);
+    let rec = c
+        .wait(&rec.id, None, &mut |r| show_progress(&bar, r))
+        .map_err(fail)?;
+    bar.finish_and_clear();
+    print_record(&rec, a.json)?;
+    outcome(&rec)
+}
+
+fn print_records(all: &[TaskRecord], json: bool) -> Result<(), Failure> {
+    if json {
+        return outln!(
+            "{}",
+            serde_json::to_string_pretty(all).expect("records serialise")
+        );
+    }
+    for r in all {
+        outln!("{}", summary(r))?;
+    }
+    Ok(())
 }
 
 fn start(st: &Stager, a: &StageArgs, m: &MoveArgs, direction: Direction) -> Result<(), Failure> {
@@ -316,7 +794,7 @@ fn detach(st: &Stager, a: &StageArgs, rec: &TaskRecord) -> Result<(), Failure> {
     }
 }
 
-fn execute(st: &Stager, a: &StageArgs, id: &str, quiet: bool) -> Result<(), Failure> {
+fn progress_bar(id: &str, quiet: bool) -> indicatif::ProgressBar {
     use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
     use std::io::IsTerminal;
     let bar = ProgressBar::with_draw_target(
@@ -335,16 +813,21 @@ fn execute(st: &Stager, a: &StageArgs, id: &str, quiet: bool) -> Result<(), Fail
         .progress_chars("=> "),
     );
     bar.set_prefix(id.to_string());
-    let rec = st
-        .run(id, &mut |r| {
-            bar.set_length(r.bytes_total);
-            bar.set_position(r.bytes_done);
-            bar.set_message(match r.eta_seconds {
-                Some(s) => format!("{s:.1}s"),
-                None => "?".into(),
-            });
-        })
-        .map_err(fail)?;
+    bar
+}
+
+fn show_progress(bar: &indicatif::ProgressBar, r: &TaskRecord) {
+    bar.set_length(r.bytes_total);
+    bar.set_position(r.bytes_done);
+    bar.set_message(match r.eta_seconds {
+        Some(s) => format!("{s:.1}s"),
+        None => "?".into(),
+    });
+}
+
+fn execute(st: &Stager, a: &StageArgs, id: &str, quiet: bool) -> Result<(), Failure> {
+    let bar = progress_bar(id, quiet);
+    let rec = st.run(id, &mut |r| show_progress(&bar, r)).map_err(fail)?;
     bar.finish_and_clear();
     print_record(&rec, a.json)?;
     outcome(&rec)
@@ -413,11 +896,11 @@ fn print_record(r: &TaskRecord, json: bool) -> Result<(), Failure> {
     }
 }
 
-fn teardown(st: &Stager, a: &StageArgs) -> Result<(), Failure> {
+fn teardown(st: &Stager, a: &StageArgs, prefix: &str) -> Result<(), Failure> {
     let haar_stage::Teardown {
         removed,
         kept_persisted: kept,
-    } = st.teardown().map_err(fail)?;
+    } = st.teardown_of(prefix).map_err(fail)?;
     if a.json {
         outln!(
             "{}",
@@ -443,10 +926,11 @@ fn persist_cmd(st: &Stager, a: &StageArgs, op: &PersistOp) -> Result<(), Failure
             }
             for p in &all {
                 outln!(
-                    "{} {} owner={} shared_with={:?}",
+                    "{} {} owner={} node={} shared_with={:?}",
                     p.endpoint,
                     p.path.display(),
                     p.owner,
+                    p.node.as_deref().unwrap_or("?"),
                     p.shared_with
                 )?;
             }
