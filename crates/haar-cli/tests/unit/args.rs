@@ -54,7 +54,7 @@ fn each_subcommand_takes_the_options_it_uses() {
         ("advise", &[]),
         ("run", &[]),
         ("generate", &[]),
-        ("stage", &["config"]),
+        ("stage", &["config", "token_file"]),
     ];
     for sub in Cli::command().get_subcommands() {
         let name = sub.get_name();
