@@ -24,6 +24,56 @@ fn mapping_is_huge_page_aligned_and_huge_pages_keep_contents() {
     assert!(small.slice(0, 4096).is_some());
 }
 
+/// Regression (design §5.1): huge pages over space this process never touched, on a tmpfs
+/// mounted `huge=always`, and then stores through the mapping: every store must reach the
+/// file (read back with pread, bypassing the mapping). Linux 6.18 kept none of them when
+/// `MADV_COLLAPSE` ran before the pages were faulted in. Needs root to mount the tmpfs;
+/// skipped otherwise unless `HAAR_REQUIRE_ROOT_TESTS` is set.
+#[test]
+fn stores_after_huge_pages_over_untouched_space_reach_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let mnt = dir.path().join("huge");
+    std::fs::create_dir(&mnt).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "huge=always,size=256m", "tmpfs"])
+        .arg(&mnt)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        assert!(
+            std::env::var_os("HAAR_REQUIRE_ROOT_TESTS").is_none(),
+            "cannot mount a huge=always tmpfs (HAAR_REQUIRE_ROOT_TESTS is set): run as root"
+        );
+        eprintln!("skipped: mounting a huge=always tmpfs needs root");
+        return;
+    }
+    let result = std::panic::catch_unwind(|| {
+        let path = mnt.join("pool");
+        let pool = PoolMapping::open(&path, 256 << 20).unwrap();
+        pool.grow(64 << 20).unwrap();
+        pool.use_huge_pages(0, 64 << 20);
+        let data = pattern(64 << 20, 11);
+        // SAFETY: in bounds; nothing else uses this mapping.
+        unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), pool.base(), data.len()) };
+        pool.persist(0, 64 << 20).unwrap();
+        let mut back = vec![0u8; data.len()];
+        std::os::unix::fs::FileExt::read_exact_at(&File::open(&path).unwrap(), &mut back, 0)
+            .unwrap();
+        let lost = (0..data.len())
+            .step_by(4096)
+            .filter(|&i| back[i..i + 4096] != data[i..i + 4096])
+            .count();
+        assert_eq!(
+            lost, 0,
+            "{lost} of 16384 pages written through the mapping are not in the file"
+        );
+    });
+    let _ = std::process::Command::new("umount").arg(&mnt).status();
+    if let Err(e) = result {
+        std::panic::resume_unwind(e);
+    }
+}
+
 #[test]
 fn slice_past_eof_returns_none() {
     let dir = tempfile::tempdir().unwrap();
