@@ -1020,3 +1020,31 @@ fn import_fdb5_through_fdb5_5_25s_library() {
         "{listed}"
     );
 }
+
+/// Without FDB5's library (here: `$HAAR_FDB5_LIB` naming none) the import stops before
+/// touching the store, exit 1, saying what to install or set; nothing reaches stdout.
+#[test]
+fn import_fdb5_without_fdb5s_library_says_what_to_do() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("no-libfdb5.so");
+    let out = haar_without_fdb5_tools(
+        &[
+            OsStr::new("--root"),
+            tmp.path().join("haar").as_os_str(),
+            OsStr::new("import-fdb5"),
+            OsStr::new("--fdb-root"),
+            tmp.path().as_os_str(),
+            OsStr::new("--json"),
+        ],
+        &[("HAAR_FDB5_LIB", missing.as_os_str())],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("no-libfdb5.so")
+            && stderr.contains("apt-get install")
+            && stderr.contains("HAAR_FDB5_LIB"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
+}
