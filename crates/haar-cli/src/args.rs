@@ -409,7 +409,7 @@ pub enum Command {
     /// until SIGINT/SIGTERM (which unmount it); --daemon returns once mounted. fsync and close
     /// are the durability barrier.
     Mount(crate::commands::mount::MountArgs),
-    /// Import the fields of an existing FDB5 database (through FDB5's fdb-list and fdb-read),
+    /// Import the fields of an existing FDB5 database (through FDB5's C API, libfdb5),
     /// archive them under the keys FDB5 reports, flush, and verify every field's bytes.
     ///
     /// Exit 3 if any field fails to import or verify (each is named); fields verified before
@@ -575,13 +575,14 @@ pub struct ImportFdb5Args {
     /// Schema of the FDB5 database given by --fdb-root.
     #[arg(long, value_name = "FILE", default_value = "/etc/fdb/schema")]
     pub fdb_schema: PathBuf,
-    /// FDB5 request selecting what to import (whole database when omitted), as fdb-list takes it.
+    /// MARS request selecting what to import (whole database when omitted), e.g.
+    /// class=od,expver=1,param=t.
     pub request: Option<String>,
-    /// Pass the request to fdb-list unexpanded (FDB5 5.10 cannot expand `param` for some
-    /// classes, e.g. class=ea); values must then be canonical.
+    /// Give the request's values to FDB5 as written, not canonicalised by haar; they must
+    /// then be canonical (expver=0001, param=130).
     #[arg(long)]
     pub raw: bool,
-    /// Fields fetched per fdb-read call (and per flush and verification pass).
+    /// Fields fetched per flush and verification pass.
     #[arg(long, value_name = "N", default_value_t = 1000)]
     pub batch: usize,
     /// Print a JSON summary.

@@ -148,6 +148,25 @@ fn fdb5_available() -> bool {
     found
 }
 
+/// `haar ARGS` with FDB5's command-line tools out of reach (`PATH` an empty directory), so an
+/// import that succeeds read FDB5 through its C API; `envs` are set on top.
+fn haar_without_fdb5_tools(args: &[&OsStr], envs: &[(&str, &OsStr)]) -> Output {
+    static EMPTY: OnceLock<tempfile::TempDir> = OnceLock::new();
+    let empty = EMPTY.get_or_init(|| tempfile::tempdir().unwrap());
+    Command::new(env!("CARGO_BIN_EXE_haar"))
+        .args(args)
+        .env("PATH", empty.path())
+        .env_remove("HAAR_CONFIG")
+        .env_remove("FDB5_CONFIG")
+        .env_remove("FDB5_CONFIG_FILE")
+        .env_remove("FDB_HOME")
+        .env_remove("FDB_DBNAMES_FILE")
+        .env_remove("HAAR_FDB5_LIB")
+        .envs(envs.iter().copied())
+        .output()
+        .expect("run haar")
+}
+
 /// Both stores holding the same files, built once per test binary.
 struct World {
     _tmp: tempfile::TempDir,
@@ -560,18 +579,23 @@ fn import_fdb5_brings_every_field_over_verified() {
     let Some(w) = world() else { return };
     let _t = Timer::start("import-fdb5 of the whole differential store");
     let root = w.work.join("imported");
-    let out = haar([
-        OsStr::new("--config"),
-        w.haar_config.as_os_str(),
-        OsStr::new("--root"),
-        root.as_os_str(),
-        OsStr::new("import-fdb5"),
-        OsStr::new("--fdb-config"),
-        w.fdb.config().as_os_str(),
-        OsStr::new("--batch"),
-        OsStr::new("300"),
-        OsStr::new("--json"),
-    ]);
+    let out = haar_without_fdb5_tools(
+        &[
+            OsStr::new("--config"),
+            w.haar_config.as_os_str(),
+            OsStr::new("--root"),
+            root.as_os_str(),
+            OsStr::new("import-fdb5"),
+            OsStr::new("--fdb-config"),
+            w.fdb.config().as_os_str(),
+            OsStr::new("--batch"),
+            OsStr::new("300"),
+            OsStr::new("--json"),
+        ],
+        // No FDB_DBNAMES_FILE: haar sees the databases FDB5's default names made (directly
+        // under the root) and gives FDB5 an empty dbnames file itself.
+        &[],
+    );
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(3), "{stderr}");
     assert!(
@@ -629,26 +653,35 @@ fn import_fdb5_brings_every_field_over_verified() {
 }
 
 /// A request selects part of the FDB5 database; `--fdb-root` with the schema instead of a
-/// configuration file; `--raw` for the ERA5 class whose `param` FDB5 5.10 cannot expand.
+/// configuration file; `--raw` hands FDB5 the canonical values as written.
 #[test]
 fn import_fdb5_of_a_request_by_root() {
     let Some(w) = world() else { return };
     let root = w.work.join("imported-era5");
-    let out = haar_ok([
-        OsStr::new("--config"),
-        w.haar_config.as_os_str(),
-        OsStr::new("--root"),
-        root.as_os_str(),
-        OsStr::new("import-fdb5"),
-        OsStr::new("--fdb-root"),
-        w.fdb.dir.join("db").as_os_str(),
-        OsStr::new("--fdb-schema"),
-        OsStr::new("/etc/fdb/schema"),
-        OsStr::new("--raw"),
-        OsStr::new("--json"),
-        OsStr::new("class=ea,expver=0001,stream=enda,param=130"),
-    ]);
-    let summary: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let fdb_db = w.fdb.dir.join("db");
+    let out = haar_without_fdb5_tools(
+        &[
+            OsStr::new("--config"),
+            w.haar_config.as_os_str(),
+            OsStr::new("--root"),
+            root.as_os_str(),
+            OsStr::new("import-fdb5"),
+            OsStr::new("--fdb-root"),
+            fdb_db.as_os_str(),
+            OsStr::new("--fdb-schema"),
+            OsStr::new("/etc/fdb/schema"),
+            OsStr::new("--raw"),
+            OsStr::new("--json"),
+            OsStr::new("class=ea,expver=0001,stream=enda,param=130"),
+        ],
+        &[],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(summary["fields"].as_u64(), Some(80), "{summary}");
     assert_eq!(summary["failed"].as_array().unwrap().len(), 0);
     let members = std::fs::read(data("cfgrib/era5-levels-members.grib")).unwrap();
@@ -791,7 +824,8 @@ fn embedded_request_keys_like_fdb5() {
 }
 
 /// A database written by stock `fdb-write` with nothing but `FDB5_CONFIG_FILE` set (so with
-/// the system's dbnames, Debian's `/etc/fdb/dbnames`) is found and imported; so is the same
+/// the system's dbnames, Debian's `/etc/fdb/dbnames`) is found and imported through FDB5's C
+/// API (Debian's 5.10 library, no FDB5 tool on `PATH`); so is the same
 /// FDB5 configuration file handed to haar itself, which maps it onto a posix root of its own.
 #[test]
 fn import_fdb5_of_a_database_written_by_stock_fdb_write() {
@@ -811,28 +845,49 @@ fn import_fdb5_of_a_database_written_by_stock_fdb_write() {
     )
     .unwrap();
     let grib = data("cfgrib/era5-levels-members.grib");
-    let out = Command::new("fdb-write")
-        .env("FDB5_CONFIG_FILE", &config)
-        .env_remove("FDB_DBNAMES_FILE")
-        .arg(&grib)
-        .output()
-        .unwrap();
+    // Twice: 5.10's fdb_list then reports every field twice (320 elements); each is
+    // imported once.
+    for _ in 0..2 {
+        let out = Command::new("fdb-write")
+            .env("FDB5_CONFIG_FILE", &config)
+            .env_remove("FDB_DBNAMES_FILE")
+            .arg(&grib)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let root = tmp.path().join("haar");
+    // FDB_DBNAMES_FILE unset, as for fdb-write: the system's dbnames, which haar keeps.
+    let out = haar_without_fdb5_tools(
+        &[
+            OsStr::new("--root"),
+            root.as_os_str(),
+            OsStr::new("import-fdb5"),
+            OsStr::new("--fdb-config"),
+            config.as_os_str(),
+            OsStr::new("--json"),
+        ],
+        &[],
+    );
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let root = tmp.path().join("haar");
-    let out = haar_ok([
-        OsStr::new("--root"),
-        root.as_os_str(),
-        OsStr::new("import-fdb5"),
-        OsStr::new("--fdb-config"),
-        config.as_os_str(),
-        OsStr::new("--json"),
-    ]);
-    let summary: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(summary["listed"].as_u64(), Some(160), "{summary}");
     assert_eq!(summary["fields"].as_u64(), Some(160), "{summary}");
+    assert!(
+        summary["fdb5_version"]
+            .as_str()
+            .unwrap()
+            .starts_with("5.10"),
+        "Debian's FDB5, through its C API: {summary}"
+    );
     assert_eq!(summary["failed"].as_array().unwrap().len(), 0, "{summary}");
     let listed = haar_ok([
         OsStr::new("--root"),
@@ -879,4 +934,122 @@ fn import_fdb5_of_a_database_written_by_stock_fdb_write() {
         160,
         "{listed}"
     );
+}
+
+/// Set to `1` (as `make test` does) to make a missing FDB5 wheel a failure instead of a skip.
+const REQUIRE_WHEEL: &str = "HAAR_REQUIRE_FDB5_WHEEL";
+
+/// The same import through FDB5 5.25's library (PyPI's `fdb5lib` wheel, named by
+/// `$HAAR_FDB5_LIB`), whose `fdb_list` has the 5.11+ signature (iterator out-parameter,
+/// duplicates, depth) and reports each field's length: a database of FDB5's default names
+/// (written by `fdb-write` with an empty dbnames file; 5.25 must not read Debian's) arrives
+/// whole, 160 of 160 fields, byte-checked, with no FDB5 tool on `PATH`. Skipped with a message
+/// where the wheel is absent, unless `HAAR_REQUIRE_FDB5_WHEEL=1`.
+#[test]
+fn import_fdb5_through_fdb5_5_25s_library() {
+    let wheel = match haar_bench::scale::wheel() {
+        Ok(w) => w,
+        Err(why) => {
+            assert!(
+                std::env::var(REQUIRE_WHEEL).as_deref() != Ok("1"),
+                "{why} (and {REQUIRE_WHEEL}=1)"
+            );
+            eprintln!("WARNING: {why}: import through FDB5 5.25 skipped");
+            return;
+        }
+    };
+    if !fdb5_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let fdb = Fdb5::new(tmp.path().join("fdb5"));
+    let grib = data("cfgrib/era5-levels-members.grib");
+    fdb.run_ok("fdb-write", &[grib.as_os_str()]);
+    let root = tmp.path().join("haar");
+    let run = |request: Option<&str>| {
+        let mut args = vec![
+            OsStr::new("--root"),
+            root.as_os_str(),
+            OsStr::new("import-fdb5"),
+            OsStr::new("--fdb-config"),
+            fdb.config().into_os_string().leak() as &OsStr,
+            OsStr::new("--json"),
+        ];
+        args.extend(request.map(OsStr::new));
+        let out = haar_without_fdb5_tools(
+            &args,
+            &[
+                ("HAAR_FDB5_LIB", wheel.lib.as_os_str()),
+                ("LD_LIBRARY_PATH", OsStr::new(&wheel.lib_path)),
+                ("FDB_DBNAMES_FILE", fdb.dir.join("dbnames").as_os_str()),
+            ],
+        );
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let summary = run(None);
+    assert_eq!(
+        summary["fdb5_version"].as_str(),
+        Some("5.25.0"),
+        "{summary}"
+    );
+    assert_eq!(summary["listed"].as_u64(), Some(160), "{summary}");
+    assert_eq!(summary["fields"].as_u64(), Some(160), "{summary}");
+    assert_eq!(
+        summary["bytes"].as_u64(),
+        Some(
+            split_messages(&std::fs::read(&grib).unwrap())
+                .iter()
+                .map(|m| m.len() as u64)
+                .sum::<u64>()
+        ),
+        "every byte of every message, one message per field: {summary}"
+    );
+    // A request, canonicalised by haar (5.25's C API expands nothing either).
+    let summary = run(Some("class=ea,expver=1,stream=enda,param=t"));
+    assert_eq!(summary["listed"].as_u64(), Some(80), "{summary}");
+    assert_eq!(summary["fields"].as_u64(), Some(80), "{summary}");
+    let listed = haar_ok([
+        OsStr::new("--root"),
+        root.as_os_str(),
+        OsStr::new("list"),
+        OsStr::new("class=ea"),
+    ]);
+    assert_eq!(
+        listed.lines().filter(|l| l.contains("class=ea")).count(),
+        160,
+        "{listed}"
+    );
+}
+
+/// Without FDB5's library (here: `$HAAR_FDB5_LIB` naming none) the import stops before
+/// touching the store, exit 1, saying what to install or set; nothing reaches stdout.
+#[test]
+fn import_fdb5_without_fdb5s_library_says_what_to_do() {
+    let tmp = tempfile::tempdir().unwrap();
+    let missing = tmp.path().join("no-libfdb5.so");
+    let out = haar_without_fdb5_tools(
+        &[
+            OsStr::new("--root"),
+            tmp.path().join("haar").as_os_str(),
+            OsStr::new("import-fdb5"),
+            OsStr::new("--fdb-root"),
+            tmp.path().as_os_str(),
+            OsStr::new("--json"),
+        ],
+        &[("HAAR_FDB5_LIB", missing.as_os_str())],
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("no-libfdb5.so")
+            && stderr.contains("apt-get install")
+            && stderr.contains("HAAR_FDB5_LIB"),
+        "{stderr}"
+    );
+    assert!(out.stdout.is_empty());
 }

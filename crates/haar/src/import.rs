@@ -1,36 +1,47 @@
 //! Importing an existing FDB5 database into any [`FieldStore`], verified field by field.
 //!
-//! FDB5 is driven through its own command-line tools, not its C API or its TOC files:
-//! `fdb-list --porcelain --location` enumerates the fields (keys as FDB5 reports them, and each
-//! field's length), `fdb-read --raw` fetches them in batches from a request file holding one
-//! request per field (the tool writes them back to back, in request order). Why the tools:
-//! they need no compiler or headers at run time, they work the same with Debian's 5.10 and the
-//! newer tools of PyPI's `pyfdb`/`fdb5lib` wheel (whose C API differs, e.g. `fdb_list`'s
-//! arguments), and eckit's process-wide state, logging and exceptions stay out of haar's
-//! process. Debian's 5.10 C API also cannot enumerate a whole database: `fdb_list` with an
-//! empty request fails an assertion (`request.all() == request.request().empty()`) and dumps
-//! a backtrace, while `fdb-list --all` works (measured 2026-11-24). A process per batch of
-//! 1000 fields costs a fraction of a second, small beside the bytes copied. Reading the TOC
-//! format directly would bind haar to an undocumented, versioned on-disk layout.
+//! FDB5 is read through its C API, with the one adapter haar has ([`crate::fdb5`], loaded at
+//! run time, so haar builds and runs without FDB5): `fdb_list` enumerates the fields (with the
+//! keys FDB5 reports), `fdb_retrieve` and the data reader fetch each one. Both C signatures of
+//! `fdb_list` are handled, Debian 12's 5.10 and 5.11+ (PyPI's `fdb5lib` 5.25 wheel), chosen
+//! from `fdb_version` at run time. The whole database is listed with a null request, which
+//! both versions accept; an empty one makes FDB5 fail an assertion and abort (measured, see
+//! [`crate::fdb5::Fdb5Store::list_fields`]), so it is never sent. FDB5's command-line tools
+//! are not used. Reading the TOC files directly would bind haar to an undocumented, versioned
+//! on-disk layout.
 //!
-//! The tools see the `FDB_DBNAMES_FILE` FDB5 itself would (the system's dbnames, as stock
-//! `fdb-write` used) first; an empty one when that lists nothing or its first field does not
-//! read back (5.10 lists databases whatever the dbnames, but reads only under the names they
-//! were written with).
+//! A request is given to FDB5 as keyword → values. FDB5's C API does not expand MARS values,
+//! so haar canonicalises them first with the store's schema and context (`expver=1` → `0001`,
+//! `param=t` → `130`, `step=0/to/24/by/6` → its steps); with [`ImportOptions::raw`] the values
+//! go as written (they must then be canonical).
 //!
-//! Per batch: fetch, check each field's length against `fdb-list`'s, archive into the store
-//! with the keys FDB5 reports (re-split by the store's schema), flush, then read every field
-//! back from the store and compare bytes and CRC-32C with what FDB5 returned. A field that
-//! fails is named in the report; the others stay flushed.
-//! This module owns nothing else: it must not know how the store keeps bytes.
+//! Database names: FDB5 finds a database's directory by its `FDB_DBNAMES_FILE` (Debian's
+//! `/etc/fdb/dbnames`, what stock `fdb-write` names databases with, e.g.
+//! `ea:0001/20170101:0000:g/enda`) or, with an empty one, FDB5's default names (one directory
+//! per database directly under the root, `ea:0001:enda:20170101:0000:g`). It reads that file
+//! once per process, and lists databases whatever the names but reads them only under the
+//! names they were written with. So where the caller did not set `FDB_DBNAMES_FILE`, the
+//! import looks at the roots before FDB5 is loaded: a TOC database (a directory holding a
+//! `toc` file) directly under a root means FDB5's default names (an empty dbnames file);
+//! otherwise the system's. A field FDB5 lists but returns no bytes for is reported, with this
+//! as the likely reason.
+//!
+//! Per batch: fetch each field (its length checked against the listing's, where FDB5 gives
+//! one), archive into the store with the keys FDB5 reports (re-split by the store's schema),
+//! flush, then read every field back from the store and compare bytes and CRC-32C with what
+//! FDB5 returned. A field that fails is named in the report; the others stay flushed.
+//! This module owns nothing else: it must not know how the store keeps bytes, nor call FDB5
+//! but through [`crate::fdb5`].
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::{Command, ExitStatus};
 use std::time::Instant;
 
 use haar_core::Key;
+use haar_core::request::{Request, Values};
 use haar_store::FieldStore;
+
+use crate::fdb5::{Fdb5Store, Listed};
 
 /// Which FDB5 database to import.
 #[derive(Debug, Clone)]
@@ -49,14 +60,15 @@ pub enum Fdb5Source {
 /// What to import and how.
 #[derive(Debug, Clone)]
 pub struct ImportOptions {
+    /// MARS request selecting what to import (`class=od,expver=1,param=t`); `None`:
+    /// everything.
+    pub request: Option<String>,
     /// The FDB5 database.
     pub source: Fdb5Source,
-    /// FDB5 request selecting what to import, as `fdb-list` takes it; `None`: everything.
-    pub request: Option<String>,
-    /// Pass the request to `fdb-list` unexpanded (FDB5 5.10 cannot expand `param` for some
-    /// classes, e.g. class=ea); values must then be canonical.
+    /// Give the request's values to FDB5 as written, not canonicalised by haar; they must
+    /// then be canonical (`expver=0001`, `param=130`).
     pub raw: bool,
-    /// Fields fetched per `fdb-read` call (and per flush and verification pass).
+    /// Fields fetched per flush and verification pass.
     pub batch: usize,
 }
 
@@ -76,7 +88,9 @@ impl ImportOptions {
 /// `fields` was read back from the store, compared with FDB5's bytes, and is flushed.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct ImportReport {
-    /// Distinct fields `fdb-list` reported.
+    /// FDB5's version as its library reports it (`5.10.8`, `5.25.0`).
+    pub fdb5_version: String,
+    /// Distinct fields FDB5's `fdb_list` reported.
     pub listed: usize,
     /// Fields imported and verified.
     pub fields: usize,
@@ -93,9 +107,9 @@ pub struct ImportReport {
 /// Where an import's time went, in seconds.
 #[derive(Debug, Clone, Default, serde::Serialize)]
 pub struct ImportPhases {
-    /// Running `fdb-list`.
+    /// Loading FDB5 and listing with `fdb_list`.
     pub list: f64,
-    /// Running `fdb-read` and splitting its output.
+    /// Reading the fields from FDB5 (`fdb_retrieve` and the data reader).
     pub fdb_read: f64,
     /// Archiving into the store and flushing.
     pub archive_flush: f64,
@@ -107,13 +121,14 @@ pub struct ImportPhases {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ImportError {
-    /// An FDB5 tool is not installed or not on `PATH`.
+    /// FDB5's library cannot be loaded (not installed, too old, or `$HAAR_FDB5_LIB` wrong).
     #[error(
-        "{tool} not found: install FDB5's tools (Debian: apt-get install fdb5; or pip install pyfdb) or put them on PATH"
+        "{why} (haar reads FDB5 through its C API: install FDB5's library, Debian: apt-get install libfdb5-0d or fdb5; or name one with ${})",
+        crate::fdb5::LIB_ENV
     )]
-    ToolMissing {
-        /// `fdb-list` or `fdb-read`.
-        tool: String,
+    Fdb5Unavailable {
+        /// Why, as the loader says.
+        why: String,
     },
     /// The database named by [`ImportOptions::source`] cannot be used.
     #[error("{what}{}", source.as_ref().map(|e| format!(": {e}")).unwrap_or_default())]
@@ -124,35 +139,41 @@ pub enum ImportError {
         #[source]
         source: Option<std::io::Error>,
     },
-    /// An FDB5 tool failed.
-    #[error("{tool} {args} failed ({status}): {stderr}")]
-    Tool {
-        /// The tool.
-        tool: String,
-        /// Its arguments, space-separated.
-        args: String,
-        /// How it ended.
-        status: ExitStatus,
-        /// The last lines of its standard error, joined with ` | `.
-        stderr: String,
+    /// The request cannot be parsed or canonicalised.
+    #[error("bad FDB5 request {request:?}: {why}")]
+    BadRequest {
+        /// The request as given.
+        request: String,
+        /// Why.
+        why: String,
     },
-    /// A tool's output is not what FDB5 writes (a listing line, a batch of the wrong size).
-    #[error("{0}")]
-    BadOutput(String),
-    /// Scratch files or a tool could not be used.
+    /// FDB5 failed on the database as a whole (opening it, listing it).
+    #[error("FDB5 failed {what}: {source}")]
+    Fdb5 {
+        /// What FDB5 was doing, naming the configuration.
+        what: String,
+        /// FDB5's error, naming the call.
+        #[source]
+        source: Box<haar_store::Error>,
+    },
+    /// Scratch files could not be written.
     #[error("{what}: {source}")]
     Io {
-        /// What could not be done, naming the path or tool.
+        /// What could not be done, naming the path.
         what: String,
         /// The system's reason.
         #[source]
         source: std::io::Error,
     },
-    /// `fdb-list` reports no field for the request.
-    #[error("FDB5 lists no field for {request}")]
+    /// FDB5 lists no field for the request.
+    #[error(
+        "FDB5 lists no field for {request} in {config} (check the request's values, or that this is the configuration the database was written with)"
+    )]
     NothingListed {
         /// The request, or "the whole database".
         request: String,
+        /// The FDB5 configuration used.
+        config: String,
     },
     /// The store failed (archive or flush).
     #[error(transparent)]
@@ -163,12 +184,6 @@ fn io_error(what: String) -> impl FnOnce(std::io::Error) -> ImportError {
     move |source| ImportError::Io { what, source }
 }
 
-/// One field as `fdb-list` reports it.
-struct Listed {
-    key: Key,
-    length: Option<u64>,
-}
-
 /// A private scratch directory removed on every exit path.
 struct Scratch(PathBuf);
 
@@ -176,73 +191,6 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
     }
-}
-
-/// How to run the FDB5 tools against the chosen database.
-struct Fdb5Env {
-    config: PathBuf,
-    /// `FDB_DBNAMES_FILE` for the tools (`None`: inherited).
-    dbnames: Option<PathBuf>,
-    /// The settings of `dbnames` to try, in order, until one lists fields.
-    dbnames_choices: Vec<Option<PathBuf>>,
-}
-
-impl Fdb5Env {
-    fn command(&self, tool: &str) -> Command {
-        let mut c = Command::new(tool);
-        c.env("FDB5_CONFIG_FILE", &self.config);
-        if let Some(d) = &self.dbnames {
-            c.env("FDB_DBNAMES_FILE", d);
-        }
-        c
-    }
-
-    fn run(&self, tool: &str, args: &[&str]) -> Result<Vec<u8>, ImportError> {
-        let out = self.command(tool).args(args).output().map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                ImportError::ToolMissing { tool: tool.into() }
-            } else {
-                io_error(format!("cannot run {tool}"))(e)
-            }
-        })?;
-        if !out.status.success() {
-            let err = String::from_utf8_lossy(&out.stderr);
-            let tail: Vec<&str> = err.lines().rev().take(6).collect();
-            return Err(ImportError::Tool {
-                tool: tool.into(),
-                args: args.join(" "),
-                status: out.status,
-                stderr: tail.into_iter().rev().collect::<Vec<_>>().join(" | "),
-            });
-        }
-        Ok(out.stdout)
-    }
-}
-
-/// Parses one `fdb-list --porcelain [--location]` line:
-/// `{k=v,..}{k=v,..}{k=v,..} TocFieldLocation[...,length=N,...]`.
-fn parse_list_line(line: &str) -> Option<Listed> {
-    let mut rest = line.trim();
-    let mut key = Key::new();
-    for _ in 0..3 {
-        rest = rest.strip_prefix('{')?;
-        let end = rest.find('}')?;
-        for kv in rest[..end].split(',').filter(|s| !s.is_empty()) {
-            let (k, v) = kv.split_once('=')?;
-            if !v.is_empty() {
-                key.push(k, v);
-            }
-        }
-        rest = &rest[end + 1..];
-    }
-    let length = rest.find("length=").and_then(|i| {
-        let digits: String = rest[i + 7..]
-            .chars()
-            .take_while(char::is_ascii_digit)
-            .collect();
-        digits.parse().ok()
-    });
-    Some(Listed { key, length })
 }
 
 /// CRC-32C (Castagnoli), computed here rather than by haar's store so the check does not
@@ -271,101 +219,75 @@ fn crc32c(bytes: &[u8]) -> u32 {
     !c
 }
 
-/// Splits `fdb-read`'s output into the batch's fields: by `fdb-list`'s lengths when it gave
-/// them, else by GRIB framing.
-fn split_batch<'a>(batch: &[Listed], data: &'a [u8]) -> Result<Vec<&'a [u8]>, String> {
-    if batch.iter().all(|f| f.length.is_some()) {
-        let want: u64 = batch.iter().map(|f| f.length.unwrap()).sum();
-        if want != data.len() as u64 {
-            return Err(format!(
-                "fdb-read returned {} bytes for {} fields, fdb-list says {want}",
-                data.len(),
-                batch.len()
-            ));
-        }
-        let mut out = Vec::with_capacity(batch.len());
-        let mut at = 0usize;
-        for f in batch {
-            let n = f.length.unwrap() as usize;
-            out.push(&data[at..at + n]);
-            at += n;
+/// The request as FDB5's C API takes it: keyword → values. `raw`: split as written;
+/// otherwise parsed as MARS and canonicalised with the store's schema and context (keywords
+/// the schema does not know are dropped, as FDB5 ignores them; `all` leaves a keyword open).
+fn fdb5_request(
+    store: &dyn FieldStore,
+    text: &str,
+    raw: bool,
+) -> Result<Vec<(String, Vec<String>)>, ImportError> {
+    let bad = |why: String| ImportError::BadRequest {
+        request: text.to_string(),
+        why,
+    };
+    if raw {
+        let mut out = Vec::new();
+        for kv in text.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| bad(format!("{kv:?} is not keyword=values")))?;
+            let values: Vec<String> = v.split('/').map(|v| v.trim().to_string()).collect();
+            out.push((k.trim().to_lowercase(), values));
         }
         return Ok(out);
     }
-    let msgs: Vec<&[u8]> = haar_grib::messages(data)
-        .map(|m| m.map(|m| m.bytes).map_err(|e| e.to_string()))
-        .collect::<Result<_, _>>()?;
-    if msgs.len() != batch.len() {
-        return Err(format!(
-            "fdb-read returned {} GRIB messages for {} fields",
-            msgs.len(),
-            batch.len()
-        ));
-    }
-    Ok(msgs)
+    let req = Request::parse(text).map_err(|e| bad(e.to_string()))?;
+    let (resolved, _ignored) = store
+        .options()
+        .resolve(&req)
+        .map_err(|e| bad(e.to_string()))?;
+    Ok(resolved
+        .params
+        .into_iter()
+        .filter_map(|p| match p.values {
+            Values::List(v) => Some((p.keyword, v)),
+            Values::All => None,
+        })
+        .collect())
 }
 
-/// Fetches `batch` with one `fdb-read`, filling `parts` (one slot per field of `batch`). If
-/// FDB5 refuses the batch (e.g. `fdb-read` throws on a value it archived itself, such as
-/// `date=aug-01` in 5.10), the halves are fetched separately, down to single fields, which are
-/// then reported as failed with FDB5's message.
-fn fetch(
-    env: &Fdb5Env,
-    batch: &[Listed],
-    scratch: &Path,
-    parts: &mut [Option<Vec<u8>>],
-    failures: &mut Vec<String>,
-) -> Result<(), ImportError> {
-    let req_path = scratch.join("batch.req");
-    let out_path = scratch.join("batch.grib");
-    let mut text = String::new();
-    for f in batch {
-        text.push_str("retrieve,");
-        text.push_str(&f.key.to_string());
-        text.push('\n');
-    }
-    std::fs::write(&req_path, text)
-        .map_err(io_error(format!("cannot write {}", req_path.display())))?;
-    let _ = std::fs::remove_file(&out_path);
-    let read = env.run(
-        "fdb-read",
-        &[
-            "--raw",
-            &req_path.display().to_string(),
-            &out_path.display().to_string(),
-        ],
-    );
-    let outcome = read.and_then(|_| {
-        let data = std::fs::read(&out_path)
-            .map_err(io_error(format!("cannot read {}", out_path.display())))?;
-        let split = split_batch(batch, &data).map_err(ImportError::BadOutput)?;
-        Ok(split.into_iter().map(<[u8]>::to_vec).collect::<Vec<_>>())
-    });
-    match outcome {
-        Ok(fields) => {
-            for (slot, f) in parts.iter_mut().zip(fields) {
-                *slot = Some(f);
+/// Reads one field from FDB5 into `buf`; `Err` says why not, naming the field.
+fn fetch(fdb: &Fdb5Store, f: &Listed, buf: &mut Vec<u8>) -> Result<(), String> {
+    match fdb.read_warm(&f.key, buf) {
+        Ok(0) => Err(format!(
+            "{}: FDB5 lists it but returns no bytes for it (if the database was written with \
+             other database names, set FDB_DBNAMES_FILE to the dbnames file it was written with)",
+            f.key
+        )),
+        Ok(n) => match f.length {
+            Some(want) if want != n as u64 => Err(format!(
+                "{}: FDB5 returns {n} bytes, its listing says {want}",
+                f.key
+            )),
+            _ => {
+                buf.truncate(n);
+                Ok(())
             }
-            Ok(())
-        }
-        Err(e @ ImportError::ToolMissing { .. }) => Err(e), // nothing to bisect
-        Err(e) if batch.len() == 1 => {
-            failures.push(format!("{}: FDB5 cannot read it: {e}", batch[0].key));
-            Ok(())
-        }
-        Err(_) => {
-            let mid = batch.len() / 2;
-            let (a, b) = batch.split_at(mid);
-            let (pa, pb) = parts.split_at_mut(mid);
-            fetch(env, a, scratch, pa, failures)?;
-            fetch(env, b, scratch, pb, failures)
-        }
+        },
+        Err(e) => Err(format!("{}: FDB5 cannot read it: {e}", f.key)),
     }
 }
 
 /// Imports the fields `opts` selects from an FDB5 database into `store`, batch by batch:
-/// fetched with `fdb-read`, archived under the keys FDB5 reports, flushed, read back and
+/// read through FDB5's C API, archived under the keys FDB5 reports, flushed, read back and
 /// compared. Fields verified stay flushed whatever happens to later ones.
+///
+/// FDB5 takes its configuration from the environment: this sets `FDB5_CONFIG_FILE` (and
+/// `FDB_DBNAMES_FILE` where the caller did not) in this process (see
+/// [`Fdb5Store::open_config`]), so call it while no other thread uses the environment. While
+/// FDB5 is in use, standard output is standard error ([`crate::fdb5::StdoutToStderr`]: FDB5
+/// prints its errors there), so call it while nothing else prints to standard output.
 pub fn import_fdb5(
     store: &mut dyn FieldStore,
     opts: &ImportOptions,
@@ -378,70 +300,31 @@ pub fn import_fdb5(
     )));
     std::fs::create_dir_all(&scratch.0)
         .map_err(io_error(format!("cannot create {}", scratch.0.display())))?;
-    let mut env = fdb5_env(&opts.source, &scratch.0)?;
-
-    // 1. Enumerate: with the dbnames FDB5 itself would use (the system's, as stock
-    // `fdb-write` did), then, if that finds nothing or fails, with none (what haar's own
-    // FDB5 set-ups and the newer tools use); the first that lists fields serves the import.
-    let mut args = vec!["--porcelain", "--location"];
-    if opts.raw {
-        args.push("--raw");
-    }
-    match &opts.request {
-        Some(r) => args.push(r),
-        None => args.extend(["--minimum-keys=", "--all"]),
-    }
-    // The first setting whose listing also reads back (FDB5 5.10 lists databases whatever the
-    // dbnames, but finds their data only under the names they were written with); failing
-    // that, the first that lists anything, so the fields' failures are reported one by one.
-    let mut chosen: Option<(Option<PathBuf>, String)> = None;
-    let mut first_error = None;
-    for dbnames in env.dbnames_choices.clone() {
-        env.dbnames = dbnames.clone();
-        let listing = match env.run("fdb-list", &args) {
-            Ok(out) => String::from_utf8_lossy(&out).into_owned(),
-            Err(e @ ImportError::ToolMissing { .. }) => return Err(e),
-            Err(e) => {
-                first_error.get_or_insert(e);
-                continue;
-            }
-        };
-        let Some(first) = listing
-            .lines()
-            .find(|l| l.starts_with('{'))
-            .and_then(parse_list_line)
-        else {
-            continue;
-        };
-        let mut probe = vec![None];
-        fetch(&env, &[first], &scratch.0, &mut probe, &mut Vec::new())?;
-        let reads = probe[0].as_ref().is_some_and(|b| !b.is_empty());
-        if reads || chosen.is_none() {
-            chosen = Some((dbnames, listing));
-        }
-        if reads {
-            break;
-        }
-    }
-    let listing = match (chosen, first_error) {
-        (Some((dbnames, listing)), _) => {
-            env.dbnames = dbnames;
-            listing
-        }
-        (None, Some(e)) => return Err(e),
-        (None, None) => String::new(),
+    let request = match &opts.request {
+        Some(r) => Some(fdb5_request(&*store, r, opts.raw)?),
+        None => None,
     };
-    let mut fields = Vec::new();
-    let mut seen = std::collections::HashSet::new();
-    for line in listing.lines().filter(|l| l.starts_with('{')) {
-        let f = parse_list_line(line).ok_or_else(|| {
-            ImportError::BadOutput(format!("cannot parse fdb-list line {line:?}"))
+    let (config, roots) = fdb5_config(&opts.source, &scratch.0)?;
+    let dbnames = dbnames_for(&roots, &scratch.0)?;
+    // Declared before `fdb`, so dropped after it: FDB5 may also print while closing.
+    let _quiet = crate::fdb5::StdoutToStderr::new();
+    let fdb = Fdb5Store::open_config(&config, dbnames.as_deref()).map_err(|e| match e {
+        haar_store::Error::Config(why) => ImportError::Fdb5Unavailable { why },
+        source => ImportError::Fdb5 {
+            what: format!("to open {}", config.display()),
+            source: Box::new(source),
+        },
+    })?;
+
+    // 1. Enumerate.
+    let fields = fdb
+        .list_fields(request.as_deref())
+        .map_err(|source| ImportError::Fdb5 {
+            what: format!("to list {} (FDB5 {})", config.display(), fdb.version()),
+            source: Box::new(source),
         })?;
-        if seen.insert(f.key.to_string()) {
-            fields.push(f);
-        }
-    }
     let mut report = ImportReport {
+        fdb5_version: fdb.version().to_string(),
         listed: fields.len(),
         ..ImportReport::default()
     };
@@ -451,14 +334,24 @@ pub fn import_fdb5(
             request: (opts.request.as_deref())
                 .unwrap_or("the whole database")
                 .to_string(),
+            config: config.display().to_string(),
         });
     }
 
     // 2. Fetch, archive, flush, verify, batch by batch.
+    let mut buf = Vec::new();
     for batch in fields.chunks(opts.batch.max(1)) {
         let t = Instant::now();
-        let mut parts: Vec<Option<Vec<u8>>> = vec![None; batch.len()];
-        fetch(&env, batch, &scratch.0, &mut parts, &mut report.failed)?;
+        let mut parts: Vec<Option<Vec<u8>>> = Vec::with_capacity(batch.len());
+        for f in batch {
+            match fetch(&fdb, f, &mut buf) {
+                Ok(()) => parts.push(Some(buf.clone())),
+                Err(why) => {
+                    report.failed.push(why);
+                    parts.push(None);
+                }
+            }
+        }
         report.phases.fdb_read += t.elapsed().as_secs_f64();
 
         let t = Instant::now();
@@ -566,21 +459,15 @@ fn read_back(
     Ok(())
 }
 
-/// The FDB5 configuration: the given file, or one written for a root with its schema.
-/// Where the caller set `FDB_DBNAMES_FILE`, the tools use it; otherwise the system's dbnames
-/// (Debian's `/etc/fdb/dbnames`, what stock `fdb-write` names databases with) are tried first,
-/// then an empty file (FDB5's default names; newer FDB5 tools may crash on Debian's file).
-fn fdb5_env(source: &Fdb5Source, scratch: &Path) -> Result<Fdb5Env, ImportError> {
-    let dbnames_choices = if std::env::var_os("FDB_DBNAMES_FILE").is_some() {
-        vec![None]
-    } else {
-        let p = scratch.join("dbnames");
-        std::fs::write(&p, "").map_err(io_error(format!("cannot write {}", p.display())))?;
-        vec![None, Some(p)]
-    };
+/// The FDB5 configuration file (the given one, or one written for a root with its schema)
+/// and the roots it names.
+fn fdb5_config(
+    source: &Fdb5Source,
+    scratch: &Path,
+) -> Result<(PathBuf, Vec<PathBuf>), ImportError> {
     let bad =
         |what: String, source: Option<std::io::Error>| ImportError::BadSource { what, source };
-    let config = match source {
+    match source {
         Fdb5Source::Config(c) => {
             if !c.is_file() {
                 return Err(bad(
@@ -588,7 +475,14 @@ fn fdb5_env(source: &Fdb5Source, scratch: &Path) -> Result<Fdb5Env, ImportError>
                     None,
                 ));
             }
-            c.clone()
+            // The roots, where haar reads the file as FDB5's local TOC configuration (else
+            // none: FDB5 then keeps the dbnames it would use anyway).
+            let roots = std::fs::read_to_string(c)
+                .ok()
+                .and_then(|t| haar_store::Config::from_yaml(&t, &c.display().to_string()).ok())
+                .map(|cfg| cfg.roots)
+                .unwrap_or_default();
+            Ok((c.clone(), roots))
         }
         Fdb5Source::Root { root, schema } => {
             if !root.is_dir() {
@@ -608,13 +502,29 @@ fn fdb5_env(source: &Fdb5Source, scratch: &Path) -> Result<Fdb5Env, ImportError>
                 root.display()
             );
             std::fs::write(&p, text).map_err(io_error(format!("cannot write {}", p.display())))?;
-            p
+            Ok((p, vec![root]))
         }
-    };
-    Ok(Fdb5Env {
-        config,
-        dbnames: None,
-        dbnames_choices,
+    }
+}
+
+/// The `FDB_DBNAMES_FILE` to give FDB5 (see the module documentation): `None` (FDB5's own
+/// choice) where the caller set one or no database sits directly under a root; an empty file
+/// (FDB5's default names) where one does.
+fn dbnames_for(roots: &[PathBuf], scratch: &Path) -> Result<Option<PathBuf>, ImportError> {
+    if std::env::var_os("FDB_DBNAMES_FILE").is_some() || !default_names_under(roots) {
+        return Ok(None);
+    }
+    let p = scratch.join("dbnames");
+    std::fs::write(&p, "").map_err(io_error(format!("cannot write {}", p.display())))?;
+    Ok(Some(p))
+}
+
+/// Whether a TOC database (a directory holding a `toc` file) sits directly under one of
+/// `roots`: what FDB5's default database names make.
+fn default_names_under(roots: &[PathBuf]) -> bool {
+    roots.iter().any(|root| {
+        std::fs::read_dir(root)
+            .is_ok_and(|entries| entries.flatten().any(|e| e.path().join("toc").is_file()))
     })
 }
 
@@ -628,19 +538,69 @@ mod tests {
     }
 
     #[test]
-    fn parses_fdb_list_location_lines() {
-        let l = parse_list_line(
-            "{class=od,expver=0001}{type=an,levtype=sfc}{step=0,param=130} \
-             TocFieldLocation[uri=URI[scheme=file,name=/x/an:sfc.data],offset=0,length=9410,remapKey={}]",
+    fn parses_fdb5_key_strings() {
+        let k = crate::fdb5::parse_key_string(
+            "{class=od,expver=0001}{type=an,levtype=sfc}{step=0,levelist=,param=130}",
         )
         .unwrap();
         assert_eq!(
-            l.key.to_string(),
+            k.to_string(),
             "class=od,expver=0001,type=an,levtype=sfc,step=0,param=130"
         );
-        assert_eq!(l.length, Some(9410));
-        let l = parse_list_line("{a=1}{b=2}{c=3}").unwrap();
-        assert_eq!(l.length, None);
-        assert!(parse_list_line("Listing for request").is_none());
+        assert!(crate::fdb5::parse_key_string("Listing for request").is_none());
+        assert!(crate::fdb5::parse_key_string("{a=1}{b=2}").is_none());
+    }
+
+    /// Requests reach FDB5 canonical (its C API expands nothing), or as written with `raw`.
+    #[test]
+    fn requests_are_canonicalised_for_fdb5() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = crate::OpenOptions {
+            root: Some(dir.path().into()),
+            config: crate::ConfigSource::Yaml {
+                text: "backend: posix\n".into(),
+                origin: "test".into(),
+            },
+            ..crate::OpenOptions::default()
+        }
+        .local()
+        .unwrap();
+        let got = fdb5_request(
+            &store,
+            "class=od,expver=1,time=12,param=t,step=0/to/12/by/6",
+            false,
+        )
+        .unwrap();
+        let get = |k: &str| got.iter().find(|(kw, _)| kw == k).map(|(_, v)| v.clone());
+        assert_eq!(get("expver"), Some(vec!["0001".to_string()]));
+        assert_eq!(get("time"), Some(vec!["1200".to_string()]));
+        assert_eq!(get("param"), Some(vec!["130".to_string()]));
+        assert_eq!(get("step").map(|v| v.len()), Some(3));
+        let raw = fdb5_request(&store, "class=ea,param=130/129", true).unwrap();
+        assert_eq!(
+            raw,
+            vec![
+                ("class".to_string(), vec!["ea".to_string()]),
+                (
+                    "param".to_string(),
+                    vec!["130".to_string(), "129".to_string()]
+                )
+            ]
+        );
+        assert!(fdb5_request(&store, "class", true).is_err());
+    }
+
+    #[test]
+    fn default_database_names_are_recognised_by_layout() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().to_path_buf();
+        let nested = root.join("ea:0001/20170101:0000:g/enda");
+        std::fs::create_dir_all(&nested).unwrap();
+        std::fs::write(nested.join("toc"), b"").unwrap();
+        assert!(!default_names_under(std::slice::from_ref(&root)));
+        let flat = root.join("ea:0001:enda:20170101:0000:g");
+        std::fs::create_dir_all(&flat).unwrap();
+        std::fs::write(flat.join("toc"), b"").unwrap();
+        assert!(default_names_under(&[root]));
     }
 }

@@ -9,8 +9,10 @@
 //! - [`serve`]: the local store served to the network, with tokens, TLS and the same-host
 //!   offer.
 //! - [`watch`]: flush events and the "step complete" wait, from servers or a local store.
-//! - [`import`]: an FDB5 database imported into any [`FieldStore`] through FDB5's own tools,
+//! - [`import`]: an FDB5 database imported into any [`FieldStore`] through FDB5's C API,
 //!   every field verified.
+//! - [`fdb5`]: the real FDB5 through its C API, loaded at run time (so haar builds and runs
+//!   without it), as a [`FieldStore`] and a lister of whole databases.
 //!
 //! Every operation goes through [`FieldStore`], whose contract is written on each method in
 //! `haar_store::frontend`. Byte layouts and the durability contract are in `docs/design.md`.
@@ -35,6 +37,7 @@
 
 #![warn(missing_docs)]
 
+pub mod fdb5;
 pub mod import;
 pub mod ingest;
 pub mod open;

@@ -1,5 +1,5 @@
 //! `haar import-fdb5`: its arguments as `haar::import::ImportOptions`, the report printed, and
-//! the exit code (1 FDB5 tools or database not usable, 2 nothing listed, 3 a field failed).
+//! the exit code (1 FDB5's library, the database or the request not usable, 2 nothing listed, 3 a field failed).
 
 use haar::import::{self, Fdb5Source, ImportError, ImportOptions};
 
@@ -36,7 +36,7 @@ pub fn run(cli: &Cli, a: &ImportFdb5Args) -> Result<(), Failure> {
         let p = &r.phases;
         println!(
             "imported and verified {} of {} field(s), {:.1} MiB in {:.2} s \
-             (fdb-list {:.2} s, fdb-read {:.2} s, archive+flush {:.2} s, verify {:.2} s)",
+             (FDB5 list {:.2} s, FDB5 read {:.2} s, archive+flush {:.2} s, verify {:.2} s)",
             r.fields,
             r.listed,
             r.bytes as f64 / 1048576.0,
@@ -66,9 +66,9 @@ pub fn run(cli: &Cli, a: &ImportFdb5Args) -> Result<(), Failure> {
 fn failure(e: ImportError) -> Failure {
     match e {
         ImportError::Store(e) => e.into(),
-        e @ (ImportError::ToolMissing { .. } | ImportError::BadSource { .. }) => {
-            Failure::usage(e.to_string())
-        }
+        e @ (ImportError::Fdb5Unavailable { .. }
+        | ImportError::BadSource { .. }
+        | ImportError::BadRequest { .. }) => Failure::usage(e.to_string()),
         e @ ImportError::NothingListed { .. } => Failure::missing(e.to_string()),
         e => Failure::io(e.to_string()),
     }
