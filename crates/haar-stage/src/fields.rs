@@ -21,14 +21,10 @@ use crate::task::{TaskRun, write_to};
 /// written (a multiple of the page size, so each segment can be mapped on its own).
 const SEGMENT: u64 = 64 << 20;
 
-/// Bytes written between read-backs: small enough to be still in the caches.
-const READ_BACK: u64 = 1 << 20;
-
 /// The fields of `req` in store dataspace `space` written to the GRIB file `dst` (design
-/// §13.3): under a temporary name, read back every [`READ_BACK`] bytes while they are still
-/// in the caches, made durable in segments while the next is written, then fdatasync, the
-/// whole read-back CRC-32C compared with the one combined from the fields' (as their store
-/// verified them), rename.
+/// §13.3): under a temporary name, in segments each made durable and read back while the next
+/// is written, then fdatasync, the whole read-back CRC-32C compared with the one combined from
+/// the fields' (as their store verified them), rename.
 pub(crate) fn store_to_file(
     run: &mut TaskRun,
     space: &str,
@@ -77,11 +73,6 @@ pub(crate) fn store_to_file(
                 let before = len;
                 len += bytes.len() as u64;
                 run.phase(Phase::Copied, bytes.len() as u64);
-                if len - back.checked >= READ_BACK {
-                    // Read back what was just written, while it is still in the caches.
-                    out.flush().map_err(|e| Error::io("write", &tmp, e))?;
-                    back.read_back(len, run)?;
-                }
                 if before / SEGMENT != len / SEGMENT {
                     out.flush().map_err(|e| Error::io("write", &tmp, e))?;
                     back.segment_written(len / SEGMENT * SEGMENT, run)?;
@@ -136,21 +127,18 @@ pub(crate) fn store_to_file(
     }
 }
 
-/// Durability and read-back of a file written front to back: each [`SEGMENT`]'s writeback is
-/// started when it is full and waited for one segment behind the writer, so the disk writes
-/// one segment while the next is copied; what was written is read back (once, in order) into
-/// a running CRC-32C.
+/// The read-back of a file written front to back: each [`SEGMENT`] is written back and
+/// waited for, then read back, one segment behind the writer, so the disk writes one segment
+/// while the next is copied and each byte is read once; the CRC-32C of everything read back
+/// accumulates in order.
 struct ReadBack<'f> {
     file: &'f std::fs::File,
     path: &'f Path,
-    /// Bytes read back.
+    /// Bytes read back (a multiple of [`SEGMENT`] until the end).
     checked: u64,
-    /// Bytes made durable (a multiple of [`SEGMENT`] until the end).
-    durable: u64,
     /// Bytes whose writeback was started.
     started: u64,
     crc: u32,
-    buf: Vec<u8>,
 }
 
 impl<'f> ReadBack<'f> {
@@ -159,15 +147,13 @@ impl<'f> ReadBack<'f> {
             file,
             path,
             checked: 0,
-            durable: 0,
             started: 0,
             crc: 0,
-            buf: vec![0u8; 512 << 10],
         }
     }
 
     /// The file holds `upto` bytes (a multiple of [`SEGMENT`]): starts their writeback, and
-    /// waits for it on every whole segment before the last one.
+    /// makes durable and reads back every whole segment before the last one.
     fn segment_written(&mut self, upto: u64, run: &mut TaskRun) -> Result<()> {
         self.sync_range(
             self.started,
@@ -176,17 +162,17 @@ impl<'f> ReadBack<'f> {
         )?;
         self.started = upto;
         let end = upto.saturating_sub(SEGMENT);
-        if end > self.durable {
-            let n = end - self.durable;
+        if end > self.checked {
+            let n = end - self.checked;
             self.sync_range(
-                self.durable,
+                self.checked,
                 n,
                 libc::SYNC_FILE_RANGE_WAIT_BEFORE
                     | libc::SYNC_FILE_RANGE_WRITE
                     | libc::SYNC_FILE_RANGE_WAIT_AFTER,
             )?;
-            self.durable = end;
             run.phase(Phase::Durable, n);
+            self.read_back(end, run)?;
         }
         Ok(())
     }
@@ -197,7 +183,7 @@ impl<'f> ReadBack<'f> {
         self.file
             .sync_data()
             .map_err(|e| Error::io("fsync", self.path, e))?;
-        run.phase(Phase::Durable, len - self.durable);
+        run.phase(Phase::Durable, len - self.checked);
         let actual = self
             .file
             .metadata()
@@ -207,24 +193,25 @@ impl<'f> ReadBack<'f> {
         Ok((self.checked, self.crc))
     }
 
-    /// Reads `[checked, end)` back (`pread` in pieces, from the page cache the writes just
-    /// filled) into the running CRC-32C.
+    /// Reads `[checked, end)` back through a mapping (no copy into a buffer).
     fn read_back(&mut self, end: u64, run: &mut TaskRun) -> Result<()> {
-        use std::os::unix::fs::FileExt;
-        let start = self.checked;
-        while self.checked < end {
-            let n = (end - self.checked).min(self.buf.len() as u64) as usize;
-            let got = self
-                .file
-                .read_at(&mut self.buf[..n], self.checked)
-                .map_err(|e| Error::io("read back", self.path, e))?;
-            if got == 0 {
-                break;
+        if end > self.checked {
+            let n = end - self.checked;
+            // SAFETY: the file is this task's temporary copy; nothing else writes or
+            // truncates it while it is mapped. `checked` is a multiple of SEGMENT, hence of
+            // the page size.
+            let map = unsafe {
+                memmap2::MmapOptions::new()
+                    .offset(self.checked)
+                    .len(n as usize)
+                    .map(self.file)
             }
-            self.crc = haar_persist::crc32c_append(self.crc, &self.buf[..got]);
-            self.checked += got as u64;
+            .map_err(|e| Error::io("map", self.path, e))?;
+            let _ = map.advise(memmap2::Advice::Sequential);
+            self.crc = haar_persist::crc32c_append(self.crc, &map);
+            self.checked = end;
+            run.phase(Phase::Verified, n);
         }
-        run.phase(Phase::Verified, self.checked - start);
         Ok(())
     }
 
