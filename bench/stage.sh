@@ -26,7 +26,8 @@ d = json.load(open(sys.argv[1]))
 print(f"{d['from']} -> {d['to']} (load {d['load_before']} .. {d['load_after']}"
       + (f", NT-copy limit {d['nt_copy_limit_gb_s']:.1f} GB/s" if d['nt_copy_limit_gb_s'] else "") + ")")
 for r in d['results']:
-    extra = f", {r['ratio_to_nt_copy']:.2f} of NT copy" if 'ratio_to_nt_copy' in r else ""
+    extra = (f", {r['ratio_to_nt_copy']:.2f} of NT copy (cp + sync: {r['cp_sync_ratio_to_nt_copy']:.2f})"
+             if 'ratio_to_nt_copy' in r else "")
     print(f"  {r['kind']:6} {r['bytes']/2**30:.1f} GiB in {r['files']} objects: stage {r['stage_seconds']:.2f} s"
           f" ({r['stage_gb_s']:.2f} GB/s), cp {r['cp_seconds']:.2f} s, cp+sync {r['cp_sync_seconds']:.2f} s;"
           f" {r['ratio_to_cp']:.2f} of cp, {r['ratio_to_cp_sync']:.2f} of cp+sync{extra};"

@@ -114,7 +114,7 @@ fn ok(o: &Output) {
 #[test]
 fn a_task_killed_with_sigkill_leaves_no_half_object_and_resumes_keeping_verified_ones() {
     let s = setup();
-    let src = s.source_tree("big", 64, 8);
+    let src = s.source_tree("big", 160, 8);
     let o = s.haar(&[
         "in",
         "shared:big",
@@ -146,7 +146,7 @@ fn a_task_killed_with_sigkill_leaves_no_half_object_and_resumes_keeping_verified
     assert_eq!(st["state"], "interrupted", "{st}");
     let dst = s.root.join("node/job/big");
     let (visible, _temps) = whole_or_absent(&src, &dst);
-    assert!(visible < 64, "all objects were there before the resume");
+    assert!(visible < 160, "all objects were there before the resume");
     let kept: Vec<(String, u64)> = st["done"]
         .as_array()
         .unwrap()
@@ -166,7 +166,7 @@ fn a_task_killed_with_sigkill_leaves_no_half_object_and_resumes_keeping_verified
     let st = s.status("k1");
     assert_eq!(st["state"], "done", "{st}");
     assert_eq!(st["attempts"], 2);
-    assert_eq!(whole_or_absent(&src, &dst), (64, 0));
+    assert_eq!(whole_or_absent(&src, &dst), (160, 0));
     // The pair's bandwidth was recorded for the next task's ETA.
     let o = s.haar(&["rates", "--json"]);
     ok(&o);

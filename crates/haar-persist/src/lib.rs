@@ -58,7 +58,7 @@ pub mod sigbus;
 
 pub use copy::{copy_nt, copy_nt_crc32c};
 pub use cpu::{CACHE_LINE, CpuFeatures, FlushKind};
-pub use crc::{crc32c, crc32c_append, crc32c_suffix};
+pub use crc::{crc32c, crc32c_append, crc32c_combine, crc32c_suffix};
 pub use flush::{flush_lines, persist, sfence};
 pub use limits::{RawLimits, measure_raw_limits};
 pub use map::{DEFAULT_RESERVE, PoolMapping, page_size};

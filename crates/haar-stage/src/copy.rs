@@ -1,8 +1,10 @@
-//! The copy protocol for one file (design §13.3): read the source with its CRC-32C computed on
-//! the way, write a temporary name beside the destination, fsync it, read it back and compare
-//! checksums, check that the source did not change meanwhile, then rename into place. A
-//! process killed at any point leaves either the old destination or the new one whole, plus
-//! at most a temporary file whose name says which task left it ([`temp_name`]).
+//! The copy protocol for one file (design §13.3): copy the source to a temporary name beside
+//! the destination chunk by chunk, each chunk checksummed from the source just before it is
+//! written and read back from the destination just after (both passes over bytes still in
+//! the CPU's caches: the data crosses memory once each way, as `cp`'s does), then fdatasync,
+//! check that the source did not change meanwhile, compare the checksums and rename into
+//! place. A process killed at any point leaves either the old destination or the new one
+//! whole, plus at most a temporary file whose name says which task left it ([`temp_name`]).
 //!
 //! Owns only bytes of files: which files, and the journal, are [`crate::task`]'s.
 
@@ -54,24 +56,6 @@ pub fn file_crc(path: &Path) -> Result<(u64, u32)> {
     }
 }
 
-/// The length and CRC-32C of an open file, computed over a read-only mapping of it (no copy
-/// into a buffer: the read-back check costs one pass over the page cache). Only for the
-/// task's own temporary files, which nobody else truncates while they are mapped.
-fn mapped_crc(file: &File, path: &Path) -> Result<(u64, u32)> {
-    let len = file
-        .metadata()
-        .map_err(|e| Error::io("stat", path, e))?
-        .len();
-    if len == 0 {
-        return Ok((0, 0));
-    }
-    // SAFETY: the file is this task's temporary copy, written and fsynced by it; nothing
-    // else writes or truncates it while it is mapped.
-    let map = unsafe { memmap2::Mmap::map(file) }.map_err(|e| Error::io("map", path, e))?;
-    let _ = map.advise(memmap2::Advice::Sequential);
-    Ok((len, haar_persist::crc32c(&map)))
-}
-
 /// Copies the regular file `src` to `dst` by the protocol above; returns its length and
 /// CRC-32C. `task` names the temporary file.
 pub fn copy_file(src: &Path, dst: &Path, task: &str, mon: &mut dyn Monitor) -> Result<(u64, u32)> {
@@ -89,7 +73,10 @@ pub struct Pending {
     file: File,
     before: std::fs::Metadata,
     len: u64,
+    /// CRC-32C of the source's bytes.
     crc: u32,
+    /// Length and CRC-32C of the temporary file's bytes, read back after each chunk.
+    back: (u64, u32),
     committed: bool,
 }
 
@@ -119,19 +106,31 @@ impl Pending {
         &self.dst
     }
 
-    /// fdatasync, check the source did not change, read the copy back and compare its
-    /// CRC-32C, rename into place. On error the temporary file is removed.
+    /// fdatasync, check the source did not change, compare the CRC-32C the copy was read
+    /// back with to the source's, rename into place. On error the temporary file is
+    /// removed.
     pub fn commit(mut self) -> Result<(u64, u32)> {
-        let r = self.finish();
+        let r = self.finish(true);
         self.committed = r.is_ok();
         r
     }
 
-    fn finish(&self) -> Result<(u64, u32)> {
+    /// [`Pending::commit`] of a copy a [`Pending::sync_fs`] that returned after it was
+    /// written has made durable already: no fdatasync (on ext4 each one issues its own
+    /// device cache flush even when nothing is dirty).
+    pub fn commit_synced(mut self) -> Result<(u64, u32)> {
+        let r = self.finish(false);
+        self.committed = r.is_ok();
+        r
+    }
+
+    fn finish(&self, fsync: bool) -> Result<(u64, u32)> {
         let (len, crc) = (self.len, self.crc);
-        self.file
-            .sync_data()
-            .map_err(|e| Error::io("fsync", &self.tmp, e))?;
+        if fsync {
+            self.file
+                .sync_data()
+                .map_err(|e| Error::io("fsync", &self.tmp, e))?;
+        }
         let after = std::fs::metadata(&self.src).map_err(|e| Error::io("stat", &self.src, e))?;
         if after.len() != len
             || after.mtime() != self.before.mtime()
@@ -142,7 +141,7 @@ impl Pending {
                 detail: "the source changed while it was being staged; stage it again".into(),
             });
         }
-        let (back_len, back_crc) = mapped_crc(&self.file, &self.tmp)?;
+        let (back_len, back_crc) = self.back;
         if (back_len, back_crc) != (len, crc) {
             return Err(Error::Checksum {
                 path: self.tmp.clone(),
@@ -155,8 +154,10 @@ impl Pending {
         Ok((len, crc))
     }
 
-    /// Writes back every dirty page of the file system holding the copy (syncfs): the
-    /// commit's fdatasync of each copy of a batch then has nothing left to wait for.
+    /// Makes every file of the file system holding the copy durable, data and metadata
+    /// (syncfs: writeback, journal commit, device cache flush). It reports any writeback
+    /// error of that file system since this copy's file was opened (Linux 5.8 and later), so
+    /// it is called on the first copy of a batch: an error writing any of them is seen.
     pub fn sync_fs(&self) -> Result<()> {
         // SAFETY: a file descriptor we own.
         if unsafe { libc::syncfs(std::os::fd::AsRawFd::as_raw_fd(&self.file)) } != 0 {
@@ -173,8 +174,9 @@ impl Pending {
     pub fn abandon(self) {}
 }
 
-/// Copies `src` to the temporary name of `dst` with its CRC-32C computed on the way, and
-/// starts the writeback of what was written (`sync_file_range`), without waiting for it.
+/// Copies `src` to the temporary name of `dst`, checksumming each chunk of the source before
+/// it is written and reading it back from the destination after, and starts the writeback of
+/// what was written (`sync_file_range`), without waiting for it.
 pub fn copy_to_temp(src: &Path, dst: &Path, task: &str, mon: &mut dyn Monitor) -> Result<Pending> {
     let mut input = File::open(src).map_err(|e| Error::io("open", src, e))?;
     let before = input.metadata().map_err(|e| Error::io("stat", src, e))?;
@@ -190,16 +192,41 @@ pub fn copy_to_temp(src: &Path, dst: &Path, task: &str, mon: &mut dyn Monitor) -
         .map_err(|e| Error::io("create", &tmp, e))?;
     let result = (|| {
         // A source of at least a chunk is mapped (under the SIGBUS guard, so a truncation
-        // meanwhile is noticed, not fatal): written from the mapping while a second thread
-        // computes its checksum, one copy in all as `cp` makes; else read through buffers.
+        // meanwhile is noticed, not fatal) and written from the mapping, one copy in all as
+        // `cp` makes; a smaller one is read through a buffer.
         let mapped = (before.len() >= CHUNK as u64)
             .then(|| input.try_clone().ok())
             .flatten()
             .and_then(|f| haar::ingest::GuardedMap::new(f, &before));
-        let (len, crc) = match mapped {
-            Some(map) => mapped_copy(&map, &mut out, src, &tmp, task, mon)?,
-            None => pipe_copy(&mut input, &mut out, src, &tmp, task, mon)?,
-        };
+        let mut copier = Copier::new(&mut out, &tmp, task);
+        match &mapped {
+            Some(map) => {
+                for chunk in map.chunks(CHUNK) {
+                    copier.chunk(chunk, mon)?;
+                }
+                if map.changed() {
+                    return Err(Error::Checksum {
+                        path: src.into(),
+                        detail: "the source changed while it was being staged; stage it again"
+                            .into(),
+                    });
+                }
+            }
+            None => {
+                let mut buf = take_buffer();
+                let r: Result<()> = (|| loop {
+                    let n =
+                        read_full(&mut input, &mut buf).map_err(|e| Error::io("read", src, e))?;
+                    if n == 0 {
+                        return Ok(());
+                    }
+                    copier.chunk(&buf[..n], mon)?;
+                })();
+                give_buffer(buf);
+                r?;
+            }
+        }
+        let done = copier.done();
         // SAFETY: a file descriptor we own; SYNC_FILE_RANGE_WRITE only starts writeback.
         unsafe {
             libc::sync_file_range(
@@ -209,10 +236,10 @@ pub fn copy_to_temp(src: &Path, dst: &Path, task: &str, mon: &mut dyn Monitor) -
                 libc::SYNC_FILE_RANGE_WRITE,
             )
         };
-        Ok((len, crc))
+        Ok(done)
     })();
     match result {
-        Ok((len, crc)) => Ok(Pending {
+        Ok((len, crc, back)) => Ok(Pending {
             src: src.into(),
             tmp,
             dst: dst.into(),
@@ -220,6 +247,7 @@ pub fn copy_to_temp(src: &Path, dst: &Path, task: &str, mon: &mut dyn Monitor) -
             before,
             len,
             crc,
+            back,
             committed: false,
         }),
         Err(e) => {
@@ -229,13 +257,84 @@ pub fn copy_to_temp(src: &Path, dst: &Path, task: &str, mon: &mut dyn Monitor) -
     }
 }
 
-/// Chunks in flight between the reading and the writing thread.
-const IN_FLIGHT: usize = 3;
+/// Bytes checksummed, written and read back at a time: small enough that a piece is still
+/// in the core's L2 cache when it is written and when it is read back.
+const PIECE: usize = 512 << 10;
+
+/// The copy loop: for each piece, CRC-32C of the source bytes (which brings them into the
+/// cache the write then copies from), write, read the piece back from the destination
+/// (`pread`, from the page cache the write just filled) and checksum what was read.
+struct Copier<'a> {
+    out: &'a mut File,
+    tmp: &'a Path,
+    task: &'a str,
+    len: u64,
+    crc: u32,
+    back_crc: u32,
+    back_len: u64,
+    buf: Vec<u8>,
+}
+
+impl<'a> Copier<'a> {
+    fn new(out: &'a mut File, tmp: &'a Path, task: &'a str) -> Self {
+        Copier {
+            out,
+            tmp,
+            task,
+            len: 0,
+            crc: 0,
+            back_crc: 0,
+            back_len: 0,
+            buf: take_buffer(),
+        }
+    }
+
+    /// Copies `chunk` (at most [`CHUNK`] bytes) piece by piece; hears the monitor once.
+    fn chunk(&mut self, chunk: &[u8], mon: &mut dyn Monitor) -> Result<()> {
+        use std::os::unix::fs::FileExt;
+        if mon.cancelled() {
+            return Err(Error::Cancelled(self.task.into()));
+        }
+        for piece in chunk.chunks(PIECE) {
+            self.crc = haar_persist::crc32c_append(self.crc, piece);
+            self.out
+                .write_all(piece)
+                .map_err(|e| Error::io("write", self.tmp, e))?;
+            let back = &mut self.buf[..piece.len()];
+            let mut got = 0;
+            while got < back.len() {
+                match self.out.read_at(&mut back[got..], self.len + got as u64) {
+                    Ok(0) => break,
+                    Ok(n) => got += n,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(Error::io("read back", self.tmp, e)),
+                }
+            }
+            self.back_crc = haar_persist::crc32c_append(self.back_crc, &back[..got]);
+            self.back_len += got as u64;
+            self.len += piece.len() as u64;
+        }
+        mon.advance(chunk.len() as u64);
+        Ok(())
+    }
+
+    /// Bytes copied, the source's CRC-32C, and (length, CRC-32C) of what was read back.
+    fn done(self) -> (u64, u32, (u64, u32)) {
+        (self.len, self.crc, (self.back_len, self.back_crc))
+    }
+}
+
+impl Drop for Copier<'_> {
+    fn drop(&mut self) {
+        give_buffer(std::mem::take(&mut self.buf));
+    }
+}
 
 /// Buffers kept between files (allocating and zeroing fresh ones per file costs page faults
 /// on every chunk).
 static POOL: std::sync::Mutex<Vec<Vec<u8>>> = std::sync::Mutex::new(Vec::new());
 
+/// A buffer of [`CHUNK`] bytes.
 fn take_buffer() -> Vec<u8> {
     POOL.lock()
         .ok()
@@ -245,135 +344,10 @@ fn take_buffer() -> Vec<u8> {
 
 fn give_buffer(b: Vec<u8>) {
     if let Ok(mut p) = POOL.lock()
-        && p.len() < 2 * IN_FLIGHT
+        && p.len() < 4
     {
         p.push(b);
     }
-}
-
-/// Copies `input` to `out`: a second thread reads the source and computes its CRC-32C while
-/// this one writes (and hears the monitor), so reading and writing overlap on two cores.
-/// Returns the length and CRC-32C of what was read and written.
-fn pipe_copy(
-    input: &mut File,
-    out: &mut File,
-    src: &Path,
-    tmp: &Path,
-    task: &str,
-    mon: &mut dyn Monitor,
-) -> Result<(u64, u32)> {
-    use std::sync::mpsc::sync_channel;
-    let (full_tx, full_rx) = sync_channel::<(Vec<u8>, usize)>(IN_FLIGHT);
-    let (empty_tx, empty_rx) = sync_channel::<Vec<u8>>(IN_FLIGHT);
-    for _ in 0..IN_FLIGHT {
-        empty_tx.send(take_buffer()).expect("receiver alive");
-    }
-    std::thread::scope(|scope| {
-        let reader = scope.spawn(move || -> std::io::Result<(u64, u32)> {
-            let (mut len, mut crc) = (0u64, 0u32);
-            // Ends when the writer stops handing buffers back (it finished or failed).
-            while let Ok(mut buf) = empty_rx.recv() {
-                let n = read_full(input, &mut buf)?;
-                if n == 0 {
-                    give_buffer(buf);
-                    break;
-                }
-                crc = haar_persist::crc32c_append(crc, &buf[..n]);
-                len += n as u64;
-                if full_tx.send((buf, n)).is_err() {
-                    break;
-                }
-            }
-            Ok((len, crc))
-        });
-        let mut written = 0u64;
-        let mut failure = None;
-        for (buf, n) in full_rx.iter() {
-            if mon.cancelled() {
-                failure = Some(Error::Cancelled(task.into()));
-                break;
-            }
-            if let Err(e) = out.write_all(&buf[..n]) {
-                failure = Some(Error::io("write", tmp, e));
-                break;
-            }
-            written += n as u64;
-            mon.advance(n as u64);
-            // The reader may have reached the end already: the chunks it sent are still
-            // written, and the buffer goes back to the pool.
-            if let Err(back) = empty_tx.send(buf) {
-                give_buffer(back.0);
-            }
-        }
-        drop(empty_tx);
-        drop(full_rx);
-        let read = reader.join().expect("reader thread");
-        if let Some(f) = failure {
-            return Err(f);
-        }
-        let (len, crc) = read.map_err(|e| Error::io("read", src, e))?;
-        if len != written {
-            return Err(Error::Checksum {
-                path: tmp.into(),
-                detail: format!("wrote {written} bytes of {len} read"),
-            });
-        }
-        Ok((len, crc))
-    })
-}
-
-/// Writes the mapped source to `out` in chunks while a second thread computes the
-/// CRC-32C of the same mapping; a source changed meanwhile is an error.
-fn mapped_copy(
-    map: &haar::ingest::GuardedMap,
-    out: &mut File,
-    src: &Path,
-    tmp: &Path,
-    task: &str,
-    mon: &mut dyn Monitor,
-) -> Result<(u64, u32)> {
-    use std::sync::atomic::{AtomicBool, Ordering};
-    let stop = AtomicBool::new(false);
-    let bytes: &[u8] = map;
-    let (crc, written) = std::thread::scope(|scope| {
-        let summer = scope.spawn(|| {
-            let mut crc = 0u32;
-            for chunk in bytes.chunks(CHUNK) {
-                if stop.load(Ordering::Relaxed) {
-                    break;
-                }
-                crc = haar_persist::crc32c_append(crc, chunk);
-            }
-            crc
-        });
-        let mut result = Ok(0u64);
-        for chunk in bytes.chunks(CHUNK) {
-            if mon.cancelled() {
-                result = Err(Error::Cancelled(task.into()));
-                break;
-            }
-            if let Err(e) = out.write_all(chunk) {
-                result = Err(Error::io("write", tmp, e));
-                break;
-            }
-            if let Ok(n) = &mut result {
-                *n += chunk.len() as u64;
-            }
-            mon.advance(chunk.len() as u64);
-        }
-        if result.is_err() {
-            stop.store(true, Ordering::Relaxed);
-        }
-        (summer.join().expect("checksum thread"), result)
-    });
-    let written = written?;
-    if map.changed() {
-        return Err(Error::Checksum {
-            path: src.into(),
-            detail: "the source changed while it was being staged; stage it again".into(),
-        });
-    }
-    Ok((written, crc))
 }
 
 /// Reads until `buf` is full or the end of the file.
@@ -430,5 +404,33 @@ mod tests {
         assert!(matches!(e, Error::Cancelled(_)), "{e}");
         assert!(!dst2.exists() && !temp_name(&dst2, "t2").exists());
         assert!(is_temp_of(".c.haar-stage.t2", "t2") && !is_temp_of("c", "t2"));
+    }
+
+    /// Rewrites the source once the copy has started (a writer racing the stager).
+    struct Rewrite<'a>(&'a Path, bool);
+    impl Monitor for Rewrite<'_> {
+        fn advance(&mut self, _: u64) {}
+        fn cancelled(&mut self) -> bool {
+            if !self.1 {
+                // A different length and a later mtime: noticed whichever way it is read.
+                std::thread::sleep(std::time::Duration::from_millis(20));
+                std::fs::write(self.0, vec![1u8; CHUNK + 5]).unwrap();
+                self.1 = true;
+            }
+            false
+        }
+    }
+
+    #[test]
+    fn a_source_changed_while_copied_is_refused_and_leaves_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        for len in [CHUNK * 3, 1000] {
+            let src = d.path().join("s");
+            std::fs::write(&src, vec![7u8; len]).unwrap();
+            let dst = d.path().join("d");
+            let e = copy_file(&src, &dst, "t", &mut Rewrite(&src, false)).unwrap_err();
+            assert!(matches!(e, Error::Checksum { .. }), "{len}: {e}");
+            assert!(!dst.exists() && !temp_name(&dst, "t").exists(), "{len}");
+        }
     }
 }

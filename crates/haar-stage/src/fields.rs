@@ -6,6 +6,7 @@
 //!
 //! Owns the mapping of fields onto tasks; stores are opened by [`crate::Dataspaces`].
 
+use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
@@ -13,10 +14,17 @@ use haar_core::request::Request;
 
 use crate::copy;
 use crate::error::{Error, Result};
+use crate::eta::Phase;
 use crate::task::{TaskRun, write_to};
 
-/// The fields of `req` in store dataspace `space` written to the GRIB file `dst` (temporary
-/// name, fsync, read back, rename).
+/// Bytes of the output file made durable and read back at a time, while the next ones are
+/// written (a multiple of the page size, so each segment can be mapped on its own).
+const SEGMENT: u64 = 64 << 20;
+
+/// The fields of `req` in store dataspace `space` written to the GRIB file `dst` (design
+/// §13.3): under a temporary name, in segments each made durable and read back while the next
+/// is written, then fdatasync, the whole read-back CRC-32C compared with the one combined from
+/// the fields' (as their store verified them), rename.
 pub(crate) fn store_to_file(
     run: &mut TaskRun,
     space: &str,
@@ -37,6 +45,7 @@ pub(crate) fn store_to_file(
     let tmp = copy::temp_name(dst, run.id());
     let _ = std::fs::remove_file(&tmp);
     let file = std::fs::OpenOptions::new()
+        .read(true)
         .write(true)
         .create_new(true)
         .mode(0o644)
@@ -45,32 +54,36 @@ pub(crate) fn store_to_file(
     let result = (|| {
         // Fields of 64 KiB or more bypass the buffer (one copy fewer); smaller ones are
         // gathered into 64 KiB writes.
-        let mut out = std::io::BufWriter::with_capacity(64 << 10, file);
+        let mut out = std::io::BufWriter::with_capacity(64 << 10, &file);
+        let mut back = ReadBack::new(&file, &tmp);
         let mut crc = 0u32;
         let mut len = 0u64;
         let mut failure: Option<Error> = None;
-        let report = store.retrieve(req, &mut |key, bytes, field_crc| {
-            if let Some(c) = field_crc {
-                let actual = haar_persist::crc32c(bytes);
-                if actual != c {
-                    failure = Some(Error::Checksum {
-                        path: dst.into(),
-                        detail: format!("field {key}: store says {c:08x}, bytes are {actual:08x}"),
-                    });
-                    return Err(haar::Error::Config("checksum mismatch".into()));
-                }
-            }
+        let report = store.retrieve(req, &mut |_key, bytes, field_crc| {
             if run.cancelled_now() {
                 failure = Some(Error::Cancelled(run.id().into()));
                 return Err(haar::Error::Config("cancelled".into()));
             }
-            if let Err(e) = write_to(&mut out, bytes, &tmp) {
+            // The store verified the field against this CRC-32C before handing it over: it
+            // is combined into the file's without a pass over the bytes. (A store that hands
+            // none over is checksummed here.)
+            let field_crc = field_crc.unwrap_or_else(|| haar_persist::crc32c(bytes));
+            let step = (|| {
+                write_to(&mut out, bytes, &tmp)?;
+                let before = len;
+                len += bytes.len() as u64;
+                run.phase(Phase::Copied, bytes.len() as u64);
+                if before / SEGMENT != len / SEGMENT {
+                    out.flush().map_err(|e| Error::io("write", &tmp, e))?;
+                    back.segment_written(len / SEGMENT * SEGMENT, run)?;
+                }
+                Ok(())
+            })();
+            if let Err(e) = step {
                 failure = Some(e);
                 return Err(haar::Error::Config("write failed".into()));
             }
-            crc = haar_persist::crc32c_append(crc, bytes);
-            len += bytes.len() as u64;
-            run.advance_by(bytes.len() as u64);
+            crc = haar_persist::crc32c_combine(crc, field_crc, bytes.len() as u64);
             Ok(())
         });
         if let Some(f) = failure {
@@ -84,15 +97,16 @@ pub(crate) fn store_to_file(
                 report.missing[0]
             )));
         }
-        let file = out
-            .into_inner()
-            .map_err(|e| Error::io("write", &tmp, e.into_error()))?;
-        file.sync_data().map_err(|e| Error::io("fsync", &tmp, e))?;
-        let back = copy::file_crc(&tmp)?;
+        out.flush().map_err(|e| Error::io("write", &tmp, e))?;
+        drop(out);
+        let back = back.finish(len, run)?;
         if back != (len, crc) {
             return Err(Error::Checksum {
                 path: tmp.clone(),
-                detail: format!("read back {:?}, wrote ({len}, {crc:08x})", back),
+                detail: format!(
+                    "read back {} bytes with CRC-32C {:08x}, the fields make {len} with {crc:08x}",
+                    back.0, back.1
+                ),
             });
         }
         std::fs::rename(&tmp, dst).map_err(|e| Error::io("rename", dst, e))?;
@@ -110,6 +124,110 @@ pub(crate) fn store_to_file(
             let _ = std::fs::remove_file(&tmp);
             Err(e)
         }
+    }
+}
+
+/// The read-back of a file written front to back: each [`SEGMENT`] is written back and
+/// waited for, then read back, one segment behind the writer, so the disk writes one segment
+/// while the next is copied and each byte is read once; the CRC-32C of everything read back
+/// accumulates in order.
+struct ReadBack<'f> {
+    file: &'f std::fs::File,
+    path: &'f Path,
+    /// Bytes read back (a multiple of [`SEGMENT`] until the end).
+    checked: u64,
+    /// Bytes whose writeback was started.
+    started: u64,
+    crc: u32,
+}
+
+impl<'f> ReadBack<'f> {
+    fn new(file: &'f std::fs::File, path: &'f Path) -> Self {
+        ReadBack {
+            file,
+            path,
+            checked: 0,
+            started: 0,
+            crc: 0,
+        }
+    }
+
+    /// The file holds `upto` bytes (a multiple of [`SEGMENT`]): starts their writeback, and
+    /// makes durable and reads back every whole segment before the last one.
+    fn segment_written(&mut self, upto: u64, run: &mut TaskRun) -> Result<()> {
+        self.sync_range(
+            self.started,
+            upto - self.started,
+            libc::SYNC_FILE_RANGE_WRITE,
+        )?;
+        self.started = upto;
+        let end = upto.saturating_sub(SEGMENT);
+        if end > self.checked {
+            let n = end - self.checked;
+            self.sync_range(
+                self.checked,
+                n,
+                libc::SYNC_FILE_RANGE_WAIT_BEFORE
+                    | libc::SYNC_FILE_RANGE_WRITE
+                    | libc::SYNC_FILE_RANGE_WAIT_AFTER,
+            )?;
+            run.phase(Phase::Durable, n);
+            self.read_back(end, run)?;
+        }
+        Ok(())
+    }
+
+    /// The file is complete at `len` bytes: fdatasync (its data and the metadata to find it),
+    /// reads back the rest; returns what was read back (length, CRC-32C).
+    fn finish(mut self, len: u64, run: &mut TaskRun) -> Result<(u64, u32)> {
+        self.file
+            .sync_data()
+            .map_err(|e| Error::io("fsync", self.path, e))?;
+        run.phase(Phase::Durable, len - self.checked);
+        let actual = self
+            .file
+            .metadata()
+            .map_err(|e| Error::io("stat", self.path, e))?
+            .len();
+        self.read_back(actual, run)?;
+        Ok((self.checked, self.crc))
+    }
+
+    /// Reads `[checked, end)` back through a mapping (no copy into a buffer).
+    fn read_back(&mut self, end: u64, run: &mut TaskRun) -> Result<()> {
+        if end > self.checked {
+            let n = end - self.checked;
+            // SAFETY: the file is this task's temporary copy; nothing else writes or
+            // truncates it while it is mapped. `checked` is a multiple of SEGMENT, hence of
+            // the page size.
+            let map = unsafe {
+                memmap2::MmapOptions::new()
+                    .offset(self.checked)
+                    .len(n as usize)
+                    .map(self.file)
+            }
+            .map_err(|e| Error::io("map", self.path, e))?;
+            let _ = map.advise(memmap2::Advice::Sequential);
+            self.crc = haar_persist::crc32c_append(self.crc, &map);
+            self.checked = end;
+            run.phase(Phase::Verified, n);
+        }
+        Ok(())
+    }
+
+    fn sync_range(&self, off: u64, n: u64, flags: libc::c_uint) -> Result<()> {
+        use std::os::fd::AsRawFd;
+        // SAFETY: a file descriptor we own.
+        let r =
+            unsafe { libc::sync_file_range(self.file.as_raw_fd(), off as i64, n as i64, flags) };
+        if r != 0 {
+            return Err(Error::io(
+                "sync_file_range",
+                self.path,
+                std::io::Error::last_os_error(),
+            ));
+        }
+        Ok(())
     }
 }
 

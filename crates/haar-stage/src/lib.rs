@@ -53,6 +53,7 @@ pub mod copy;
 pub mod daemon;
 pub mod dataspace;
 pub mod error;
+pub mod eta;
 mod fields;
 pub mod journal;
 pub mod persist;

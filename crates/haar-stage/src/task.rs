@@ -16,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::copy::{self, Monitor};
 use crate::dataspace::{Dataspaces, Endpoint, Object};
 use crate::error::{Error, Result};
+use crate::eta::{Eta, Phase};
 use crate::journal::{self, Journal, TASK_MAGIC};
 
 /// Which way data goes, as the job sees it (NORNS's stage_in / stage_out); the mechanics are
@@ -428,12 +429,9 @@ impl Stager {
             last_save: Instant::now(),
             last_cancel_check: Instant::now(),
             cancelled: false,
-            prior_rate: prior,
             progress,
             save_error: None,
-            copied: 0,
-            committed: 0,
-            first_commit: None,
+            eta: Eta::new(0, prior),
         };
         let outcome = run.execute();
         let mut rec = run.rec;
@@ -575,6 +573,14 @@ pub struct Teardown {
     pub kept_persisted: Vec<PathBuf>,
 }
 
+/// What the file committer hands back.
+enum Committed {
+    /// A batch of this many bytes was made durable (syncfs).
+    Durable(u64),
+    /// An object was fdatasynced, found equal to its source and renamed.
+    Renamed(DoneObject),
+}
+
 /// One run of a task.
 pub(crate) struct TaskRun<'s, 'p> {
     stager: &'s Stager,
@@ -584,25 +590,21 @@ pub(crate) struct TaskRun<'s, 'p> {
     last_save: Instant,
     last_cancel_check: Instant,
     cancelled: bool,
-    prior_rate: Option<f64>,
     progress: &'p mut ProgressFn<'p>,
     save_error: Option<Error>,
-    /// Bytes copied by this run (to temporary names, or into a store), for the rate.
-    copied: u64,
-    /// Bytes this run committed (verified and renamed, or in the store): objects kept from an
-    /// earlier run do not count.
-    committed: u64,
-    /// When this run first committed, and `committed` then: the durable rate is measured
-    /// from there, without the time the commit pipeline took to fill.
-    first_commit: Option<(Instant, u64)>,
+    /// Every phase of every byte of this run (objects kept from an earlier run excluded),
+    /// for the rate and ETA.
+    eta: Eta,
 }
 
 impl Monitor for TaskRun<'_, '_> {
-    /// Bytes copied to a temporary name count for the progress bar's liveliness only: a byte
-    /// is done (and counts for the rate and ETA) once its object is committed, so the rate is
-    /// the durable one, not the page cache's.
+    /// Bytes copied to a temporary name and read back (crate::copy does both piece by
+    /// piece): two of their three phases; a byte is done, in `bytes_done`, once its object
+    /// is durable and renamed.
     fn advance(&mut self, bytes: u64) {
-        self.copied += bytes;
+        let t = self.start.elapsed().as_secs_f64();
+        self.eta.advance(Phase::Copied, bytes, t);
+        self.eta.advance(Phase::Verified, bytes, t);
         self.tick(false);
     }
     fn cancelled(&mut self) -> bool {
@@ -617,22 +619,11 @@ impl Monitor for TaskRun<'_, '_> {
 impl TaskRun<'_, '_> {
     /// Updates rate and ETA; reports every 100 ms and saves the record every 250 ms.
     fn tick(&mut self, force: bool) {
-        let elapsed = self.start.elapsed().as_secs_f64();
-        // The rate is the durable one: bytes committed since this run's first commit, over
-        // the time since (a page cache that absorbs the first gigabytes, then throttles,
-        // does not fool it); before there is such a measure, the copying rate. The ETA is
-        // what is not yet committed at that rate.
-        let durable = self.first_commit.and_then(|(t0, c0)| {
-            let dt = t0.elapsed().as_secs_f64();
-            let bytes = self.committed.saturating_sub(c0);
-            (dt > 0.2 && bytes > 0).then(|| bytes as f64 / dt)
-        });
-        let copying = (elapsed > 0.2 && self.copied > 0).then(|| self.copied as f64 / elapsed);
-        let measured = durable.or(copying);
-        if let Some(rate) = measured.or(self.prior_rate) {
+        // Every phase of every byte counts (crate::eta): the copy, the syncfs or fdatasync,
+        // the read-back and the rename.
+        if let Some((rate, left)) = self.eta.estimate(self.start.elapsed().as_secs_f64()) {
             self.rec.rate = rate;
-            let left = self.rec.bytes_total.saturating_sub(self.rec.bytes_done) as f64;
-            self.rec.eta_seconds = (rate > 0.0).then(|| left / rate);
+            self.rec.eta_seconds = Some(left);
         }
         if force
             || self
@@ -712,31 +703,38 @@ impl TaskRun<'_, '_> {
         }
         self.rec.objects_total = files.len() as u64;
         self.rec.bytes_total = files.iter().map(|f| f.2).sum();
+        self.eta.set_total(self.rec.bytes_total);
         let kept = std::mem::take(&mut self.rec.done);
         self.tick(true);
         let mut touched_dirs: Vec<PathBuf> = Vec::new();
-        // Copies are committed in batches (design §13.3), on a second thread while this one
-        // copies the next batch: one syncfs makes a batch durable (one device cache flush
-        // instead of one per file: on the benchmark host's virtual disk per-file fdatasync
-        // cost 1.4x a single sync), then each file is fdatasynced (now nearly free), read
-        // back, verified and renamed. At most one batch waits while another is committed.
+        // Copies (each read back as it was written) are committed in batches (design
+        // §13.3), on a second thread while this one copies the next batch: one syncfs makes
+        // a batch durable (one device cache flush instead of one per file: an fdatasync per
+        // file, even of a file syncfs left clean, issues its own flush on ext4), then each
+        // file is checked against its source and renamed. At most one batch waits while
+        // another is committed.
         let id = self.rec.id.clone();
         std::thread::scope(|scope| -> Result<()> {
             let (batch_tx, batch_rx) = std::sync::mpsc::sync_channel::<Vec<copy::Pending>>(1);
-            let (done_tx, done_rx) = std::sync::mpsc::channel::<Result<DoneObject>>();
+            let (done_tx, done_rx) = std::sync::mpsc::channel::<Result<Committed>>();
             scope.spawn(move || {
                 for batch in batch_rx {
-                    if let Some(last) = batch.last()
-                        && let Err(e) = last.sync_fs()
-                    {
-                        let _ = done_tx.send(Err(e));
-                        return;
+                    // On the batch's first copy, opened before any of them was written, so
+                    // that a writeback error of any is reported (copy::Pending::sync_fs).
+                    if let Some(first) = batch.first() {
+                        let r = first
+                            .sync_fs()
+                            .map(|()| Committed::Durable(batch.iter().map(|p| p.len()).sum()));
+                        let failed = r.is_err();
+                        if done_tx.send(r).is_err() || failed {
+                            return;
+                        }
                     }
                     for p in batch {
                         let dst = p.dst().to_path_buf();
-                        let r = p
-                            .commit()
-                            .map(|(bytes, crc32c)| DoneObject { dst, bytes, crc32c });
+                        let r = p.commit_synced().map(|(bytes, crc32c)| {
+                            Committed::Renamed(DoneObject { dst, bytes, crc32c })
+                        });
                         let failed = r.is_err();
                         // The rest of the batch is dropped with its temporary files.
                         if done_tx.send(r).is_err() || failed {
@@ -758,6 +756,7 @@ impl TaskRun<'_, '_> {
                     self.rec.done.push(k.clone());
                     self.rec.bytes_done += len;
                     self.rec.objects_done += 1;
+                    self.eta.skip(len);
                     self.tick(false);
                     continue;
                 }
@@ -786,11 +785,14 @@ impl TaskRun<'_, '_> {
         Ok(())
     }
 
-    /// Records an object its commit verified and renamed.
-    fn record_done(&mut self, done: DoneObject, touched_dirs: &mut Vec<PathBuf>) {
+    /// Records what the committer did: a batch made durable, or an object checked and
+    /// renamed (its read-back was counted as it was copied).
+    fn record_done(&mut self, done: Committed, touched_dirs: &mut Vec<PathBuf>) {
+        let done = match done {
+            Committed::Durable(bytes) => return self.phase(Phase::Durable, bytes),
+            Committed::Renamed(d) => d,
+        };
         self.rec.bytes_done += done.bytes;
-        self.committed += done.bytes;
-        self.note_commit();
         if let Some(parent) = done.dst.parent()
             && !touched_dirs.iter().any(|t| t == parent)
         {
@@ -805,6 +807,7 @@ impl TaskRun<'_, '_> {
     pub(crate) fn plan_one(&mut self, bytes: u64) {
         self.rec.objects_total = 1;
         self.rec.bytes_total = bytes;
+        self.eta.set_total(bytes);
         self.rec.done.clear();
         self.tick(true);
     }
@@ -820,20 +823,25 @@ impl TaskRun<'_, '_> {
         self.tick(true);
     }
 
-    /// Sets the bytes staged so far (ingestion reports totals, not deltas).
+    /// Sets the bytes staged so far (ingestion reports totals, not deltas; the store checks
+    /// and persists as it archives, so they went through every phase).
     pub(crate) fn set_done(&mut self, bytes: u64) {
+        let more = bytes.saturating_sub(self.rec.bytes_done);
         self.rec.bytes_done = bytes;
-        self.copied = bytes;
-        self.committed = bytes;
-        self.note_commit();
+        self.eta
+            .advance_all(more, self.start.elapsed().as_secs_f64());
         self.tick(false);
     }
 
-    /// Starts the durable-rate clock at the run's first commit.
-    fn note_commit(&mut self) {
-        if self.first_commit.is_none() && self.committed > 0 {
-            self.first_commit = Some((Instant::now(), self.committed));
+    /// `bytes` more went through `phase` (the bytes of a single object written, made durable
+    /// or read back); a byte is done once read back.
+    pub(crate) fn phase(&mut self, phase: Phase, bytes: u64) {
+        if phase == Phase::Verified {
+            self.rec.bytes_done += bytes;
         }
+        self.eta
+            .advance(phase, bytes, self.start.elapsed().as_secs_f64());
+        self.tick(false);
     }
 
     /// Whether the task was cancelled (checked every 50 ms at most).
@@ -844,9 +852,8 @@ impl TaskRun<'_, '_> {
     /// `bytes` more were staged (fields: each is done when the store has it).
     pub(crate) fn advance_by(&mut self, bytes: u64) {
         self.rec.bytes_done += bytes;
-        self.copied += bytes;
-        self.committed += bytes;
-        self.note_commit();
+        self.eta
+            .advance_all(bytes, self.start.elapsed().as_secs_f64());
         self.tick(false);
     }
 

@@ -568,6 +568,10 @@ fn bench(b: &BenchArgs) -> Result<(), Failure> {
             j["stage_gb_s"] = serde_json::json!(gbs(r));
             if let Some(l) = nt {
                 j["ratio_to_nt_copy"] = serde_json::json!(gbs(r) / l);
+                // The file-to-file limit beside it: `cp` + sync of the same bytes between
+                // the same directories in the same round, as a fraction of the NT limit.
+                j["cp_sync_ratio_to_nt_copy"] =
+                    serde_json::json!(r.bytes as f64 / r.cp_sync_seconds / 1e9 / l);
             }
             j
         }).collect::<Vec<_>>(),
