@@ -76,7 +76,8 @@ pub fn crc32c_append(crc: u32, bytes: &[u8]) -> u32 {
 /// store verified checks a checksum that covers part of the field (a payload's own body CRC)
 /// in O(log n) instead of a second pass over the bytes.
 pub fn crc32c_suffix(whole: u32, prefix: u32, suffix_len: u64) -> u32 {
-    crc_fast::checksum_combine(Crc32Iscsi, u64::from(prefix), u64::from(whole), suffix_len) as u32
+    // Combining is M(n)·x ⊕ y, its own inverse in y.
+    crc32c_combine(prefix, whole, suffix_len)
 }
 
 /// The CRC-32C of `a ‖ b`, given `first = crc32c(a)`, `second = crc32c(b)` and `b`'s length,
