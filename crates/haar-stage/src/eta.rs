@@ -92,7 +92,7 @@ impl Eta {
     /// At time `t`: the rate in bytes per second (work units per second over [`PHASES`]) and
     /// the seconds left, or `None` before anything can be said. The rate is the steady one
     /// once every phase runs, before that the rate of the work done so far, before
-    /// [`MIN_SECONDS`] of measurement the pair's recorded rate.
+    /// `MIN_SECONDS` (0.2 s) of measurement the pair's recorded rate.
     pub fn estimate(&self, t: f64) -> Option<(f64, f64)> {
         let work = self.work_done();
         let steady = self.steady.and_then(|(t0, w0)| {
