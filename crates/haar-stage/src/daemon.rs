@@ -244,6 +244,11 @@ fn same_secret(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
+/// The token a token file's text holds: its first line, trimmed.
+pub fn token_of(text: &str) -> String {
+    text.lines().next().unwrap_or("").trim().to_string()
+}
+
 /// Reads the admin token file: its first line; refused when it is readable by group or
 /// others, or belongs to another user than the daemon's.
 pub fn read_token_file(path: &Path) -> Result<String> {
@@ -256,7 +261,7 @@ pub fn read_token_file(path: &Path) -> Result<String> {
         )));
     }
     let text = std::fs::read_to_string(path).map_err(|e| Error::io("read", path, e))?;
-    let t = text.lines().next().unwrap_or("").trim().to_string();
+    let t = token_of(&text);
     if t.len() < 16 {
         return Err(Error::Config(format!(
             "admin token file {}: the token (first line) needs 16 characters or more",

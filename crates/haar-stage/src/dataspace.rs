@@ -45,6 +45,28 @@ pub enum Dataspace {
 }
 
 impl Dataspace {
+    /// A dataspace of `kind` (`posix`, `shared`, or `store`: a store root) at `path`, as an
+    /// administrator registers one by name.
+    ///
+    /// # Errors
+    /// [`Error::Usage`] naming the kind when it is none of these.
+    pub fn of_kind(kind: &str, path: PathBuf) -> Result<Dataspace> {
+        Ok(match kind {
+            "posix" => Dataspace::Posix { path },
+            "shared" => Dataspace::Shared { path },
+            "store" => Dataspace::Store {
+                config: None,
+                root: Some(path),
+                backend: None,
+            },
+            k => {
+                return Err(Error::Usage(format!(
+                    "dataspace kind {k:?}: use posix, shared or store"
+                )));
+            }
+        })
+    }
+
     /// The root directory of a directory dataspace; `None` for a store.
     pub fn dir(&self) -> Option<&Path> {
         match self {

@@ -4,8 +4,8 @@
 //! where the producer's persisted node-local data lives.
 //!
 //! Owns reading a job's state and nodes from `scontrol show job -o` and building `sbatch`'s
-//! arguments; both are pure. [`producer_nodes`] runs `scontrol`; running `sbatch` is the
-//! caller's.
+//! arguments; both are pure. [`producer_nodes`] runs `scontrol`, [`submit_consumer`]
+//! `sbatch`.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -84,6 +84,36 @@ pub fn producer_nodes(scontrol: &Path, producer: &str, wait: Duration) -> Result
         }
         std::thread::sleep(Duration::from_millis(500));
     }
+}
+
+/// Submits a consumer of `producer` with `sbatch` (`extra`: its own options and script),
+/// placed by [`consumer_args`] on `nodes`; returns sbatch's standard output and error.
+///
+/// # Errors
+/// sbatch cannot be run, or refuses the job (its exit status and arguments named).
+pub fn submit_consumer(
+    sbatch: &Path,
+    producer: &str,
+    nodes: Option<&str>,
+    extra: &[String],
+) -> Result<(String, String)> {
+    let args = consumer_args(producer, nodes);
+    let out = std::process::Command::new(sbatch)
+        .args(&args)
+        .args(extra)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| Error::io("run", sbatch, e))?;
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    if !out.status.success() {
+        return Err(Error::Usage(format!(
+            "sbatch {} refused the consumer (exit {:?}): {}",
+            args.join(" "),
+            out.status.code(),
+            stderr.trim()
+        )));
+    }
+    Ok((String::from_utf8_lossy(&out.stdout).into_owned(), stderr))
 }
 
 #[cfg(test)]

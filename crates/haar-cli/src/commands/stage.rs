@@ -360,10 +360,7 @@ fn service(a: &StageArgs) -> Result<Option<Client>, Failure> {
     if a.no_daemon || a.journal.is_some() {
         return Ok(None);
     }
-    let socket = a
-        .socket
-        .clone()
-        .unwrap_or_else(|| daemon::DEFAULT_SOCKET.into());
+    let socket = socket_of(a);
     match Client::connect(&socket) {
         Ok(mut c) => {
             c.token = token(a)?;
@@ -377,13 +374,20 @@ fn service(a: &StageArgs) -> Result<Option<Client>, Failure> {
     }
 }
 
+/// The stage service's socket: --socket, else the default.
+fn socket_of(a: &StageArgs) -> std::path::PathBuf {
+    a.socket
+        .clone()
+        .unwrap_or_else(|| daemon::DEFAULT_SOCKET.into())
+}
+
 fn token(a: &StageArgs) -> Result<Option<String>, Failure> {
     let Some(f) = &a.token_file else {
         return Ok(None);
     };
     let text = std::fs::read_to_string(f)
         .map_err(|e| Failure::usage(format!("admin token file {}: {e}", f.display())))?;
-    Ok(Some(text.lines().next().unwrap_or("").trim().to_string()))
+    Ok(Some(daemon::token_of(&text)))
 }
 
 /// Runs `haar stage`.
@@ -475,7 +479,6 @@ fn submit_after(s: &SubmitArgs) -> Result<(), Failure> {
         Duration::from_secs_f64(s.wait_node.max(0.0)),
     )
     .map_err(fail)?;
-    let args = placement::consumer_args(&s.after, place.nodes.as_deref());
     match &place.nodes {
         Some(n) => eprintln!(
             "haar stage submit: after job {} ({}), on its nodes {n}",
@@ -486,21 +489,11 @@ fn submit_after(s: &SubmitArgs) -> Result<(), Failure> {
             s.after, place.state
         ),
     }
-    let out = std::process::Command::new(&s.sbatch)
-        .args(&args)
-        .args(&s.sbatch_args)
-        .stdin(std::process::Stdio::null())
-        .output()
-        .map_err(|e| Failure::io(format!("cannot run {}: {e}", s.sbatch.display())))?;
-    eprint!("{}", String::from_utf8_lossy(&out.stderr));
-    if !out.status.success() {
-        return Err(Failure::usage(format!(
-            "sbatch {} refused the consumer (exit {:?})",
-            args.join(" "),
-            out.status.code()
-        )));
-    }
-    out!("{}", String::from_utf8_lossy(&out.stdout))
+    let (stdout, stderr) =
+        placement::submit_consumer(&s.sbatch, &s.after, place.nodes.as_deref(), &s.sbatch_args)
+            .map_err(fail)?;
+    eprint!("{stderr}");
+    out!("{stdout}")
 }
 
 /// `haar stage bench`: `haar_stage::bench` between two directories, with the host and its load.
@@ -586,10 +579,7 @@ fn bench(b: &BenchArgs) -> Result<(), Failure> {
 
 /// `haar stage daemon`: binds the socket, resumes what a previous daemon left, serves.
 fn serve(cli: &Cli, a: &StageArgs, d: &DaemonArgs) -> Result<(), Failure> {
-    let socket = a
-        .socket
-        .clone()
-        .unwrap_or_else(|| daemon::DEFAULT_SOCKET.into());
+    let socket = socket_of(a);
     let admin_token = d
         .admin_token_file
         .as_deref()
@@ -622,10 +612,7 @@ fn serve(cli: &Cli, a: &StageArgs, d: &DaemonArgs) -> Result<(), Failure> {
 
 /// `haar stage admin …`: always through the service.
 fn admin(a: &StageArgs, op: &AdminOp) -> Result<(), Failure> {
-    let socket = a
-        .socket
-        .clone()
-        .unwrap_or_else(|| daemon::DEFAULT_SOCKET.into());
+    let socket = socket_of(a);
     let mut c = Client::connect(&socket).map_err(|e| {
         Failure::io(format!(
             "{e}: is `haar stage daemon --socket {}` running?",
@@ -636,20 +623,7 @@ fn admin(a: &StageArgs, op: &AdminOp) -> Result<(), Failure> {
     let req = match op {
         AdminOp::Register { name, kind, path } => Request::Register {
             name: name.clone(),
-            space: match kind.as_str() {
-                "posix" => Dataspace::Posix { path: path.clone() },
-                "shared" => Dataspace::Shared { path: path.clone() },
-                "store" => Dataspace::Store {
-                    config: None,
-                    root: Some(path.clone()),
-                    backend: None,
-                },
-                k => {
-                    return Err(Failure::usage(format!(
-                        "dataspace kind {k:?}: use posix, shared or store"
-                    )));
-                }
-            },
+            space: Dataspace::of_kind(kind, path.clone()).map_err(fail)?,
             token: None,
         },
         AdminOp::Unregister { name } => Request::Unregister {
