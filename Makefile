@@ -65,10 +65,12 @@ pytest: python
 	$(CARGO) build --release -p haar-cli
 	cd /tmp && HAAR_BIN=$(abspath $(HAAR)) python3 -m pytest -q $(CURDIR)/python/tests
 
-# haar stage under a real, private single-node Slurm with burst_buffer/lua (root: it starts
-# munged, slurmctld and slurmd, and submits as an unprivileged user it creates).
+# haar under a real, private single-node Slurm (root: each script starts its own munged,
+# slurmctld and slurmd on free ports): the servers and per-node mount launched through srun,
+# then haar stage with burst_buffer/lua, submitting as an unprivileged user it creates.
 slurm-stage: setup
 	$(CARGO) build --release -p haar-cli
+	scripts/slurm-selftest.sh $(HAAR)
 	scripts/slurm-stage-test.sh $(HAAR)
 
 test: setup lint unit pytest fuzz slurm-stage

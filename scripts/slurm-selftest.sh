@@ -16,7 +16,8 @@ done
 
 S=$(mktemp -d /tmp/haar-slurm.XXXXXX)
 H=$(hostname -s)
-port=$((20000 + RANDOM % 20000))
+. "$here/slurm-ports.sh"
+port=$(slurm_ports)
 mkdir -p "$S/munge" "$S/state" "$S/spool" "$S/log" "$S/job"
 chmod 755 "$S" "$S/munge"
 # A private munge key and socket: nothing of the host's own munge/Slurm is touched.
@@ -70,6 +71,9 @@ export SLURM_CONF=$S/slurm.conf
 slurmctld -f "$SLURM_CONF"
 slurmd -f "$SLURM_CONF"
 for _ in $(seq 50); do sinfo -h -o %T 2>/dev/null | grep -q idle && break; sleep 0.2; done
+sinfo -h -o %T 2>/dev/null | grep -q idle || {
+    echo "$(basename "$0"): the private Slurm did not come up (node not idle after 10 s); slurmctld log:" >&2
+    tail -20 "$S/log/slurmctld.log" >&2; exit 1; }
 
 cd "$S/job"
 head -c 300000 /dev/urandom > field.bin

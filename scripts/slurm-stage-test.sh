@@ -48,7 +48,8 @@ done
 
 S=$(mktemp -d /tmp/haar-bb.XXXXXX)
 H=$(hostname -s)
-port=$((20000 + RANDOM % 20000))
+. "$here/slurm-ports.sh"
+port=$(slurm_ports)
 mkdir -p "$S/munge" "$S/state" "$S/spool" "$S/log" "$S/etc" "$S/bb" "$S/shared" "$S/node" "$S/jobs"
 chmod 755 "$S" "$S/munge" "$S/etc"
 chmod 755 "$S/bb"
@@ -127,6 +128,9 @@ export SLURM_CONF=$S/etc/slurm.conf
 slurmctld -f "$SLURM_CONF"
 slurmd -f "$SLURM_CONF"
 for _ in $(seq 50); do sinfo -h -o %T 2>/dev/null | grep -q idle && break; sleep 0.2; done
+sinfo -h -o %T 2>/dev/null | grep -q idle || {
+    echo "$(basename "$0"): the private Slurm did not come up (node not idle after 10 s); slurmctld log:" >&2
+    tail -20 "$S/log/slurmctld.log" >&2; exit 1; }
 
 as_user() { setpriv --reuid=$user --regid="$(id -g $user)" --clear-groups env SLURM_CONF="$SLURM_CONF" "$@"; }
 state_of() { scontrol show job "$1" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2; }
