@@ -15,6 +15,11 @@
 //!   The pool is created (provisioned: allocated and pre-faulted) before the timed run, which
 //!   is how a pool is used in production; its provisioning time is reported beside, and the
 //!   ratio is also given with it included.
+//! - `haar --backend posix --root R archive FILE...` into a fresh posix root on the same
+//!   directory (haar's default backend: files written with `write(2)` and synced, as FDB5's).
+//! - the file system's own limit for a store that keeps its fields in files there: the input
+//!   files' bytes written into one new file in the same directory with `write(2)`, then
+//!   `fsync` (no parsing, no index, no checksum). No file-backed store can beat it.
 //! - `fdb-write FILE...` into a fresh FDB5 root with the configuration from FACTS
 //!   (`{type: local, engine: toc, schema, spaces: [{handler: Default, roots: [{path}]}]}`, a copy
 //!   of `/etc/fdb/schema`, an empty `FDB_DBNAMES_FILE`).
@@ -141,14 +146,66 @@ fn haar_archive(root: &Path, files: &[PathBuf], bytes: u64) -> Result<(Command, 
     .map_err(|e| Error::Failed(format!("bench grib: create pool: {e}")))?;
     drop(pool);
     let provision = t.elapsed().as_secs_f64();
+    Ok((archive_command("pmem", root, files)?, provision))
+}
+
+/// A fresh posix root under `root`; the archive command.
+fn haar_posix_archive(root: &Path, files: &[PathBuf]) -> Result<Command, Error> {
+    let _ = std::fs::remove_dir_all(root);
+    archive_command("posix", root, files)
+}
+
+/// `haar --backend BACKEND --root ROOT archive --json FILES...`, this very binary.
+fn archive_command(backend: &str, root: &Path, files: &[PathBuf]) -> Result<Command, Error> {
     let exe = std::env::current_exe().map_err(io("bench grib: current_exe"))?;
     let mut cmd = Command::new(exe);
     cmd.env_remove("HAAR_CONFIG")
-        .args(["--backend", "pmem", "--root"])
+        .args(["--backend", backend, "--root"])
         .arg(root)
         .args(["archive", "--json"])
         .args(files);
-    Ok((cmd, provision))
+    Ok(cmd)
+}
+
+/// Seconds to write the bytes of `files` into one new file in `dir` with `write(2)` in 1 MiB
+/// pieces, then `fsync` it: the file system's limit for any store that keeps fields in files
+/// there (the input is read from the page cache, where the stores read it too).
+fn write_limit(dir: &Path, files: &[PathBuf]) -> Result<f64, Error> {
+    use std::io::{Read, Write};
+    let path = dir.join("grib-limit.data");
+    let io = |e: std::io::Error| Error::Failed(format!("bench grib: {}: {e}", path.display()));
+    let mut buf = vec![0u8; 1 << 20];
+    let t = Instant::now();
+    let mut out = std::fs::File::create(&path).map_err(io)?;
+    for f in files {
+        let mut input = std::fs::File::open(f).map_err(io)?;
+        loop {
+            let n = input.read(&mut buf).map_err(io)?;
+            if n == 0 {
+                break;
+            }
+            out.write_all(&buf[..n]).map_err(io)?;
+        }
+    }
+    out.sync_all().map_err(io)?;
+    let secs = t.elapsed().as_secs_f64();
+    drop(out);
+    let _ = std::fs::remove_file(&path);
+    Ok(secs)
+}
+
+/// Runs a `haar archive --json` command; its wall seconds, once its summary says it stored
+/// all `n` fields.
+fn archived(cmd: Command, what: &str, n: u64) -> Result<f64, Error> {
+    let (secs, out) = timed(cmd, what).map_err(Error::Failed)?;
+    let summary: Value = serde_json::from_str(out.trim()).unwrap_or_default();
+    if summary["fields"].as_u64() != Some(n) {
+        return Err(Error::Failed(format!(
+            "bench grib: {what} stored {} of {n} fields: {out}",
+            summary["fields"]
+        )));
+    }
+    Ok(secs)
 }
 
 /// Runs the GRIB section in `dir`; its JSON (`grib_archive` in the report).
@@ -160,6 +217,7 @@ pub fn run(dir: &Path, quick: bool, with_fdb5: bool) -> Result<Value, Error> {
     let n = spec.message_count();
     let rounds = if quick { 2 } else { 3 };
     let (haar_root, fdb_root) = (dir.join("grib-haar"), dir.join("grib-fdb5"));
+    let posix_root = dir.join("grib-haar-posix");
     let mut runs = Vec::new();
     let mut fdb5_error = None;
     let fdb5 = with_fdb5
@@ -173,19 +231,20 @@ pub fn run(dir: &Path, quick: bool, with_fdb5: bool) -> Result<Value, Error> {
         let mut haar_s = None;
         let mut fdb_s = None;
         let mut provision_s = 0.0;
-        for turn in 0..2 {
-            if (turn + round) % 2 == 0 {
+        let mut posix_s = None;
+        let mut limit_s = None;
+        for turn in 0..4 {
+            let turn = (turn + round) % 4;
+            if turn == 2 {
+                let cmd = haar_posix_archive(&posix_root, &files)?;
+                posix_s = Some(archived(cmd, "haar archive (posix)", n)?);
+                let _ = std::fs::remove_dir_all(&posix_root);
+            } else if turn == 3 {
+                limit_s = Some(write_limit(dir, &files)?);
+            } else if turn == 0 {
                 let (cmd, p) = haar_archive(&haar_root, &files, bytes)?;
                 provision_s = p;
-                let (secs, out) = timed(cmd, "haar archive").map_err(Error::Failed)?;
-                let summary: Value = serde_json::from_str(out.trim()).unwrap_or_default();
-                if summary["fields"].as_u64() != Some(n) {
-                    return Err(Error::Failed(format!(
-                        "bench grib: haar archive stored {} of {n} fields: {out}",
-                        summary["fields"]
-                    )));
-                }
-                haar_s = Some(secs);
+                haar_s = Some(archived(cmd, "haar archive", n)?);
                 let _ = std::fs::remove_dir_all(&haar_root);
             } else if fdb5 && fdb5_error.is_none() {
                 match timed(fdb_write(&fdb_root, &files)?, "fdb-write") {
@@ -195,7 +254,10 @@ pub fn run(dir: &Path, quick: bool, with_fdb5: bool) -> Result<Value, Error> {
                 let _ = std::fs::remove_dir_all(&fdb_root);
             }
         }
-        runs.push(json!({"haar_s": haar_s, "haar_provision_s": provision_s, "fdb5_s": fdb_s}));
+        runs.push(
+            json!({"haar_s": haar_s, "haar_provision_s": provision_s, "fdb5_s": fdb_s,
+                         "haar_posix_s": posix_s, "write_limit_s": limit_s}),
+        );
     }
     let col = |k: &str| -> Vec<f64> { runs.iter().filter_map(|r| r[k].as_f64()).collect() };
     let rate = |secs: f64| json!({"seconds": secs, "fields_per_s": n as f64 / secs, "mib_per_s": bytes as f64 / MIB / secs});
@@ -226,6 +288,17 @@ pub fn run(dir: &Path, quick: bool, with_fdb5: bool) -> Result<Value, Error> {
         out["ratio"] = json!(fdb_s / haar_s);
         out["ratio_per_round"] = json!(ratios);
         out["ratio_with_provisioning"] = json!(fdb_s / (haar_s + provision_s));
+        let posix_s = median(col("haar_posix_s"));
+        let limit_s = median(col("write_limit_s"));
+        out["haar_posix"] = rate(posix_s);
+        out["ratio_posix"] = json!(fdb_s / posix_s);
+        out["ratio_posix_per_round"] = json!(
+            runs.iter()
+                .filter_map(|r| Some(r["fdb5_s"].as_f64()? / r["haar_posix_s"].as_f64()?))
+                .collect::<Vec<f64>>()
+        );
+        out["write_limit"] = rate(limit_s);
+        out["ratio_write_limit"] = json!(fdb_s / limit_s);
     } else {
         out["fdb5_missing"] = json!(fdb5_error.unwrap_or_else(|| if with_fdb5 {
             "fdb-write not found (install fdb5)".into()
@@ -290,6 +363,22 @@ pub fn render(g: &Value) -> String {
         f(&g["haar"]["fields_per_s"]),
         f(&g["haar"]["mib_per_s"]),
     ));
+    if g["haar_posix"].is_object() {
+        s.push_str(&format!(
+            "| haar archive (posix, haar's default backend) | {:.2} | {:.0} | {:.0} | {:.2}× |\n",
+            f(&g["haar_posix"]["seconds"]),
+            f(&g["haar_posix"]["fields_per_s"]),
+            f(&g["haar_posix"]["mib_per_s"]),
+            f(&g["ratio_posix"]),
+        ));
+        s.push_str(&format!(
+            "| limit: the same bytes `write(2)` into one file + `fsync`, same directory | {:.2} | {:.0} | {:.0} | {:.2}× |\n",
+            f(&g["write_limit"]["seconds"]),
+            f(&g["write_limit"]["fields_per_s"]),
+            f(&g["write_limit"]["mib_per_s"]),
+            f(&g["ratio_write_limit"]),
+        ));
+    }
     if g["fdb5"].is_object() {
         s.push_str(&format!(
             "| fdb-write (FDB5 5.10, toc) | {:.2} | {:.0} | {:.0} | 1× |\n",
@@ -297,16 +386,29 @@ pub fn render(g: &Value) -> String {
             f(&g["fdb5"]["fields_per_s"]),
             f(&g["fdb5"]["mib_per_s"]),
         ));
-        let per_round: Vec<String> = g["ratio_per_round"]
-            .as_array()
-            .map(|v| v.iter().map(|r| format!("{:.2}×", f(r))).collect())
-            .unwrap_or_default();
+        let rounds = |k: &str| -> String {
+            g[k].as_array()
+                .map(|v| {
+                    v.iter()
+                        .map(|r| format!("{:.2}×", f(r)))
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default()
+                .join(", ")
+        };
         s.push_str(&format!(
             "\nhaar ÷ fdb-write, per round: {}; with the pool's provisioning ({:.2} s) counted: {:.2}× (target ≥ 2×)\n",
-            per_round.join(", "),
+            rounds("ratio_per_round"),
             f(&g["haar_provision_s"]),
             f(&g["ratio_with_provisioning"]),
         ));
+        if g["haar_posix"].is_object() {
+            s.push_str(&format!(
+                "haar posix ÷ fdb-write, per round: {} (target ≥ 2×; a file store can reach at most the limit row's {:.2}× here)\n",
+                rounds("ratio_posix_per_round"),
+                f(&g["ratio_write_limit"]),
+            ));
+        }
         if g["messages"].as_u64().is_some_and(|n| n < 100) {
             s.push_str(
                 "(a --quick size: both programs' start-up (ecCodes definitions, store) weighs as much as the \
