@@ -11,7 +11,7 @@
 //!   is `Some`) files are memory-mapped, no copy, under a SIGBUS guard (`guarded_map`: a file
 //!   truncated meanwhile reads as zeros and is refused afterwards, never a crash); otherwise
 //!   they are read into reused buffers and checked once read.
-//! - `keying`: inputs are framed in Rust; one key worker per core reads the messages' MARS
+//! - `keying`: inputs are framed in Rust; one key worker per core but one reads the messages' MARS
 //!   keys through ecCodes, in input and message order, running ahead into the next inputs.
 //! - `pipeline`: the calling thread archives. Into a store with checkpoints it stores an
 //!   input's fields in message order as their keys arrive, overlapping the copy with the
@@ -110,7 +110,7 @@ pub struct IngestOptions {
     pub include: Option<Request>,
     /// Skip fields matching this request.
     pub exclude: Option<Request>,
-    /// Key workers; `None`: one per core.
+    /// Key workers; `None`: one per core but the one the archiving thread uses (at least one).
     pub workers: Option<usize>,
     /// Flush once every input is done (the default). Without it the fields become visible
     /// at the caller's flush, and a failed input's fields are still never among them where

@@ -66,9 +66,12 @@ pub fn ingest<'a>(
 
     let shared = Shared::new();
     let pool = Arc::new(Buffers::default());
+    // One core is this thread's, which archives (copies, checksums, writes) while the workers
+    // key: a worker on every core oversubscribed a 2-core host, and 800 GRIB messages
+    // (644 MiB) took 0.61-0.98 s with two workers against 0.57-0.59 s with one (posix, tmpfs).
     let workers = opts.workers.unwrap_or_else(|| {
         std::thread::available_parallelism()
-            .map(|n| n.get())
+            .map(|n| n.get().saturating_sub(1).max(1))
             .unwrap_or(1)
     });
     std::thread::scope(|s| -> Result<()> {
