@@ -46,6 +46,15 @@ impl GuardedMap {
         })
     }
 
+    /// Reads `buf.len()` bytes at `offset` with pread(2) instead of through the mapping: a
+    /// copy out of the page cache costs less than faulting the same pages into this process
+    /// (design §11). A file truncated meanwhile gives an error, as
+    /// [`GuardedMap::changed`] would say.
+    pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> std::io::Result<()> {
+        use std::os::unix::fs::FileExt;
+        self.file.read_exact_at(buf, offset)
+    }
+
     /// True if the file was truncated, extended or rewritten since it was mapped (so the
     /// bytes read may be zeros or mix two versions), as far as can be told now.
     pub fn changed(&self) -> bool {

@@ -86,6 +86,26 @@ impl Bytes<'_> {
         matches!(&self.data, Data::Mapped(m) if m.changed())
     }
 
+    /// The bytes at `offset..offset + len`, for a store to copy: a mapped file's are read
+    /// into `scratch` with pread(2) (its pages are never faulted into this process; the key
+    /// workers only touched the messages' headers), anything else is lent as it is. An error
+    /// means the file shrank under the read.
+    pub(crate) fn range<'s>(
+        &'s self,
+        offset: usize,
+        len: usize,
+        scratch: &'s mut Vec<u8>,
+    ) -> std::io::Result<&'s [u8]> {
+        match &self.data {
+            Data::Mapped(m) => {
+                scratch.resize(len, 0);
+                m.read_at(offset as u64, scratch)?;
+                Ok(&scratch[..])
+            }
+            _ => Ok(&self[offset..offset + len]),
+        }
+    }
+
     fn owned(v: Vec<u8>) -> Bytes<'static> {
         let len = v.len();
         Bytes {

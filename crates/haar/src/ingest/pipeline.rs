@@ -137,10 +137,15 @@ impl State<'_> {
         let checkpoint = store.checkpoint();
         let (mut fields, mut skipped, mut bytes) = (0usize, 0usize, 0u64);
         let mut fault = None;
+        let mut scratch = Vec::new();
         for (i, &(_, offset, len)) in job.msgs.iter().enumerate() {
             match job.outcome(i, keying, shared) {
                 Some(Ok(Some(split))) => {
-                    match store.archive_split(split, &job.bytes[offset..offset + len], None) {
+                    let Ok(message) = job.bytes.range(offset, len, &mut scratch) else {
+                        fault = Some(changed_while_read(&job.name));
+                        break;
+                    };
+                    match store.archive_split(split, message, None) {
                         Ok(()) => {}
                         Err(e) if source_vanished(&e) => {
                             fault = Some(changed_while_read(&job.name));
