@@ -2,9 +2,11 @@
 # Staging against cp between tiers, in the same run (issue 15's figures): `haar stage bench`
 # (haar_stage::bench) for files and for fields by request, stage-in (ext4 standing for the
 # parallel file system -> /dev/shm standing for node-local pmem, with the non-temporal copy
-# limit of the target) and stage-out (/dev/shm -> ext4), then the disk's own write rate in the
-# same run (dd of MIB MiB from the memory tier with oflag=direct, and buffered + fdatasync): no
-# durable stage-out can beat it. JSON in bench/results/, names ending in TAG when given.
+# limit of the target) and stage-out (/dev/shm -> ext4), then the disk's write rate in the same
+# run by dd of MIB MiB from the memory tier (oflag=direct: one 16 MiB request at a time, no page
+# cache; and buffered + fdatasync: through the kernel's dirty throttling): reference rates of
+# the disk, not ceilings (write-behind keeps two steps queued and beats both here). JSON in
+# bench/results/, names ending in TAG when given.
 #
 # Usage: bench/stage.sh [PATH/TO/haar] [MIB] [ROUNDS] [TAG]
 #        (defaults: target/release/haar, 4096, 3, no tag)
@@ -38,9 +40,9 @@ for r in d['results']:
           f" ETA error at 10% <= {r['eta_error_max']*100:.0f}%")
 PY
 done
-# The disk's limits: MIB MiB of random bytes (1 GiB in the memory tier, written over and over)
-# to a file in the disk tier, 16 MiB at a time, O_DIRECT (no page cache) and buffered then
-# fdatasync (as cp + sync), each the median of ROUNDS.
+# The disk's reference rates: MIB MiB of random bytes (1 GiB in the memory tier, written over
+# and over through a pipe) to a file in the disk tier, 16 MiB at a time, O_DIRECT and buffered
+# then fdatasync, each the median of ROUNDS.
 blk=$mem/stage-limit-src.$$
 dst=$disk/stage-limit-dst.$$
 trap 'rm -f "$blk" "$dst"' EXIT
