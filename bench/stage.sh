@@ -2,13 +2,19 @@
 # Staging against cp between tiers, in the same run (issue 15's figures): `haar stage bench`
 # (haar_stage::bench) for files and for fields by request, stage-in (ext4 standing for the
 # parallel file system -> /dev/shm standing for node-local pmem, with the non-temporal copy
-# limit of the target) and stage-out (/dev/shm -> ext4). JSON in bench/results/.
+# limit of the target) and stage-out (/dev/shm -> ext4), then the disk's write rate in the same
+# run by dd of MIB MiB from the memory tier (oflag=direct: one 16 MiB request at a time, no page
+# cache; and buffered + fdatasync: through the kernel's dirty throttling): reference rates of
+# the disk, not ceilings (write-behind keeps two steps queued and beats both here). JSON in
+# bench/results/, names ending in TAG when given.
 #
-# Usage: bench/stage.sh [PATH/TO/haar] [MIB] [ROUNDS]     (defaults: target/release/haar, 4096, 3)
+# Usage: bench/stage.sh [PATH/TO/haar] [MIB] [ROUNDS] [TAG]
+#        (defaults: target/release/haar, 4096, 3, no tag)
 set -euo pipefail
 haar=${1:-target/release/haar}
 mib=${2:-4096}
 rounds=${3:-3}
+tag=${4:-}
 here=$(cd "$(dirname "$0")" && pwd)
 out=$here/results
 disk=${STAGE_BENCH_DISK:-/tmp}
@@ -16,10 +22,10 @@ mem=${STAGE_BENCH_MEM:-/dev/shm}
 mkdir -p "$out"
 echo "bench/stage.sh: $(uname -n), $(nproc) CPUs, load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 "$haar" stage bench --from "$disk" --to "$mem" --mib "$mib" --rounds "$rounds" --nt-limit \
-    --out "$out/stage-in-${mib}m.json" >/dev/null
+    --out "$out/stage-in-${mib}m${tag}.json" >/dev/null
 "$haar" stage bench --from "$mem" --to "$disk" --mib "$mib" --rounds "$rounds" \
-    --out "$out/stage-out-${mib}m.json" >/dev/null
-for f in "$out/stage-in-${mib}m.json" "$out/stage-out-${mib}m.json"; do
+    --out "$out/stage-out-${mib}m${tag}.json" >/dev/null
+for f in "$out/stage-in-${mib}m${tag}.json" "$out/stage-out-${mib}m${tag}.json"; do
     python3 - "$f" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
@@ -34,3 +40,38 @@ for r in d['results']:
           f" ETA error at 10% <= {r['eta_error_max']*100:.0f}%")
 PY
 done
+# The disk's reference rates: MIB MiB of random bytes (1 GiB in the memory tier, written over
+# and over through a pipe) to a file in the disk tier, 16 MiB at a time, O_DIRECT and buffered
+# then fdatasync, each the median of ROUNDS.
+blk=$mem/stage-limit-src.$$
+dst=$disk/stage-limit-dst.$$
+trap 'rm -f "$blk" "$dst"' EXIT
+head -c $((1024 << 20)) /dev/urandom >"$blk"
+feed() { for ((i = 0; i < mib / 1024; i++)); do cat "$blk"; done; head -c $(((mib % 1024) << 20)) "$blk"; }
+rate() { # dd flags... -> seconds
+    rm -f "$dst"
+    local t0 t1
+    t0=$(date +%s.%N)
+    feed | dd of="$dst" bs=16M iflag=fullblock "$@" status=none
+    t1=$(date +%s.%N)
+    python3 -c "print($t1 - $t0)"
+}
+direct=() buffered=()
+for ((r = 0; r < rounds; r++)); do
+    direct+=("$(rate oflag=direct conv=fdatasync)")
+    buffered+=("$(rate conv=fdatasync)")
+done
+python3 - "$out/stage-limits-${mib}m${tag}.json" "$disk" "$mib" "${direct[*]}" "${buffered[*]}" <<'PY'
+import json, statistics, sys
+path, disk, mib, direct, buffered = sys.argv[1:]
+d = [float(x) for x in direct.split()]
+b = [float(x) for x in buffered.split()]
+gb = int(mib) * 2**20 / 1e9
+res = {"disk": disk, "mib": int(mib), "load_after": open("/proc/loadavg").read().split()[:3],
+       "dd_direct_seconds": d, "dd_buffered_fdatasync_seconds": b,
+       "dd_direct_gb_s": gb / statistics.median(d), "dd_buffered_fdatasync_gb_s": gb / statistics.median(b)}
+json.dump(res, open(path, "w"), indent=1)
+print(f"{disk} limits ({mib} MiB, 16 MiB writes, median of {len(d)}): dd oflag=direct "
+      f"{statistics.median(d):.2f} s ({res['dd_direct_gb_s']:.2f} GB/s), buffered + fdatasync "
+      f"{statistics.median(b):.2f} s ({res['dd_buffered_fdatasync_gb_s']:.2f} GB/s)")
+PY

@@ -56,6 +56,9 @@ pub struct StageBench {
     pub real_left_seconds: Vec<f64>,
     /// Largest |ETA − real| / real over the rounds.
     pub eta_error_max: f64,
+    /// Per round, the task's progress as reported (every 100 ms): seconds since it started,
+    /// bytes done, ETA in seconds (negative: none yet). Shows where a round's rate changed.
+    pub progress: Vec<Vec<[f64; 3]>>,
 }
 
 fn median(mut v: Vec<f64>) -> f64 {
@@ -238,6 +241,7 @@ fn measure(
     };
     let (mut st, mut cp, mut cps) = (Vec::new(), Vec::new(), Vec::new());
     let (mut etas, mut reals) = (Vec::new(), Vec::new());
+    let mut progress = Vec::new();
     let run_cp = |dst: &Path, sync: bool| -> Result<f64> {
         let t = Instant::now();
         let ok = Command::new("cp")
@@ -273,7 +277,13 @@ fn measure(
         let task = stager.submit(&spec)?;
         let t = Instant::now();
         let mut at10: Option<(f64, f64)> = None;
+        let mut trace = Vec::new();
         let rec = stager.run(&task.id, &mut |r| {
+            trace.push([
+                t.elapsed().as_secs_f64(),
+                r.bytes_done as f64,
+                r.eta_seconds.unwrap_or(-1.0),
+            ]);
             if at10.is_none()
                 && r.bytes_total > 0
                 && r.bytes_done * 10 >= r.bytes_total
@@ -290,6 +300,7 @@ fn measure(
             )));
         }
         st.push(secs);
+        progress.push(trace);
         if let Some((when, eta)) = at10 {
             etas.push(eta);
             reals.push(secs - when);
@@ -331,6 +342,7 @@ fn measure(
         eta_at_10pct_seconds: etas,
         real_left_seconds: reals,
         eta_error_max,
+        progress,
     })
 }
 

@@ -3,7 +3,8 @@
 //! written and read back from the destination just after (both passes over bytes still in
 //! the CPU's caches: the data crosses memory once each way, as `cp`'s does), then fdatasync,
 //! check that the source did not change meanwhile, compare the checksums and rename into
-//! place. A process killed at any point leaves either the old destination or the new one
+//! place. On a disk file system the writeback follows the copy step by step
+//! ([`crate::write_behind`]), so dirty pages never pile up. A process killed at any point leaves either the old destination or the new one
 //! whole, plus at most a temporary file whose name says which task left it ([`temp_name`]).
 //!
 //! Owns only bytes of files: which files, and the journal, are [`crate::task`]'s.
@@ -14,6 +15,7 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
+use crate::write_behind::WriteBehind;
 
 /// Bytes read and written at a time.
 pub const CHUNK: usize = 4 << 20;
@@ -59,7 +61,8 @@ pub fn file_crc(path: &Path) -> Result<(u64, u32)> {
 /// Copies the regular file `src` to `dst` by the protocol above; returns its length and
 /// CRC-32C. `task` names the temporary file.
 pub fn copy_file(src: &Path, dst: &Path, task: &str, mon: &mut dyn Monitor) -> Result<(u64, u32)> {
-    copy_to_temp(src, dst, task, mon)?.commit()
+    let mut wb = WriteBehind::for_destination(dst.parent().unwrap_or(Path::new(".")));
+    copy_to_temp(src, dst, task, mon, &mut wb)?.commit()
 }
 
 /// A file copied to its temporary name, its writeback started, not yet durable, verified or
@@ -175,9 +178,16 @@ impl Pending {
 }
 
 /// Copies `src` to the temporary name of `dst`, checksumming each chunk of the source before
-/// it is written and reading it back from the destination after, and starts the writeback of
-/// what was written (`sync_file_range`), without waiting for it.
-pub fn copy_to_temp(src: &Path, dst: &Path, task: &str, mon: &mut dyn Monitor) -> Result<Pending> {
+/// it is written and reading it back from the destination after, its writeback started and
+/// waited for step by step through `wb` (a task passes the same one for all its files: the
+/// window spans files) or, with `wb` off, started at the end without waiting for it.
+pub fn copy_to_temp(
+    src: &Path,
+    dst: &Path,
+    task: &str,
+    mon: &mut dyn Monitor,
+    wb: &mut WriteBehind,
+) -> Result<Pending> {
     let mut input = File::open(src).map_err(|e| Error::io("open", src, e))?;
     let before = input.metadata().map_err(|e| Error::io("stat", src, e))?;
     let tmp = temp_name(dst, task);
@@ -198,7 +208,8 @@ pub fn copy_to_temp(src: &Path, dst: &Path, task: &str, mon: &mut dyn Monitor) -
             .then(|| input.try_clone().ok())
             .flatten()
             .and_then(|f| haar::ingest::GuardedMap::new(f, &before));
-        let mut copier = Copier::new(&mut out, &tmp, task);
+        wb.begin(&out, &tmp)?;
+        let mut copier = Copier::new(&mut out, &tmp, task, wb);
         match &mapped {
             Some(map) => {
                 for chunk in map.chunks(CHUNK) {
@@ -227,15 +238,19 @@ pub fn copy_to_temp(src: &Path, dst: &Path, task: &str, mon: &mut dyn Monitor) -
             }
         }
         let done = copier.done();
-        // SAFETY: a file descriptor we own; SYNC_FILE_RANGE_WRITE only starts writeback.
-        unsafe {
-            libc::sync_file_range(
-                std::os::fd::AsRawFd::as_raw_fd(&out),
-                0,
-                0,
-                libc::SYNC_FILE_RANGE_WRITE,
-            )
-        };
+        if wb.enabled() {
+            wb.end(done.0)?;
+        } else {
+            // SAFETY: a file descriptor we own; SYNC_FILE_RANGE_WRITE only starts writeback.
+            unsafe {
+                libc::sync_file_range(
+                    std::os::fd::AsRawFd::as_raw_fd(&out),
+                    0,
+                    0,
+                    libc::SYNC_FILE_RANGE_WRITE,
+                )
+            };
+        }
         Ok(done)
     })();
     match result {
@@ -263,11 +278,13 @@ const PIECE: usize = 512 << 10;
 
 /// The copy loop: for each piece, CRC-32C of the source bytes (which brings them into the
 /// cache the write then copies from), write, read the piece back from the destination
-/// (`pread`, from the page cache the write just filled) and checksum what was read.
+/// (`pread`, from the page cache the write just filled) and checksum what was read; after
+/// each chunk, the write-behind window moves on.
 struct Copier<'a> {
     out: &'a mut File,
     tmp: &'a Path,
     task: &'a str,
+    wb: &'a mut WriteBehind,
     len: u64,
     crc: u32,
     back_crc: u32,
@@ -276,11 +293,12 @@ struct Copier<'a> {
 }
 
 impl<'a> Copier<'a> {
-    fn new(out: &'a mut File, tmp: &'a Path, task: &'a str) -> Self {
+    fn new(out: &'a mut File, tmp: &'a Path, task: &'a str, wb: &'a mut WriteBehind) -> Self {
         Copier {
             out,
             tmp,
             task,
+            wb,
             len: 0,
             crc: 0,
             back_crc: 0,
@@ -314,6 +332,9 @@ impl<'a> Copier<'a> {
             self.back_len += got as u64;
             self.len += piece.len() as u64;
         }
+        // The progress is counted once the window has moved: with write-behind on, at the
+        // rate the disk takes the bytes, not the rate the page cache does.
+        self.wb.written(self.len)?;
         mon.advance(chunk.len() as u64);
         Ok(())
     }
@@ -404,6 +425,38 @@ mod tests {
         assert!(matches!(e, Error::Cancelled(_)), "{e}");
         assert!(!dst2.exists() && !temp_name(&dst2, "t2").exists());
         assert!(is_temp_of(".c.haar-stage.t2", "t2") && !is_temp_of("c", "t2"));
+    }
+
+    #[test]
+    fn copies_written_behind_on_disk_are_the_source_s_bytes_and_their_writeback_is_waited_for() {
+        // A disk file system for the destination (write-behind does nothing on tmpfs).
+        let mut d = tempfile::tempdir().unwrap();
+        if !WriteBehind::for_destination(d.path()).enabled() {
+            d = tempfile::tempdir_in("/var/tmp").unwrap();
+        }
+        let src = d.path().join("a");
+        let data: Vec<u8> = (0..(CHUNK * 5 + 4321))
+            .map(|i| (i * 13 % 253) as u8)
+            .collect();
+        std::fs::write(&src, &data).unwrap();
+        // Steps of one chunk, two in flight: a window that moves within this file.
+        let mut wb = WriteBehind::with_window(true, CHUNK as u64, 2);
+        let mut mon = Count(0, None);
+        let dsts: Vec<_> = (0..2).map(|i| d.path().join(format!("b{i}"))).collect();
+        for dst in &dsts {
+            let p = copy_to_temp(&src, dst, "wb", &mut mon, &mut wb).unwrap();
+            assert_eq!(
+                p.commit().unwrap(),
+                (data.len() as u64, haar_persist::crc32c(&data))
+            );
+        }
+        // Per file: five whole steps and a tail started; all but the last two waited for.
+        let c = wb.counts();
+        assert_eq!((c.started, c.waited), (12, 10), "{c:?}");
+        assert_eq!(mon.0, 2 * data.len() as u64);
+        for dst in &dsts {
+            assert_eq!(std::fs::read(dst).unwrap(), data);
+        }
     }
 
     /// Rewrites the source once the copy has started (a writer racing the stager).

@@ -16,15 +16,17 @@ use crate::copy;
 use crate::error::{Error, Result};
 use crate::eta::Phase;
 use crate::task::{TaskRun, write_to};
+use crate::write_behind::{self, WriteBehind};
 
-/// Bytes of the output file made durable and read back at a time, while the next ones are
-/// written (a multiple of the page size, so each segment can be mapped on its own).
-const SEGMENT: u64 = 64 << 20;
+/// Bytes of the output file read back at a time, behind the writer: the write-behind step (a
+/// multiple of the page size, so each segment can be mapped on its own).
+const SEGMENT: u64 = write_behind::STEP;
 
 /// The fields of `req` in store dataspace `space` written to the GRIB file `dst` (design
-/// §13.3): under a temporary name, in segments each made durable and read back while the next
-/// is written, then fdatasync, the whole read-back CRC-32C compared with the one combined from
-/// the fields' (as their store verified them), rename.
+/// §13.3): under a temporary name, in segments each written back (on a disk file system,
+/// [`crate::write_behind`]) and read back while the next ones are written, then fdatasync,
+/// the whole read-back CRC-32C compared with the one combined from the fields' (as their
+/// store verified them), rename.
 pub(crate) fn store_to_file(
     run: &mut TaskRun,
     space: &str,
@@ -55,7 +57,8 @@ pub(crate) fn store_to_file(
         // Fields of 64 KiB or more bypass the buffer (one copy fewer); smaller ones are
         // gathered into 64 KiB writes.
         let mut out = std::io::BufWriter::with_capacity(64 << 10, &file);
-        let mut back = ReadBack::new(&file, &tmp);
+        let wb = WriteBehind::for_destination(tmp.parent().unwrap_or(Path::new(".")));
+        let mut back = ReadBack::new(&file, &tmp, wb)?;
         let mut crc = 0u32;
         let mut len = 0u64;
         let mut failure: Option<Error> = None;
@@ -75,7 +78,7 @@ pub(crate) fn store_to_file(
                 run.phase(Phase::Copied, bytes.len() as u64);
                 if before / SEGMENT != len / SEGMENT {
                     out.flush().map_err(|e| Error::io("write", &tmp, e))?;
-                    back.segment_written(len / SEGMENT * SEGMENT, run)?;
+                    back.written(len, run)?;
                 }
                 Ok(())
             })();
@@ -127,52 +130,49 @@ pub(crate) fn store_to_file(
     }
 }
 
-/// The read-back of a file written front to back: each [`SEGMENT`] is written back and
-/// waited for, then read back, one segment behind the writer, so the disk writes one segment
-/// while the next is copied and each byte is read once; the CRC-32C of everything read back
-/// accumulates in order.
+/// The read-back of a file written front to back, behind the writer so each byte is read
+/// once: on a disk file system each [`SEGMENT`] once the write-behind window has waited for
+/// its writeback (the disk writes the next segments while it is read), on a memory one (no
+/// writeback) one segment behind; the CRC-32C of everything read back accumulates in order.
 struct ReadBack<'f> {
     file: &'f std::fs::File,
     path: &'f Path,
+    wb: WriteBehind,
     /// Bytes read back (a multiple of [`SEGMENT`] until the end).
     checked: u64,
-    /// Bytes whose writeback was started.
-    started: u64,
     crc: u32,
 }
 
 impl<'f> ReadBack<'f> {
-    fn new(file: &'f std::fs::File, path: &'f Path) -> Self {
-        ReadBack {
+    fn new(file: &'f std::fs::File, path: &'f Path, wb: WriteBehind) -> Result<Self> {
+        // Segments are read back once waited for, then dropped here.
+        let mut wb = wb.keep_cache();
+        wb.begin(file, path)?;
+        Ok(ReadBack {
             file,
             path,
+            wb,
             checked: 0,
-            started: 0,
             crc: 0,
-        }
+        })
     }
 
-    /// The file holds `upto` bytes (a multiple of [`SEGMENT`]): starts their writeback, and
-    /// makes durable and reads back every whole segment before the last one.
-    fn segment_written(&mut self, upto: u64, run: &mut TaskRun) -> Result<()> {
-        self.sync_range(
-            self.started,
-            upto - self.started,
-            libc::SYNC_FILE_RANGE_WRITE,
-        )?;
-        self.started = upto;
-        let end = upto.saturating_sub(SEGMENT);
+    /// The file holds `len` bytes: moves the write-behind window on, and reads back the
+    /// segments made durable meanwhile (on a memory file system: every whole segment but the
+    /// last).
+    fn written(&mut self, len: u64, run: &mut TaskRun) -> Result<()> {
+        let end = if self.wb.enabled() {
+            self.wb.written(len)?
+        } else {
+            (len / SEGMENT).saturating_sub(1) * SEGMENT
+        };
         if end > self.checked {
-            let n = end - self.checked;
-            self.sync_range(
-                self.checked,
-                n,
-                libc::SYNC_FILE_RANGE_WAIT_BEFORE
-                    | libc::SYNC_FILE_RANGE_WRITE
-                    | libc::SYNC_FILE_RANGE_WAIT_AFTER,
-            )?;
+            let (from, n) = (self.checked, end - self.checked);
             run.phase(Phase::Durable, n);
             self.read_back(end, run)?;
+            if self.wb.enabled() {
+                write_behind::drop_pages(self.file, from, n);
+            }
         }
         Ok(())
     }
@@ -211,21 +211,6 @@ impl<'f> ReadBack<'f> {
             self.crc = haar_persist::crc32c_append(self.crc, &map);
             self.checked = end;
             run.phase(Phase::Verified, n);
-        }
-        Ok(())
-    }
-
-    fn sync_range(&self, off: u64, n: u64, flags: libc::c_uint) -> Result<()> {
-        use std::os::fd::AsRawFd;
-        // SAFETY: a file descriptor we own.
-        let r =
-            unsafe { libc::sync_file_range(self.file.as_raw_fd(), off as i64, n as i64, flags) };
-        if r != 0 {
-            return Err(Error::io(
-                "sync_file_range",
-                self.path,
-                std::io::Error::last_os_error(),
-            ));
         }
         Ok(())
     }

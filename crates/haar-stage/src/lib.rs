@@ -9,6 +9,7 @@
 //!   and cancels them.
 //! - [`journal`]: the task journal and the per-pair bandwidth record (design §13.2).
 //! - [`copy`]: the crash-safe copy of one file (design §13.3).
+//! - [`write_behind`]: the writeback of a destination on disk paced with its writer.
 //! - [`persist`]: data kept on the node after its job, readable by the users it is shared
 //!   with.
 //! - [`daemon`]: the per-node stage service (`haar stage daemon`): users' tasks under their
@@ -59,6 +60,7 @@ pub mod journal;
 pub mod persist;
 pub mod placement;
 pub mod task;
+pub mod write_behind;
 
 pub use dataspace::{Dataspace, Dataspaces, Endpoint, Object};
 pub use error::{Error, Result};
