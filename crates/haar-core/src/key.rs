@@ -4,14 +4,19 @@
 //! [`crate::value`] and the split into database / index / datum levels in [`crate::schema`].
 
 use std::fmt;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 /// An ordered set of `keyword=value` pairs. Order is meaningful: a key produced by the schema
 /// keeps the schema's order, so two keys of the same rule compare and print identically.
+///
+/// The pairs are shared between clones (copied on the first change of a shared key): a listing
+/// hands every field its database and index keys, and cloning them pair by pair was half the
+/// allocations of listing 1,644 fields.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct Key {
-    entries: Vec<(String, String)>,
+    entries: Arc<Vec<(String, String)>>,
 }
 
 /// Error from [`Key::parse`].
@@ -71,9 +76,10 @@ impl Key {
     pub fn push(&mut self, keyword: impl Into<String>, value: impl Into<String>) {
         let keyword = keyword.into();
         let value = value.into();
-        match self.entries.iter_mut().find(|(k, _)| *k == keyword) {
+        let entries = Arc::make_mut(&mut self.entries);
+        match entries.iter_mut().find(|(k, _)| *k == keyword) {
             Some(slot) => slot.1 = value,
-            None => self.entries.push((keyword, value)),
+            None => entries.push((keyword, value)),
         }
     }
 
@@ -99,7 +105,7 @@ impl Key {
     /// Replaces the value of the pair at `position` (panics if out of range), reusing the
     /// value's allocation: the hot path of [`crate::schema::Splitter`].
     pub fn set_value_at(&mut self, position: usize, value: &str) {
-        let slot = &mut self.entries[position].1;
+        let slot = &mut Arc::make_mut(&mut self.entries)[position].1;
         slot.clear();
         slot.push_str(value);
     }
@@ -113,7 +119,7 @@ impl Key {
     /// Removes `keyword`, returning its value.
     pub fn remove(&mut self, keyword: &str) -> Option<String> {
         let pos = self.entries.iter().position(|(k, _)| k == keyword)?;
-        Some(self.entries.remove(pos).1)
+        Some(Arc::make_mut(&mut self.entries).remove(pos).1)
     }
 
     /// Pairs in order.
@@ -147,21 +153,24 @@ impl Key {
 
     /// The same pairs sorted by keyword: the form used to compare keys from different sources.
     pub fn sorted(&self) -> Key {
-        let mut entries = self.entries.clone();
+        let mut entries = (*self.entries).clone();
         entries.sort();
-        Key { entries }
+        Key {
+            entries: Arc::new(entries),
+        }
     }
 
     /// The same pairs without those whose value is empty (absent optional keywords), as FDB5
     /// prints keys.
     pub fn without_empty(&self) -> Key {
         Key {
-            entries: self
-                .entries
-                .iter()
-                .filter(|(_, v)| !v.is_empty())
-                .cloned()
-                .collect(),
+            entries: Arc::new(
+                self.entries
+                    .iter()
+                    .filter(|(_, v)| !v.is_empty())
+                    .cloned()
+                    .collect(),
+            ),
         }
     }
 
@@ -196,6 +205,20 @@ impl<K: Into<String>, V: Into<String>> FromIterator<(K, V)> for Key {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_clone_shares_its_pairs_until_one_side_changes() {
+        let a = Key::parse("class=od,stream=oper,step=0").unwrap();
+        let mut b = a.clone();
+        assert!(Arc::ptr_eq(&a.entries, &b.entries));
+        b.push("step", "6");
+        b.set_value_at(0, "rd");
+        assert_eq!(b.remove("stream").as_deref(), Some("oper"));
+        assert_eq!(a.to_string(), "class=od,stream=oper,step=0");
+        assert_eq!(b.to_string(), "class=rd,step=6");
+        let json = serde_json::to_string(&a).unwrap();
+        assert_eq!(serde_json::from_str::<Key>(&json).unwrap(), a);
+    }
 
     #[test]
     fn parse_and_print_round_trip() {
