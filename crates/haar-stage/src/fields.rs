@@ -24,7 +24,8 @@ const SEGMENT: u64 = write_behind::STEP;
 
 /// The fields of `req` in store dataspace `space` written to the GRIB file `dst` (design
 /// §13.3): under a temporary name, in segments each written back (on a disk file system,
-/// [`crate::write_behind`]) and read back while the next ones are written, then fdatasync,
+/// [`crate::write_behind`]) and read back while the next ones are written (on a memory file
+/// system, 1 MiB at a time by a thread beside the writer), then fdatasync,
 /// the whole read-back CRC-32C compared with the one combined from the fields' (as their
 /// store verified them), rename.
 pub(crate) fn store_to_file(
