@@ -17,7 +17,8 @@ pub enum Phase {
     /// Made durable (syncfs, `sync_file_range` waited on, fdatasync).
     Durable = 1,
     /// Read back from the destination and checksummed (files: piece by piece as they are
-    /// copied; a single output file: segment by segment once durable).
+    /// copied; a single output file: segment by segment once durable, on a memory file system
+    /// 1 MiB at a time as written, by a thread beside the writer).
     Verified = 2,
 }
 

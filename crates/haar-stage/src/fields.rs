@@ -24,7 +24,8 @@ const SEGMENT: u64 = write_behind::STEP;
 
 /// The fields of `req` in store dataspace `space` written to the GRIB file `dst` (design
 /// §13.3): under a temporary name, in segments each written back (on a disk file system,
-/// [`crate::write_behind`]) and read back while the next ones are written, then fdatasync,
+/// [`crate::write_behind`]) and read back while the next ones are written (on a memory file
+/// system, 1 MiB at a time by a thread beside the writer), then fdatasync,
 /// the whole read-back CRC-32C compared with the one combined from the fields' (as their
 /// store verified them), rename.
 pub(crate) fn store_to_file(
@@ -76,9 +77,10 @@ pub(crate) fn store_to_file(
                 let before = len;
                 len += bytes.len() as u64;
                 run.phase(Phase::Copied, bytes.len() as u64);
-                if before / SEGMENT != len / SEGMENT {
+                let step = back.step();
+                if before / step != len / step {
                     out.flush().map_err(|e| Error::io("write", &tmp, e))?;
-                    back.written(len, run)?;
+                    back.written(len, &mut |p, n| run.phase(p, n))?;
                 }
                 Ok(())
             })();
@@ -102,7 +104,7 @@ pub(crate) fn store_to_file(
         }
         out.flush().map_err(|e| Error::io("write", &tmp, e))?;
         drop(out);
-        let back = back.finish(len, run)?;
+        let back = back.finish(len, &mut |p, n| run.phase(p, n))?;
         if back != (len, crc) {
             return Err(Error::Checksum {
                 path: tmp.clone(),
@@ -131,16 +133,136 @@ pub(crate) fn store_to_file(
 }
 
 /// The read-back of a file written front to back, behind the writer so each byte is read
-/// once: on a disk file system each [`SEGMENT`] once the write-behind window has waited for
-/// its writeback (the disk writes the next segments while it is read), on a memory one (no
-/// writeback) one segment behind; the CRC-32C of everything read back accumulates in order.
+/// once, and the CRC-32C of everything read back, in order. On a disk file system each
+/// [`SEGMENT`] once the write-behind window has waited for its writeback (the disk writes the
+/// next segments while it is read), through a mapping. On a memory file system (no
+/// writeback) every [`PIECE`] as soon as it is written, by `pread` into one reused buffer, on
+/// a second thread ([`Worker`]) while the writer fetches and writes the next fields. (Until
+/// issue 15's fourth round it mapped each 16 MiB segment, on the writer's thread, once the
+/// next was written: mapping, faulting and unmapping it and checksumming it out of DRAM cost
+/// a quarter of the task's CPU time, all on the one thread the task ran on, `perf`, 4 GiB to
+/// /dev/shm.)
+///
+/// Progress is reported through `report(phase, bytes)`, so the logic runs without a task.
 struct ReadBack<'f> {
     file: &'f std::fs::File,
     path: &'f Path,
     wb: WriteBehind,
-    /// Bytes read back (a multiple of [`SEGMENT`] until the end).
+    /// Bytes read back and reported (on a disk file system, a multiple of [`SEGMENT`] until
+    /// the end).
     checked: u64,
     crc: u32,
+    /// Memory file system: the thread reading back behind the writer.
+    worker: Option<Worker>,
+}
+
+/// Bytes read back at a time on a memory file system: small enough that what was just
+/// written is likely still in the shared cache when read back, large enough that the system
+/// calls and messages cost nothing.
+const PIECE: u64 = 1 << 20;
+
+/// Pieces the writer may run ahead of the read-back thread before it waits for it.
+const WORKER_QUEUE: usize = 16;
+
+/// The read-back thread of a memory file system: it receives the file's length after each
+/// piece written, reads `[read back, length)` by `pread` and extends the CRC-32C; `done` is
+/// what it has read back so far (the writer reports progress from it).
+struct Worker {
+    tx: Option<std::sync::mpsc::SyncSender<u64>>,
+    handle: Option<std::thread::JoinHandle<Result<(u64, u32)>>>,
+    done: std::sync::Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl Worker {
+    fn start(file: &std::fs::File, path: &Path) -> Result<Worker> {
+        let file = file.try_clone().map_err(|e| Error::io("open", path, e))?;
+        let named = path;
+        let path = path.to_path_buf();
+        let (tx, rx) = std::sync::mpsc::sync_channel::<u64>(WORKER_QUEUE);
+        let done = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        let seen = done.clone();
+        let handle = std::thread::Builder::new()
+            .name("haar-stage-readback".into())
+            .spawn(move || {
+                let mut buf = vec![0u8; PIECE as usize];
+                let (mut at, mut crc) = (0u64, 0u32);
+                for end in rx {
+                    if end > at {
+                        crc = pread_crc(&file, &path, &mut buf, at, end, crc)?;
+                        at = end;
+                        seen.store(at, std::sync::atomic::Ordering::Release);
+                    }
+                }
+                Ok((at, crc))
+            })
+            .map_err(|e| Error::io("start the read-back of", named, e))?;
+        Ok(Worker {
+            tx: Some(tx),
+            handle: Some(handle),
+            done,
+        })
+    }
+
+    /// Bytes read back so far.
+    fn done(&self) -> u64 {
+        self.done.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Has `[.., len)` read back; `false` if the thread has ended (on an error: see
+    /// [`Worker::join`]).
+    fn send(&self, len: u64) -> bool {
+        self.tx.as_ref().is_some_and(|tx| tx.send(len).is_ok())
+    }
+
+    /// Waits for everything sent to be read back; what was (length, CRC-32C) or the error.
+    fn join(&mut self, path: &Path) -> Result<(u64, u32)> {
+        self.tx.take();
+        match self.handle.take().map(|h| h.join()) {
+            Some(Ok(r)) => r,
+            Some(Err(_)) => Err(Error::io(
+                "read back",
+                path,
+                std::io::Error::other("the read-back thread panicked"),
+            )),
+            None => Err(Error::io(
+                "read back",
+                path,
+                std::io::Error::other("the read-back thread was already joined"),
+            )),
+        }
+    }
+}
+
+impl Drop for Worker {
+    /// A task that fails or is cancelled leaves no thread behind reading its removed file.
+    fn drop(&mut self) {
+        self.tx.take();
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+/// `crc` extended by the bytes `[from, end)` of `file`, read by `pread` in pieces of `buf`'s
+/// length; a file shorter than `end` fails (UnexpectedEof).
+fn pread_crc(
+    file: &std::fs::File,
+    path: &Path,
+    buf: &mut [u8],
+    from: u64,
+    end: u64,
+    mut crc: u32,
+) -> Result<u32> {
+    use std::os::unix::fs::FileExt;
+    let (mut at, cap) = (from, buf.len() as u64);
+    while at < end {
+        let piece = &mut buf[..(end - at).min(cap) as usize];
+        file.read_exact_at(piece, at)
+            .map_err(|e| Error::io("read back", path, e))?;
+        crc = haar_persist::crc32c_append(crc, piece);
+        at += piece.len() as u64;
+    }
+    Ok(crc)
 }
 
 impl<'f> ReadBack<'f> {
@@ -148,70 +270,104 @@ impl<'f> ReadBack<'f> {
         // Segments are read back once waited for, then dropped here.
         let mut wb = wb.keep_cache();
         wb.begin(file, path)?;
+        let worker = if wb.enabled() {
+            None
+        } else {
+            Some(Worker::start(file, path)?)
+        };
         Ok(ReadBack {
             file,
             path,
             wb,
             checked: 0,
             crc: 0,
+            worker,
         })
     }
 
-    /// The file holds `len` bytes: moves the write-behind window on, and reads back the
-    /// segments made durable meanwhile (on a memory file system: every whole segment but the
-    /// last).
-    fn written(&mut self, len: u64, run: &mut TaskRun) -> Result<()> {
-        let end = if self.wb.enabled() {
-            self.wb.written(len)?
-        } else {
-            (len / SEGMENT).saturating_sub(1) * SEGMENT
-        };
+    /// Bytes the writer lets pass between calls of [`ReadBack::written`] (the caller
+    /// flushes its buffer and calls it whenever the file's length crosses a multiple).
+    fn step(&self) -> u64 {
+        if self.wb.enabled() { SEGMENT } else { PIECE }
+    }
+
+    /// The file holds `len` bytes: moves the write-behind window on and reads back the
+    /// segments made durable meanwhile; on a memory file system, hands everything written to
+    /// the read-back thread and reports what it has read back.
+    fn written(&mut self, len: u64, report: &mut dyn FnMut(Phase, u64)) -> Result<()> {
+        if let Some(w) = &mut self.worker {
+            if !w.send(len) {
+                // The thread ended early: only on an error, which this returns.
+                w.join(self.path)?;
+            }
+            let done = w.done();
+            self.advance_to(done, report);
+            return Ok(());
+        }
+        let end = self.wb.written(len)?;
         if end > self.checked {
             let (from, n) = (self.checked, end - self.checked);
-            run.phase(Phase::Durable, n);
-            self.read_back(end, run)?;
-            if self.wb.enabled() {
-                write_behind::drop_pages(self.file, from, n);
-            }
+            report(Phase::Durable, n);
+            self.read_back(end, report)?;
+            write_behind::drop_pages(self.file, from, n);
         }
         Ok(())
     }
 
+    /// Reports `[checked, done)` durable (a memory file system has nothing to write back)
+    /// and read back.
+    fn advance_to(&mut self, done: u64, report: &mut dyn FnMut(Phase, u64)) {
+        if done > self.checked {
+            report(Phase::Durable, done - self.checked);
+            report(Phase::Verified, done - self.checked);
+            self.checked = done;
+        }
+    }
+
     /// The file is complete at `len` bytes: fdatasync (its data and the metadata to find it),
-    /// reads back the rest; returns what was read back (length, CRC-32C).
-    fn finish(mut self, len: u64, run: &mut TaskRun) -> Result<(u64, u32)> {
+    /// reads back the rest; returns what was read back (length, CRC-32C), the length cut to
+    /// the file's if it is shorter than what was read back (so it fails the comparison).
+    fn finish(mut self, len: u64, report: &mut dyn FnMut(Phase, u64)) -> Result<(u64, u32)> {
         self.file
             .sync_data()
             .map_err(|e| Error::io("fsync", self.path, e))?;
-        run.phase(Phase::Durable, len - self.checked);
         let actual = self
             .file
             .metadata()
             .map_err(|e| Error::io("stat", self.path, e))?
             .len();
-        self.read_back(actual, run)?;
-        Ok((self.checked, self.crc))
+        if let Some(mut w) = self.worker.take() {
+            w.send(actual);
+            let (at, crc) = w.join(self.path)?;
+            self.advance_to(at, report);
+            self.crc = crc;
+        } else {
+            report(Phase::Durable, len.saturating_sub(self.checked));
+            self.read_back(actual, report)?;
+        }
+        Ok((self.checked.min(actual), self.crc))
     }
 
-    /// Reads `[checked, end)` back through a mapping (no copy into a buffer).
-    fn read_back(&mut self, end: u64, run: &mut TaskRun) -> Result<()> {
-        if end > self.checked {
-            let n = end - self.checked;
-            // SAFETY: the file is this task's temporary copy; nothing else writes or
-            // truncates it while it is mapped. `checked` is a multiple of SEGMENT, hence of
-            // the page size.
-            let map = unsafe {
-                memmap2::MmapOptions::new()
-                    .offset(self.checked)
-                    .len(n as usize)
-                    .map(self.file)
-            }
-            .map_err(|e| Error::io("map", self.path, e))?;
-            let _ = map.advise(memmap2::Advice::Sequential);
-            self.crc = haar_persist::crc32c_append(self.crc, &map);
-            self.checked = end;
-            run.phase(Phase::Verified, n);
+    /// Reads `[checked, end)` back through a mapping (no copy into a buffer): the disk file
+    /// system's path.
+    fn read_back(&mut self, end: u64, report: &mut dyn FnMut(Phase, u64)) -> Result<()> {
+        if end <= self.checked {
+            return Ok(());
         }
+        let n = end - self.checked;
+        // SAFETY: the file is this task's temporary copy; nothing else writes or truncates it
+        // while it is mapped. `checked` is a multiple of SEGMENT, hence of the page size.
+        let map = unsafe {
+            memmap2::MmapOptions::new()
+                .offset(self.checked)
+                .len(n as usize)
+                .map(self.file)
+        }
+        .map_err(|e| Error::io("map", self.path, e))?;
+        let _ = map.advise(memmap2::Advice::Sequential);
+        self.crc = haar_persist::crc32c_append(self.crc, &map);
+        self.checked = end;
+        report(Phase::Verified, n);
         Ok(())
     }
 }
@@ -312,4 +468,131 @@ fn collect_files(p: &Path, out: &mut Vec<std::path::PathBuf>) -> Result<()> {
         collect_files(&e, out)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::unix::fs::FileExt;
+
+    /// Writes `data` to a new file in `dir` in pieces of `sizes` (cycled), calling the
+    /// read-back as `store_to_file` does; returns what it read back and the bytes reported
+    /// per phase, and what it had read back before `finish`.
+    fn write_and_read_back(
+        dir: &Path,
+        wb: WriteBehind,
+        data: &[u8],
+        sizes: &[usize],
+        tamper: Option<u64>,
+        cut: bool,
+    ) -> (Result<(u64, u32)>, [u64; 3], u64) {
+        let path = dir.join("out");
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .unwrap();
+        let mut phases = [0u64; 3];
+        let mut report = |p: Phase, n: u64| phases[p as usize] += n;
+        let mut back = ReadBack::new(&file, &path, wb).unwrap();
+        let (mut len, mut k) = (0u64, 0);
+        let mut out = std::io::BufWriter::with_capacity(64 << 10, &file);
+        while (len as usize) < data.len() {
+            let n = sizes[k % sizes.len()].min(data.len() - len as usize);
+            out.write_all(&data[len as usize..len as usize + n])
+                .unwrap();
+            let before = len;
+            len += n as u64;
+            k += 1;
+            let step = back.step();
+            if before / step != len / step {
+                out.flush().unwrap();
+                if let Some(at) = tamper.filter(|&at| at < len) {
+                    // A byte changed between the write and its read-back.
+                    file.write_at(&[data[at as usize] ^ 1], at).unwrap();
+                }
+                back.written(len, &mut report).unwrap();
+            }
+        }
+        out.flush().unwrap();
+        drop(out);
+        let before_finish = back.checked;
+        if cut {
+            file.set_len(len - 1).unwrap();
+        }
+        let r = back.finish(len, &mut report);
+        (r, phases, before_finish)
+    }
+
+    fn data(n: usize) -> Vec<u8> {
+        (0..n).map(|i| (i * 131 + i / 4099) as u8).collect()
+    }
+
+    #[test]
+    fn on_a_memory_fs_the_read_back_thread_gives_the_files_crc_and_reports_every_byte_once() {
+        let d = tempfile::tempdir().unwrap();
+        // Fields of odd sizes, some under the 64 KiB buffer, some over a piece.
+        let data = data(5 * PIECE as usize + 12_345);
+        let sizes = [700 << 10, 300 << 10, 17, (2 << 20) + 5, 40_000];
+        let (r, phases, _) = write_and_read_back(
+            d.path(),
+            WriteBehind::new(false),
+            &data,
+            &sizes,
+            None,
+            false,
+        );
+        let len = data.len() as u64;
+        assert_eq!(r.unwrap(), (len, haar_persist::crc32c(&data)));
+        assert_eq!(phases, [0, len, len], "durable and verified once each");
+    }
+
+    #[test]
+    fn a_file_cut_short_before_finish_fails_the_comparison() {
+        for wb in [WriteBehind::new(false), WriteBehind::new(true)] {
+            let d = tempfile::tempdir().unwrap();
+            let data = data(2 * PIECE as usize + 10);
+            let len = data.len() as u64;
+            let (r, _, _) = write_and_read_back(d.path(), wb, &data, &[1 << 20], None, true);
+            // Either the read-back fails (the bytes are gone) or what it returns differs.
+            if let Ok(back) = r {
+                assert_ne!(back, (len, haar_persist::crc32c(&data)));
+            }
+        }
+    }
+
+    #[test]
+    fn a_byte_changed_before_its_read_back_changes_the_crc() {
+        let d = tempfile::tempdir().unwrap();
+        let data = data(3 * PIECE as usize + 999);
+        let sizes = [1 << 20];
+        let (r, _, _) = write_and_read_back(
+            d.path(),
+            WriteBehind::new(false),
+            &data,
+            &sizes,
+            Some(PIECE + 7),
+            false,
+        );
+        assert_ne!(r.unwrap().1, haar_persist::crc32c(&data));
+    }
+
+    #[test]
+    fn the_mapped_read_back_of_a_disk_fs_gives_the_same_crc() {
+        let d = tempfile::tempdir().unwrap();
+        let data = data(3 * PIECE as usize + 999);
+        let (r, phases, _) = write_and_read_back(
+            d.path(),
+            WriteBehind::new(true),
+            &data,
+            &[1 << 20],
+            None,
+            false,
+        );
+        let len = data.len() as u64;
+        assert_eq!(r.unwrap(), (len, haar_persist::crc32c(&data)));
+        assert_eq!(phases, [0, len, len]);
+    }
 }
