@@ -188,10 +188,49 @@ fn a_cancelled_task_stops_and_leaves_no_temporary_file() {
     let src = s.source_tree("c", 48, 8);
     ok(&s.haar(&["copy", "shared:c", "local:c", "--id", "c1", "--detach"]));
     let start = Instant::now();
-    while s.status("c1")["state"] == "queued" && start.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(Duration::from_millis(10));
+    let pid = loop {
+        let st = s.status("c1");
+        if st["state"] == "running" {
+            break st["pid"].as_u64().unwrap() as libc::pid_t;
+        }
+        assert_eq!(
+            st["state"], "queued",
+            "the task ended before it could be cancelled: {st}"
+        );
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "never started: {st}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    };
+    // The runner is stopped while the cancel is asked, so the copy (0.2 s of 384 MiB on a
+    // quiet host) cannot finish first and the test cannot race it; it resumes once the
+    // marker is written and sees it at its next chunk.
+    // SAFETY: signals to the task's runner process, a child of this test's haar.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
+    let cancel = Command::new(HAAR)
+        .arg("stage")
+        .arg("--config")
+        .arg(&s.config)
+        .arg("--journal")
+        .arg(&s.journal)
+        .args(["cancel", "c1", "--json"])
+        .env_remove("HAAR_CONFIG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let marker = s.journal.join("c1").join("cancel");
+    while !marker.exists() {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "no cancel marker"
+        );
+        std::thread::sleep(Duration::from_millis(5));
     }
-    let o = s.haar(&["cancel", "c1", "--json"]);
+    // SAFETY: as above.
+    assert_eq!(unsafe { libc::kill(pid, libc::SIGCONT) }, 0);
+    let o = cancel.wait_with_output().unwrap();
     ok(&o);
     let rec: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
     assert_eq!(rec["state"], "cancelled", "{rec}");
