@@ -167,6 +167,17 @@ fn haar_without_fdb5_tools(args: &[&OsStr], envs: &[(&str, &OsStr)]) -> Output {
         .expect("run haar")
 }
 
+/// [`haar_without_fdb5_tools`] of an `import-fdb5 --json`, which must succeed: its summary.
+fn import_summary(args: &[&OsStr], envs: &[(&str, &OsStr)]) -> serde_json::Value {
+    let out = haar_without_fdb5_tools(args, envs);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// Both stores holding the same files, built once per test binary.
 struct World {
     _tmp: tempfile::TempDir,
@@ -659,7 +670,7 @@ fn import_fdb5_of_a_request_by_root() {
     let Some(w) = world() else { return };
     let root = w.work.join("imported-era5");
     let fdb_db = w.fdb.dir.join("db");
-    let out = haar_without_fdb5_tools(
+    let summary = import_summary(
         &[
             OsStr::new("--config"),
             w.haar_config.as_os_str(),
@@ -676,12 +687,6 @@ fn import_fdb5_of_a_request_by_root() {
         ],
         &[],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(summary["fields"].as_u64(), Some(80), "{summary}");
     assert_eq!(summary["failed"].as_array().unwrap().len(), 0);
     let members = std::fs::read(data("cfgrib/era5-levels-members.grib")).unwrap();
@@ -862,7 +867,7 @@ fn import_fdb5_of_a_database_written_by_stock_fdb_write() {
     }
     let root = tmp.path().join("haar");
     // FDB_DBNAMES_FILE unset, as for fdb-write: the system's dbnames, which haar keeps.
-    let out = haar_without_fdb5_tools(
+    let summary = import_summary(
         &[
             OsStr::new("--root"),
             root.as_os_str(),
@@ -873,12 +878,6 @@ fn import_fdb5_of_a_database_written_by_stock_fdb_write() {
         ],
         &[],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let summary: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(summary["listed"].as_u64(), Some(160), "{summary}");
     assert_eq!(summary["fields"].as_u64(), Some(160), "{summary}");
     assert!(
@@ -976,20 +975,14 @@ fn import_fdb5_through_fdb5_5_25s_library() {
             OsStr::new("--json"),
         ];
         args.extend(request.map(OsStr::new));
-        let out = haar_without_fdb5_tools(
+        import_summary(
             &args,
             &[
                 ("HAAR_FDB5_LIB", wheel.lib.as_os_str()),
                 ("LD_LIBRARY_PATH", OsStr::new(&wheel.lib_path)),
                 ("FDB_DBNAMES_FILE", fdb.dir.join("dbnames").as_os_str()),
             ],
-        );
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+        )
     };
     let summary = run(None);
     assert_eq!(

@@ -356,3 +356,97 @@ fn crc_of(p: &Path) -> Result<u32> {
     let map = unsafe { memmap2::Mmap::map(&f) }.map_err(|e| Error::io("map", p, e))?;
     Ok(haar_persist::crc32c(&map))
 }
+
+/// What `haar stage bench` measures: between the directories `from` and `to`, files and/or
+/// fields, with or without the non-temporal copy limit of `to` beside them.
+#[derive(Debug, Clone)]
+pub struct Plan {
+    /// Where the sources are written (the tier staged from).
+    pub from: std::path::PathBuf,
+    /// Where the copies go (the tier staged to).
+    pub to: std::path::PathBuf,
+    /// Bytes per round.
+    pub bytes: u64,
+    /// Bytes per file (files).
+    pub file_bytes: u64,
+    /// Bytes per field (fields).
+    pub field_bytes: u64,
+    /// Rounds (medians are reported).
+    pub rounds: usize,
+    /// Measure files.
+    pub files: bool,
+    /// Measure fields.
+    pub fields: bool,
+    /// Also measure the non-temporal copy limit into `to` and report the stage rate against it.
+    pub nt_limit: bool,
+}
+
+/// Runs `plan` in scratch directories under `from` and `to` (removed afterwards) and returns
+/// the report `haar stage bench` prints: host, CPUs, load averages before and after, the NT
+/// copy limit if asked, and each [`StageBench`] with its rate (and its share of the limit).
+pub fn report(plan: &Plan) -> Result<serde_json::Value> {
+    let load = || {
+        std::fs::read_to_string("/proc/loadavg")
+            .unwrap_or_default()
+            .split_whitespace()
+            .take(3)
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    let scratch = |d: &Path| {
+        tempfile::Builder::new()
+            .prefix("haar-stage-bench")
+            .tempdir_in(d)
+            .map_err(|e| Error::io("create a scratch directory in", d, e))
+    };
+    let load_before = load();
+    let (from, to) = (scratch(&plan.from)?, scratch(&plan.to)?);
+    let mut results = Vec::new();
+    if plan.files {
+        results.push(files_between(
+            from.path(),
+            to.path(),
+            plan.bytes,
+            plan.file_bytes,
+            plan.rounds,
+        )?);
+    }
+    if plan.fields {
+        results.push(fields_between(
+            from.path(),
+            to.path(),
+            plan.bytes,
+            plan.field_bytes,
+            plan.rounds,
+        )?);
+    }
+    let nt = if plan.nt_limit {
+        let l = haar_persist::measure_raw_limits(to.path(), 1 << 30)
+            .map_err(|e| Error::io("measure the raw limits in", &plan.to, e))?;
+        Some(l.nt_copy_gbs)
+    } else {
+        None
+    };
+    let gbs = |r: &StageBench| r.bytes as f64 / r.stage_seconds / 1e9;
+    Ok(serde_json::json!({
+        "host": std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim(),
+        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "load_before": load_before,
+        "load_after": load(),
+        "from": plan.from,
+        "to": plan.to,
+        "nt_copy_limit_gb_s": nt,
+        "results": results.iter().map(|r| {
+            let mut j = serde_json::to_value(r).expect("serialise");
+            j["stage_gb_s"] = serde_json::json!(gbs(r));
+            if let Some(l) = nt {
+                j["ratio_to_nt_copy"] = serde_json::json!(gbs(r) / l);
+                // The file-to-file limit beside it: `cp` + sync of the same bytes between
+                // the same directories in the same round, as a fraction of the NT limit.
+                j["cp_sync_ratio_to_nt_copy"] =
+                    serde_json::json!(r.bytes as f64 / r.cp_sync_seconds / 1e9 / l);
+            }
+            j
+        }).collect::<Vec<_>>(),
+    }))
+}

@@ -163,56 +163,54 @@ fn load() -> Result<Api, String> {
         // SAFETY: dlsym on a handle from dlopen.
         unsafe { libc::dlsym(lib, c.as_ptr()) }
     };
-    let list = [
+    // Four symbols of one signature family, or `None` if the library lacks any of them.
+    let family = |names: [&str; 4]| {
+        let p = names.map(optional);
+        (!p.iter().any(|s| s.is_null())).then_some(p)
+    };
+    // SAFETY (all three): the symbols' C signatures are the fields' types (5.11+'s
+    // fdb5/api/fdb_c.h for `ListApi` and `SplitKeyApi`, 5.10's for `List510Api`); `open` keeps
+    // only the list family the library's version declares.
+    let list = family([
         "fdb_list",
         "fdb_listiterator_next",
         "fdb_listiterator_attrs",
         "fdb_delete_listiterator",
-    ]
-    .map(optional);
-    let list = (!list.iter().any(|p| p.is_null())).then(|| {
-        // SAFETY: the symbols' C signatures (FDB5 5.11+, fdb5/api/fdb_c.h) are the fields'
-        // types; `open` drops these for older libraries, whose `fdb_list` differs.
-        unsafe {
-            ListApi {
-                list: std::mem::transmute::<*mut c_void, _>(list[0]),
-                next: std::mem::transmute::<*mut c_void, _>(list[1]),
-                attrs: std::mem::transmute::<*mut c_void, _>(list[2]),
-                delete: std::mem::transmute::<*mut c_void, _>(list[3]),
-            }
+    ])
+    .map(|p| unsafe {
+        ListApi {
+            list: std::mem::transmute::<*mut c_void, _>(p[0]),
+            next: std::mem::transmute::<*mut c_void, _>(p[1]),
+            attrs: std::mem::transmute::<*mut c_void, _>(p[2]),
+            delete: std::mem::transmute::<*mut c_void, _>(p[3]),
         }
     });
-    // SAFETY (both): the symbols' C signatures are the fields' types (5.10's header for
-    // `List510Api`, 5.11+'s for `SplitKeyApi`); `open` keeps only the one the library's version
-    // declares.
-    let list510 = [
+    let list510 = family([
         "fdb_list",
         "fdb_new_listiterator",
         "fdb_listiterator_next",
         "fdb_delete_listiterator",
-    ]
-    .map(optional);
-    let list510 = (!list510.iter().any(|p| p.is_null())).then(|| unsafe {
+    ])
+    .map(|p| unsafe {
         List510Api {
-            list: std::mem::transmute::<*mut c_void, _>(list510[0]),
-            new_iterator: std::mem::transmute::<*mut c_void, _>(list510[1]),
-            next: std::mem::transmute::<*mut c_void, _>(list510[2]),
-            delete: std::mem::transmute::<*mut c_void, _>(list510[3]),
+            list: std::mem::transmute::<*mut c_void, _>(p[0]),
+            new_iterator: std::mem::transmute::<*mut c_void, _>(p[1]),
+            next: std::mem::transmute::<*mut c_void, _>(p[2]),
+            delete: std::mem::transmute::<*mut c_void, _>(p[3]),
         }
     });
-    let splitkey = [
+    let splitkey = family([
         "fdb_new_splitkey",
         "fdb_listiterator_splitkey",
         "fdb_splitkey_next_metadata",
         "fdb_delete_splitkey",
-    ]
-    .map(optional);
-    let splitkey = (!splitkey.iter().any(|p| p.is_null())).then(|| unsafe {
+    ])
+    .map(|p| unsafe {
         SplitKeyApi {
-            new: std::mem::transmute::<*mut c_void, _>(splitkey[0]),
-            fill: std::mem::transmute::<*mut c_void, _>(splitkey[1]),
-            next: std::mem::transmute::<*mut c_void, _>(splitkey[2]),
-            delete: std::mem::transmute::<*mut c_void, _>(splitkey[3]),
+            new: std::mem::transmute::<*mut c_void, _>(p[0]),
+            fill: std::mem::transmute::<*mut c_void, _>(p[1]),
+            next: std::mem::transmute::<*mut c_void, _>(p[2]),
+            delete: std::mem::transmute::<*mut c_void, _>(p[3]),
         }
     });
     macro_rules! sym {

@@ -40,7 +40,8 @@ use crate::stats::median;
 
 const MIB: f64 = 1024.0 * 1024.0;
 
-fn spec(quick: bool) -> EnsembleSpec {
+/// The ensemble of this section: full size, or `--quick`'s.
+pub fn spec(quick: bool) -> EnsembleSpec {
     let (members, steps, levels) = if quick {
         (2, vec![0, 6], vec![850, 500])
     } else {
@@ -60,7 +61,7 @@ fn spec(quick: bool) -> EnsembleSpec {
 }
 
 /// Writes the ensemble as one file per step into `dir`; returns the files and total bytes.
-fn write_inputs(dir: &Path, spec: &EnsembleSpec) -> Result<(Vec<PathBuf>, u64), Error> {
+pub fn write_inputs(dir: &Path, spec: &EnsembleSpec) -> Result<(Vec<PathBuf>, u64), Error> {
     let io = |e: std::io::Error| Error::Failed(format!("bench grib: {}: {e}", dir.display()));
     std::fs::create_dir_all(dir).map_err(io)?;
     let mut all = Vec::new();
@@ -353,39 +354,38 @@ pub fn render(g: &Value) -> String {
         g["rounds"].as_array().map_or(0, Vec::len),
     );
     s.push_str("| program | seconds | fields/s | MiB/s | ÷ fdb-write |\n|---|---|---|---|---|\n");
-    let ratio = match g["ratio"].as_f64() {
+    // One table row: a program's figures (`g[what]`) and its ratio to fdb-write.
+    let row = |label: &str, what: &str, ratio: &str| {
+        format!(
+            "| {label} | {:.2} | {:.0} | {:.0} | {ratio} |\n",
+            f(&g[what]["seconds"]),
+            f(&g[what]["fields_per_s"]),
+            f(&g[what]["mib_per_s"]),
+        )
+    };
+    let ratio = |k: &str| match g[k].as_f64() {
         Some(r) => format!("{r:.2}×"),
         None => "–".into(),
     };
-    s.push_str(&format!(
-        "| haar archive (pmem, pool provisioned beforehand) | {:.2} | {:.0} | {:.0} | {ratio} |\n",
-        f(&g["haar"]["seconds"]),
-        f(&g["haar"]["fields_per_s"]),
-        f(&g["haar"]["mib_per_s"]),
+    s.push_str(&row(
+        "haar archive (pmem, pool provisioned beforehand)",
+        "haar",
+        &ratio("ratio"),
     ));
     if g["haar_posix"].is_object() {
-        s.push_str(&format!(
-            "| haar archive (posix, haar's default backend) | {:.2} | {:.0} | {:.0} | {:.2}× |\n",
-            f(&g["haar_posix"]["seconds"]),
-            f(&g["haar_posix"]["fields_per_s"]),
-            f(&g["haar_posix"]["mib_per_s"]),
-            f(&g["ratio_posix"]),
+        s.push_str(&row(
+            "haar archive (posix, haar's default backend)",
+            "haar_posix",
+            &ratio("ratio_posix"),
         ));
-        s.push_str(&format!(
-            "| limit: the same bytes `write(2)` into one file + `fsync`, same directory | {:.2} | {:.0} | {:.0} | {:.2}× |\n",
-            f(&g["write_limit"]["seconds"]),
-            f(&g["write_limit"]["fields_per_s"]),
-            f(&g["write_limit"]["mib_per_s"]),
-            f(&g["ratio_write_limit"]),
+        s.push_str(&row(
+            "limit: the same bytes `write(2)` into one file + `fsync`, same directory",
+            "write_limit",
+            &ratio("ratio_write_limit"),
         ));
     }
     if g["fdb5"].is_object() {
-        s.push_str(&format!(
-            "| fdb-write (FDB5 5.10, toc) | {:.2} | {:.0} | {:.0} | 1× |\n",
-            f(&g["fdb5"]["seconds"]),
-            f(&g["fdb5"]["fields_per_s"]),
-            f(&g["fdb5"]["mib_per_s"]),
-        ));
+        s.push_str(&row("fdb-write (FDB5 5.10, toc)", "fdb5", "1×"));
         let rounds = |k: &str| -> String {
             g[k].as_array()
                 .map(|v| {

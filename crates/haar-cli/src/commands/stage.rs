@@ -498,77 +498,18 @@ fn submit_after(s: &SubmitArgs) -> Result<(), Failure> {
 
 /// `haar stage bench`: `haar_stage::bench` between two directories, with the host and its load.
 fn bench(b: &BenchArgs) -> Result<(), Failure> {
-    use haar_stage::bench;
-    let load = || {
-        std::fs::read_to_string("/proc/loadavg")
-            .unwrap_or_default()
-            .split_whitespace()
-            .take(3)
-            .collect::<Vec<_>>()
-            .join(" ")
-    };
-    let scratch = |d: &PathBuf| {
-        tempfile::Builder::new()
-            .prefix("haar-stage-bench")
-            .tempdir_in(d)
-            .map_err(|e| Failure::io(format!("{}: {e}", d.display())))
-    };
-    let load_before = load();
-    let (from, to) = (scratch(&b.from)?, scratch(&b.to)?);
-    let mut results = Vec::new();
-    if b.what != "fields" {
-        results.push(
-            bench::files_between(
-                from.path(),
-                to.path(),
-                b.mib << 20,
-                b.file_mib << 20,
-                b.rounds,
-            )
-            .map_err(fail)?,
-        );
-    }
-    if b.what != "files" {
-        results.push(
-            bench::fields_between(
-                from.path(),
-                to.path(),
-                b.mib << 20,
-                b.field_kib << 10,
-                b.rounds,
-            )
-            .map_err(fail)?,
-        );
-    }
-    let nt = if b.nt_limit {
-        let l = haar_persist::measure_raw_limits(to.path(), 1 << 30)
-            .map_err(|e| Failure::io(format!("raw limits in {}: {e}", b.to.display())))?;
-        Some(l.nt_copy_gbs)
-    } else {
-        None
-    };
-    let gbs = |r: &bench::StageBench| r.bytes as f64 / r.stage_seconds / 1e9;
-    let v = serde_json::json!({
-        "host": std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim(),
-        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
-        "load_before": load_before,
-        "load_after": load(),
-        "from": b.from,
-        "to": b.to,
-        "nt_copy_limit_gb_s": nt,
-        "results": results.iter().map(|r| {
-            let mut j = serde_json::to_value(r).expect("serialise");
-            j["stage_gb_s"] = serde_json::json!(gbs(r));
-            if let Some(l) = nt {
-                j["ratio_to_nt_copy"] = serde_json::json!(gbs(r) / l);
-                // The file-to-file limit beside it: `cp` + sync of the same bytes between
-                // the same directories in the same round, as a fraction of the NT limit.
-                j["cp_sync_ratio_to_nt_copy"] =
-                    serde_json::json!(r.bytes as f64 / r.cp_sync_seconds / 1e9 / l);
-            }
-            j
-        }).collect::<Vec<_>>(),
-    });
+    let v = haar_stage::bench::report(&haar_stage::bench::Plan {
+        from: b.from.clone(),
+        to: b.to.clone(),
+        bytes: b.mib << 20,
+        file_bytes: b.file_mib << 20,
+        field_bytes: b.field_kib << 10,
+        rounds: b.rounds,
+        files: b.what != "fields",
+        fields: b.what != "files",
+        nt_limit: b.nt_limit,
+    })
+    .map_err(fail)?;
     let text = serde_json::to_string_pretty(&v).expect("serialise");
     if let Some(o) = &b.out {
         std::fs::write(o, format!("{text}\n"))
