@@ -8,8 +8,10 @@
 
 use std::collections::{HashMap, HashSet};
 
-use rustc_hash::FxHashMap;
+use hashbrown::HashTable;
+use rustc_hash::FxBuildHasher;
 use std::fs::{self, File};
+use std::hash::BuildHasher;
 use std::io;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
@@ -57,22 +59,131 @@ pub(crate) struct Full {
     pub(crate) dead: Dead,
 }
 
-/// Encoded entry keys ([`format::RawEntry::key`]) → their state.
-pub(crate) type Overlay = FxHashMap<Box<[u8]>, Slot>;
+/// Encoded entry keys ([`format::RawEntry::key`]) → their state, in insertion order.
+///
+/// The overlay keeps the segments it replayed, and its table holds where each key lies in
+/// them, so replaying a tail of thousands of entries copies no key and makes a few
+/// allocations, not one per entry; dropping it frees those few. A fresh reader's first
+/// retrieve pays both.
+#[derive(Default)]
+pub(crate) struct Overlay {
+    segments: Vec<Vec<u8>>,
+    entries: Vec<At>,
+    table: HashTable<u32>,
+}
 
-/// Applies the entries of one segment to `map`, counting the entries they mask in `dead`.
-fn apply_raw(map: &mut Overlay, dead: &mut Dead, seg: &format::RawSegment<'_>) {
-    for e in &seg.entries {
-        let old = match map.get_mut(e.key) {
-            Some(s) => std::mem::replace(s, e.slot),
-            None => {
-                map.insert(e.key.into(), e.slot);
-                None
+/// Where an overlay key lies, and its state.
+struct At {
+    segment: u32,
+    start: u32,
+    len: u32,
+    slot: Slot,
+}
+
+/// A replayed segment's entries, by position in its bytes: what [`Overlay::apply`] takes
+/// once the decoded form (which borrows the bytes) is dropped.
+pub(crate) struct Positions(Vec<(u32, u32, Slot)>);
+
+impl Positions {
+    pub(crate) fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// The positions of `seg`'s entries in `bytes`, the buffer it was decoded from.
+    pub(crate) fn of(bytes: &[u8], seg: &format::RawSegment<'_>) -> Positions {
+        let base = bytes.as_ptr() as usize;
+        Positions(
+            seg.entries
+                .iter()
+                .map(|e| {
+                    (
+                        (e.key.as_ptr() as usize - base) as u32,
+                        e.key.len() as u32,
+                        e.slot,
+                    )
+                })
+                .collect(),
+        )
+    }
+}
+
+impl Overlay {
+    fn hash(key: &[u8]) -> u64 {
+        FxBuildHasher.hash_one(key)
+    }
+
+    fn key<'a>(segments: &'a [Vec<u8>], at: &At) -> &'a [u8] {
+        &segments[at.segment as usize][at.start as usize..(at.start + at.len) as usize]
+    }
+
+    fn find(&self, key: &[u8]) -> Option<usize> {
+        self.table
+            .find(Self::hash(key), |&i| {
+                Self::key(&self.segments, &self.entries[i as usize]) == key
+            })
+            .map(|&i| i as usize)
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    pub(crate) fn clear(&mut self) {
+        self.segments.clear();
+        self.entries.clear();
+        self.table.clear();
+    }
+
+    /// The state of `key`, if the overlay holds it.
+    pub(crate) fn get(&self, key: &[u8]) -> Option<&Slot> {
+        self.find(key).map(|i| &self.entries[i].slot)
+    }
+
+    /// Applies the entries at `positions` of the segment `bytes` in order, counting the
+    /// fields they mask in `dead`.
+    pub(crate) fn apply(&mut self, dead: &mut Dead, bytes: Vec<u8>, positions: &Positions) {
+        let segment = self.segments.len() as u32;
+        self.segments.push(bytes);
+        let Overlay {
+            segments,
+            entries,
+            table,
+        } = self;
+        let n = positions.0.len();
+        entries.reserve(n);
+        table.reserve(n, |&j| {
+            Self::hash(Self::key(segments, &entries[j as usize]))
+        });
+        for &(start, len, slot) in &positions.0 {
+            let at = At {
+                segment,
+                start,
+                len,
+                slot,
+            };
+            let key = Self::key(segments, &at);
+            let hash = Self::hash(key);
+            match table.find(hash, |&i| Self::key(segments, &entries[i as usize]) == key) {
+                Some(&i) => {
+                    if let Some(old) = std::mem::replace(&mut entries[i as usize].slot, slot) {
+                        dead.kill(&old);
+                    }
+                }
+                None => {
+                    table.insert_unique(hash, entries.len() as u32, |&j| {
+                        Self::hash(Self::key(segments, &entries[j as usize]))
+                    });
+                    entries.push(at);
+                }
             }
-        };
-        if let Some(old) = old {
-            dead.kill(&old);
         }
+    }
+
+    /// Every (encoded key, state), in the order the keys were first inserted.
+    pub(crate) fn iter(&self) -> impl Iterator<Item = (&[u8], &Slot)> {
+        self.entries
+            .iter()
+            .map(|at| (Self::key(&self.segments, at), &at.slot))
     }
 }
 
@@ -217,7 +328,9 @@ impl Catalogue {
                             self.reset();
                         }
                         self.applied += seg.entries.len();
-                        apply_raw(&mut self.overlay, &mut self.overlay_dead, &seg);
+                        let at = Positions::of(&bytes, &seg);
+                        drop(seg);
+                        self.overlay.apply(&mut self.overlay_dead, bytes, &at);
                     }
                 },
             }
@@ -258,7 +371,7 @@ impl Catalogue {
 
     fn lookup_runs(&self, index: &Key, datum: &Key) -> Result<Option<DataRef>> {
         if !self.overlay.is_empty()
-            && let Some(slot) = self.overlay.get(&format::raw_key(index, datum)[..])
+            && let Some(slot) = self.overlay.get(&format::raw_key(index, datum))
         {
             return Ok(*slot);
         }
@@ -365,7 +478,7 @@ impl Catalogue {
             dead.add(&r.dead);
             r.for_each(&mut |i, d, s| apply(&mut fields, &mut dead, (i.clone(), d), s))?;
         }
-        for (raw, s) in &self.overlay {
+        for (raw, s) in self.overlay.iter() {
             apply(&mut fields, &mut dead, format::raw_keys(raw), *s);
         }
         dead.add(&self.overlay_dead);
@@ -533,15 +646,16 @@ pub fn merge(
     let mut reset = false;
     let mut problems = std::mem::take(&mut manifest.problems);
     let commits = reader.poll()?;
-    for c in &commits {
-        let seg = match c {
+    for c in commits {
+        // (is a snapshot, entry positions) of a segment of this database; None for a wipe.
+        let seg = match &c {
             Committed::Wiped => None,
             Committed::Unreadable { origin, detail } => {
                 problems.push(format!("{origin}: {detail}"));
                 continue;
             }
             Committed::Segment { bytes, origin } => match format::decode_segment_raw(bytes) {
-                Ok(seg) if &seg.db == db => Some(seg),
+                Ok(seg) if &seg.db == db => Some((seg.is_snapshot(), Positions::of(bytes, &seg))),
                 Ok(seg) => {
                     problems.push(format!(
                         "{origin}: index segment names database {}, expected {db}",
@@ -555,7 +669,7 @@ pub fn merge(
                 }
             },
         };
-        if seg.as_ref().is_none_or(|s| s.is_snapshot()) {
+        if seg.as_ref().is_none_or(|(snapshot, _)| *snapshot) {
             reset = true;
             tail.clear();
             tail_dead = Dead::default();
@@ -563,9 +677,9 @@ pub fn merge(
             runs.clear();
             manifest.runs.clear();
         }
-        if let Some(seg) = seg {
-            tail_n += seg.entries.len();
-            apply_raw(&mut tail, &mut tail_dead, &seg);
+        if let (Some((_, at)), Committed::Segment { bytes, .. }) = (seg, c) {
+            tail_n += at.len();
+            tail.apply(&mut tail_dead, bytes, &at);
         }
     }
     if !full && !reset && tail_n < policy.threshold {
@@ -580,7 +694,6 @@ pub fn merge(
         refs.push(rr);
     }
     drop(tail);
-    drop(commits);
     let log_id = reader.log_id();
     let mut current = Manifest {
         log_id,
@@ -674,4 +787,76 @@ pub fn merge(
         runs: new.runs.len(),
         entries,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::{Entry, SegmentBuilder};
+
+    fn segment(entries: &[(&str, Option<u64>)]) -> Vec<u8> {
+        let db = Key::new().with("class", "od");
+        let mut b = SegmentBuilder::new(0, 1, 1, &db).unwrap();
+        for (step, object) in entries {
+            let index = Key::new().with("type", "fc");
+            let datum = Key::new().with("step", *step);
+            b.push(&match object {
+                Some(o) => Entry::Field {
+                    index,
+                    datum,
+                    data: DataRef {
+                        object: *o,
+                        offset: 0,
+                        length: 10,
+                        crc: 0,
+                    },
+                },
+                None => Entry::Tombstone { index, datum },
+            })
+            .unwrap();
+        }
+        b.finish()
+    }
+
+    fn apply(o: &mut Overlay, dead: &mut Dead, bytes: Vec<u8>) {
+        let seg = format::decode_segment_raw(&bytes).unwrap();
+        let at = Positions::of(&bytes, &seg);
+        drop(seg);
+        o.apply(dead, bytes, &at);
+    }
+
+    fn key(step: &str) -> Vec<u8> {
+        format::raw_key(
+            &Key::new().with("type", "fc"),
+            &Key::new().with("step", step),
+        )
+    }
+
+    #[test]
+    fn overlay_keeps_the_newest_state_and_counts_what_it_masks() {
+        let mut o = Overlay::default();
+        let mut dead = Dead::default();
+        apply(
+            &mut o,
+            &mut dead,
+            segment(&[("0", Some(1)), ("6", Some(2))]),
+        );
+        // A later segment replaces step 0, removes step 6 and adds step 12; a tombstone
+        // replaced again masks nothing more.
+        apply(
+            &mut o,
+            &mut dead,
+            segment(&[("0", Some(3)), ("6", None), ("12", Some(4)), ("6", None)]),
+        );
+        assert_eq!(o.get(&key("0")).unwrap().unwrap().object, 3);
+        assert_eq!(o.get(&key("6")), Some(&None));
+        assert_eq!(o.get(&key("12")).unwrap().unwrap().object, 4);
+        assert_eq!(o.get(&key("18")), None);
+        assert_eq!((dead.fields, dead.bytes), (2, 20));
+        let order: Vec<Key> = o.iter().map(|(raw, _)| format::raw_keys(raw).1).collect();
+        let steps: Vec<&str> = order.iter().map(|k| k.get("step").unwrap()).collect();
+        assert_eq!(steps, ["0", "6", "12"]);
+        o.clear();
+        assert!(o.is_empty() && o.get(&key("0")).is_none());
+    }
 }

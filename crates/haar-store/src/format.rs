@@ -155,19 +155,29 @@ fn skip_key(c: &mut Cursor<'_>) -> Result<(), DecodeError> {
             return Err(DecodeError::Invalid("keyword too long"));
         }
         let k = c.take(kl)?;
-        std::str::from_utf8(k).map_err(|_| DecodeError::Invalid("keyword not UTF-8"))?;
         let vl = c.u32()? as usize;
         if vl > MAX_VALUE_LEN {
             return Err(DecodeError::Invalid("value too long"));
         }
-        std::str::from_utf8(c.take(vl)?).map_err(|_| DecodeError::Invalid("value not UTF-8"))?;
-        // Keys are short: a quadratic duplicate check over the pairs already read.
-        if i > 0
-            && RawPairs::new_body(&c.buf[start..c.pos()], i)
-                .take(i)
-                .any(|(x, _)| x.as_bytes() == k)
-        {
+        c.take(vl)?;
+        // Keys are short: a quadratic duplicate check over the keywords already read.
+        if i > 0 && raw_keywords(&c.buf[start..c.pos()], i).any(|x| x == k) {
             return Err(DecodeError::Invalid("duplicate keyword"));
+        }
+    }
+    // Every keyword and value is UTF-8 when the whole encoding is ASCII (lengths included:
+    // any byte below 0x80 is UTF-8 by itself), as MARS keys are; only otherwise check each.
+    let body = &c.buf[start..c.pos()];
+    if !body.is_ascii() {
+        let mut b = body;
+        for _ in 0..n {
+            let kl = u16::from_le_bytes([b[0], b[1]]) as usize;
+            std::str::from_utf8(&b[2..2 + kl])
+                .map_err(|_| DecodeError::Invalid("keyword not UTF-8"))?;
+            let vl = u32::from_le_bytes([b[2 + kl], b[3 + kl], b[4 + kl], b[5 + kl]]) as usize;
+            std::str::from_utf8(&b[6 + kl..6 + kl + vl])
+                .map_err(|_| DecodeError::Invalid("value not UTF-8"))?;
+            b = &b[6 + kl + vl..];
         }
     }
     Ok(())
@@ -191,10 +201,6 @@ impl<'a> RawPairs<'a> {
             buf: enc.get(2..).unwrap_or_default(),
             left: n as usize,
         }
-    }
-
-    fn new_body(body: &'a [u8], n: usize) -> RawPairs<'a> {
-        RawPairs { buf: body, left: n }
     }
 
     /// The bytes after the key (all pairs must have been read).
@@ -231,6 +237,19 @@ impl<'a> Iterator for RawPairs<'a> {
 pub(crate) struct RawEntry<'a> {
     pub(crate) key: &'a [u8],
     pub(crate) slot: Option<DataRef>,
+}
+
+/// The first `n` keywords of the encoded pairs `body` (no UTF-8 check: the caller has
+/// checked them).
+fn raw_keywords(body: &[u8], n: usize) -> impl Iterator<Item = &[u8]> {
+    let mut b = body;
+    (0..n).map_while(move |_| {
+        let kl = u16::from_le_bytes(b.get(0..2)?.try_into().ok()?) as usize;
+        let k = b.get(2..2 + kl)?;
+        let vl = u32::from_le_bytes(b.get(2 + kl..6 + kl)?.try_into().ok()?) as usize;
+        b = b.get(6 + kl + vl..)?;
+        Some(k)
+    })
 }
 
 /// A segment decoded without building its entries' keys (catalogue replay and merges).
@@ -795,6 +814,71 @@ mod tests {
         assert_eq!(seg.entries.len(), 2);
         assert_eq!(seg.db.get("class"), Some("od"));
         assert!(matches!(seg.entries[1], Entry::Tombstone { .. }));
+    }
+
+    /// `enc` with the bytes `from` (found once, after the header) replaced by `to`, and its
+    /// crc recomputed: a segment that passes the crc but not the checks behind it.
+    fn patched(enc: &[u8], from: &[u8], to: &[u8]) -> Vec<u8> {
+        let at = (SEGMENT_HEADER..enc.len())
+            .find(|&i| enc[i..].starts_with(from))
+            .expect("pattern in segment");
+        let mut out = enc.to_vec();
+        out[at..at + to.len()].copy_from_slice(to);
+        let n = out.len();
+        let crc = haar_persist::crc32c(&out[..n - 4]);
+        out[n - 4..].copy_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    #[test]
+    fn raw_decoding_checks_keys_as_the_full_decoder_does() {
+        let db = Key::new().with("class", "od");
+        let mut b = SegmentBuilder::new(0, 1, 1, &db).unwrap();
+        let data = DataRef {
+            object: 1,
+            offset: 0,
+            length: 8,
+            crc: 0,
+        };
+        // Non-ASCII UTF-8 takes the per-string path; the other entry is all ASCII.
+        let index = Key::new().with("type", "fc");
+        b.push_field(
+            &index,
+            &Key::new().with("expver", "é1").with("step", "0"),
+            &data,
+        )
+        .unwrap();
+        b.push_field(
+            &index,
+            &Key::new()
+                .with("levtype", "sfc")
+                .with("step", "6")
+                .with("stop", "x"),
+            &data,
+        )
+        .unwrap();
+        let enc = b.finish();
+        let raw = decode_segment_raw(&enc).unwrap();
+        assert_eq!(raw.entries.len(), 2);
+        let (_, datum) = raw_keys(raw.entries[0].key);
+        assert_eq!(datum.get("expver"), Some("é1"));
+
+        let cases: [(&[u8], &[u8], &str); 4] = [
+            // "é" (C3 A9) → an invalid sequence, in the non-ASCII entry
+            ("é1".as_bytes(), b"\xff\xfe", "value not UTF-8"),
+            // a value of the all-ASCII entry: the fast path must not wave it through
+            (b"sfc", b"\xe9fc", "value not UTF-8"),
+            (b"levtype", b"lev\xfepe", "keyword not UTF-8"),
+            (b"stop", b"step", "duplicate keyword"),
+        ];
+        for (from, to, why) in cases {
+            let bad = patched(&enc, from, to);
+            match decode_segment_raw(&bad) {
+                Err(DecodeError::Invalid(m)) => assert_eq!(m, why, "{from:?} → {to:?}"),
+                other => panic!("{from:?} → {to:?}: {:?}", other.map(|s| s.entries.len())),
+            }
+            assert!(decode_segment(&bad).is_err(), "{from:?} → {to:?}");
+        }
     }
 
     #[test]

@@ -892,7 +892,7 @@ pub(crate) fn write_map(
     let mut groups: Vec<G<'_>> = Vec::new();
     let mut by_key: FxHashMap<(&[u8], u64), Vec<usize>> = FxHashMap::default();
     let mut distinct: FxHashMap<&str, u32> = FxHashMap::default();
-    for (raw, slot) in map {
+    for (raw, slot) in map.iter() {
         if base && slot.is_none() {
             continue;
         }
