@@ -300,6 +300,48 @@ fn fields_go_from_a_store_to_a_grib_file_and_into_another_store_byte_for_byte() 
     assert!(!s.root.join("pfs/none.grib").exists());
 }
 
+/// To a memory file system the store's reads run on a thread of their own and the fields are
+/// written in 4 MiB buffers: fields that straddle buffers, and a last buffer only partly full,
+/// arrive byte for byte.
+#[test]
+fn fields_staged_to_a_memory_file_system_arrive_byte_for_byte() {
+    let s = setup();
+    let shm = tempfile::tempdir_in("/dev/shm").unwrap();
+    let mut text = std::fs::read_to_string(&s.config).unwrap();
+    text.push_str(&format!(
+        "  mem: {{kind: shared, path: {}}}\n",
+        shm.path().display()
+    ));
+    std::fs::write(&s.config, text).unwrap();
+    let mut expected = Vec::new();
+    let steps = [0, 6, 12, 18, 24, 30, 36];
+    for (i, step) in steps.iter().enumerate() {
+        let f = s.root.join(format!("field{i}"));
+        let bytes: Vec<u8> = (0..1_300_000u32)
+            .map(|j| (j.wrapping_mul(i as u32 + 7) % 253) as u8)
+            .collect();
+        std::fs::write(&f, &bytes).unwrap();
+        expected.extend_from_slice(&bytes);
+        let key = format!(
+            "class=od,expver=1,stream=oper,date=20261122,time=0,domain=g,type=fc,levtype=sfc,step={step},param=167"
+        );
+        let o = Command::new(HAAR)
+            .args(["archive", "--config"])
+            .arg(&s.config)
+            .args(["--key", &key])
+            .arg(&f)
+            .env_remove("HAAR_CONFIG")
+            .output()
+            .unwrap();
+        ok(&o);
+    }
+    let req = "home:class=od,expver=1,stream=oper,date=20261122,time=0,type=fc,levtype=sfc,step=0/6/12/18/24/30/36,param=167";
+    ok(&s.haar(&["out", req, "mem:out/fields.grib", "--quiet"]));
+    let got = std::fs::read(shm.path().join("out/fields.grib")).unwrap();
+    assert_eq!(got.len(), expected.len());
+    assert!(got == expected, "the staged file differs from the fields");
+}
+
 #[test]
 fn bad_endpoints_and_missing_sources_exit_with_what_to_do() {
     let s = setup();

@@ -26,7 +26,7 @@ pub enum Phase {
 pub const PHASES: u64 = 3;
 
 /// Seconds of measurement below which a rate is not trusted.
-const MIN_SECONDS: f64 = 0.2;
+const MIN_SECONDS: f64 = 0.1;
 
 /// The ETA model of one run of a task. Times are seconds since the run started.
 #[derive(Debug, Clone, Default)]
@@ -93,7 +93,7 @@ impl Eta {
     /// At time `t`: the rate in bytes per second (work units per second over [`PHASES`]) and
     /// the seconds left, or `None` before anything can be said. The rate is the steady one
     /// once every phase runs, before that the rate of the work done so far, before
-    /// `MIN_SECONDS` (0.2 s) of measurement the pair's recorded rate.
+    /// `MIN_SECONDS` (0.1 s) of measurement the pair's recorded rate.
     pub fn estimate(&self, t: f64) -> Option<(f64, f64)> {
         let work = self.work_done();
         let steady = self.steady.and_then(|(t0, w0)| {
@@ -224,7 +224,7 @@ mod tests {
         eta.skip(500);
         assert_eq!(eta.estimate(0.0), Some((100.0, 5.0)));
         eta.advance_all(250, 1.0);
-        // Every phase advanced at once at t = 1: the steady window is not yet 0.2 s long,
+        // Every phase advanced at once at t = 1: the steady window is not yet 0.1 s long,
         // so the rate so far is used: 750 units in 1 s, 750 left.
         let (rate, left) = eta.estimate(1.0).unwrap();
         assert_eq!((rate, left), (250.0, 1.0));
