@@ -6,7 +6,12 @@
 # run by dd of MIB MiB from the memory tier (oflag=direct: one 16 MiB request at a time, no page
 # cache; and buffered + fdatasync: through the kernel's dirty throttling): reference rates of
 # the disk, not ceilings (write-behind keeps two steps queued and beats both here). JSON in
-# bench/results/, names ending in TAG when given.
+# bench/results/, names ending in TAG when given. Two ceilings of stage-in in the same run:
+# reading MIB MiB back from the disk tier's page cache (dd to /dev/null, after one read that
+# caches it: no copy can go faster than reading its source) and writing MIB MiB into new pages
+# of the memory tier (dd from /dev/zero into a new file: every page allocated and zeroed on
+# first write, as any copy into it allocates them; the non-temporal copy limit is measured
+# into pages that already exist).
 #
 # Usage: bench/stage.sh [PATH/TO/haar] [MIB] [ROUNDS] [TAG]
 #        (defaults: target/release/haar, 4096, 3, no tag)
@@ -56,22 +61,48 @@ rate() { # dd flags... -> seconds
     t1=$(date +%s.%N)
     python3 -c "print($t1 - $t0)"
 }
-direct=() buffered=()
+timed() { # command... -> seconds
+    local t0 t1
+    t0=$(date +%s.%N)
+    "$@"
+    t1=$(date +%s.%N)
+    python3 -c "print($t1 - $t0)"
+}
+direct=() buffered=() reads=() fresh=()
 for ((r = 0; r < rounds; r++)); do
     direct+=("$(rate oflag=direct conv=fdatasync)")
     buffered+=("$(rate conv=fdatasync)")
 done
-python3 - "$out/stage-limits-${mib}m${tag}.json" "$disk" "$mib" "${direct[*]}" "${buffered[*]}" <<'PY'
+# The last buffered file is cached now (read it once more to be sure); read it back.
+dd if="$dst" of=/dev/null bs=16M status=none
+fresh_dst=$mem/stage-limit-fresh.$$
+trap 'rm -f "$blk" "$dst" "$fresh_dst"' EXIT
+for ((r = 0; r < rounds; r++)); do
+    reads+=("$(timed dd if="$dst" of=/dev/null bs=16M status=none)")
+    rm -f "$fresh_dst"
+    fresh+=("$(timed dd if=/dev/zero of="$fresh_dst" bs=16M count=$((mib / 16)) status=none)")
+done
+rm -f "$fresh_dst"
+python3 - "$out/stage-limits-${mib}m${tag}.json" "$disk" "$mib" "${direct[*]}" "${buffered[*]}" \
+    "${reads[*]}" "${fresh[*]}" "$mem" <<'PY'
 import json, statistics, sys
-path, disk, mib, direct, buffered = sys.argv[1:]
+path, disk, mib, direct, buffered, reads, fresh, mem = sys.argv[1:]
 d = [float(x) for x in direct.split()]
 b = [float(x) for x in buffered.split()]
+r = [float(x) for x in reads.split()]
+f = [float(x) for x in fresh.split()]
 gb = int(mib) * 2**20 / 1e9
-res = {"disk": disk, "mib": int(mib), "load_after": open("/proc/loadavg").read().split()[:3],
+med = statistics.median
+res = {"disk": disk, "mem": mem, "mib": int(mib), "load_after": open("/proc/loadavg").read().split()[:3],
        "dd_direct_seconds": d, "dd_buffered_fdatasync_seconds": b,
-       "dd_direct_gb_s": gb / statistics.median(d), "dd_buffered_fdatasync_gb_s": gb / statistics.median(b)}
+       "dd_direct_gb_s": gb / med(d), "dd_buffered_fdatasync_gb_s": gb / med(b),
+       "disk_cached_read_seconds": r, "disk_cached_read_gb_s": gb / med(r),
+       "mem_new_pages_write_seconds": f, "mem_new_pages_write_gb_s": gb / med(f)}
 json.dump(res, open(path, "w"), indent=1)
 print(f"{disk} limits ({mib} MiB, 16 MiB writes, median of {len(d)}): dd oflag=direct "
-      f"{statistics.median(d):.2f} s ({res['dd_direct_gb_s']:.2f} GB/s), buffered + fdatasync "
-      f"{statistics.median(b):.2f} s ({res['dd_buffered_fdatasync_gb_s']:.2f} GB/s)")
+      f"{med(d):.2f} s ({res['dd_direct_gb_s']:.2f} GB/s), buffered + fdatasync "
+      f"{med(b):.2f} s ({res['dd_buffered_fdatasync_gb_s']:.2f} GB/s)")
+print(f"stage-in ceilings: reading {mib} MiB from {disk}'s page cache {med(r):.2f} s "
+      f"({res['disk_cached_read_gb_s']:.2f} GB/s); writing {mib} MiB into new pages of {mem} "
+      f"{med(f):.2f} s ({res['mem_new_pages_write_gb_s']:.2f} GB/s)")
 PY

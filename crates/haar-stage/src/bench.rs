@@ -218,6 +218,17 @@ const FIELD_KEY: &str =
 const FIELD_REQUEST: &str =
     "class=od,expver=1,stream=oper,date=20261124,time=0,type=fc,levtype=sfc,param=167";
 
+/// `syncfs` of the file system holding `dir`: everything written there is on its device.
+fn sync_fs(dir: &Path) -> Result<()> {
+    use std::os::fd::AsRawFd;
+    let d = std::fs::File::open(dir).map_err(|e| Error::io("open", dir, e))?;
+    // SAFETY: a file descriptor we own, open for the call.
+    if unsafe { libc::syncfs(d.as_raw_fd()) } != 0 {
+        return Err(Error::io("syncfs", dir, std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
 /// The rounds: `cp` of `peer` (`-r` when `tree`), `cp` + `sync -f`, then the task from
 /// `src_endpoint` to `to:DST(round)`.
 #[allow(clippy::too_many_arguments)]
@@ -234,6 +245,9 @@ fn measure(
     bytes: u64,
     rounds: usize,
 ) -> Result<StageBench> {
+    // The sources were just written: their writeback would otherwise run through the first
+    // round (a disk busy and a core taken by it for whichever copy came first).
+    sync_fs(src_dir)?;
     let journal_dir = dst_dir.join(format!("bench-journal-{}", std::process::id()));
     let stager = Stager {
         spaces,
