@@ -55,6 +55,19 @@ impl Setup {
             .unwrap()
     }
 
+    /// `haar archive` of the file `f` under `key` into the configuration's store.
+    fn archive(&self, key: &str, f: &Path) {
+        let o = Command::new(HAAR)
+            .args(["archive", "--config"])
+            .arg(&self.config)
+            .args(["--key", key])
+            .arg(f)
+            .env_remove("HAAR_CONFIG")
+            .output()
+            .unwrap();
+        ok(&o);
+    }
+
     fn status(&self, id: &str) -> serde_json::Value {
         let o = self.haar(&["status", id, "--json"]);
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
@@ -255,15 +268,7 @@ fn fields_go_from_a_store_to_a_grib_file_and_into_another_store_byte_for_byte() 
             .collect();
         std::fs::write(&f, &bytes).unwrap();
         expected.extend_from_slice(&bytes);
-        let o = Command::new(HAAR)
-            .args(["archive", "--config"])
-            .arg(&s.config)
-            .args(["--key", k])
-            .arg(&f)
-            .env_remove("HAAR_CONFIG")
-            .output()
-            .unwrap();
-        ok(&o);
+        s.archive(k, &f);
     }
     let req = "home:class=od,expver=1,stream=oper,date=20261122,time=0,type=fc,levtype=sfc,step=0/6,param=167";
     ok(&s.haar(&["out", req, "shared:out/fields.grib", "--quiet"]));
@@ -325,15 +330,7 @@ fn fields_staged_to_a_memory_file_system_arrive_byte_for_byte() {
         let key = format!(
             "class=od,expver=1,stream=oper,date=20261122,time=0,domain=g,type=fc,levtype=sfc,step={step},param=167"
         );
-        let o = Command::new(HAAR)
-            .args(["archive", "--config"])
-            .arg(&s.config)
-            .args(["--key", &key])
-            .arg(&f)
-            .env_remove("HAAR_CONFIG")
-            .output()
-            .unwrap();
-        ok(&o);
+        s.archive(&key, &f);
     }
     let req = "home:class=od,expver=1,stream=oper,date=20261122,time=0,type=fc,levtype=sfc,step=0/6/12/18/24/30/36,param=167";
     ok(&s.haar(&["out", req, "mem:out/fields.grib", "--quiet"]));

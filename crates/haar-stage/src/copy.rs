@@ -14,7 +14,7 @@ use std::io::{Read, Write};
 use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, joined};
 use crate::write_behind::WriteBehind;
 
 /// Bytes read and written at a time.
@@ -410,13 +410,7 @@ impl<'a> Copier<'a> {
                 Ok(())
             })();
             drop(tx);
-            let checked = checker.join().unwrap_or_else(|_| {
-                Err(Error::io(
-                    "read back",
-                    tmp,
-                    std::io::Error::other("the read-back thread panicked"),
-                ))
-            });
+            let checked = joined(checker.join(), "read back", tmp, "the read-back thread");
             written?;
             (self.crc, self.back_crc, self.back_len) = checked?;
             Ok(())

@@ -55,6 +55,23 @@ pub enum Error {
     Service(String),
 }
 
+/// The result of a joined helper thread: a panic in it becomes an I/O error of `op` on
+/// `path` naming the thread (`what`), never a crash of the task.
+pub(crate) fn joined<T>(
+    r: std::thread::Result<Result<T>>,
+    op: &'static str,
+    path: &Path,
+    what: &str,
+) -> Result<T> {
+    r.unwrap_or_else(|_| {
+        Err(Error::io(
+            op,
+            path,
+            std::io::Error::other(format!("{what} panicked")),
+        ))
+    })
+}
+
 impl Error {
     /// An I/O error on `path`.
     pub fn io(op: &'static str, path: &Path, source: std::io::Error) -> Error {

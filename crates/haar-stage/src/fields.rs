@@ -13,7 +13,7 @@ use std::path::Path;
 use haar_core::request::Request;
 
 use crate::copy;
-use crate::error::{Error, Result};
+use crate::error::{Error, Result, joined};
 use crate::eta::Phase;
 use crate::task::{TaskRun, write_to};
 use crate::write_behind::{self, WriteBehind};
@@ -234,13 +234,7 @@ fn write_fetched(
         // A writer that stopped early lets the fetcher's next wait fail.
         drop(full_rx);
         drop(free_tx);
-        let fetched = fetcher.join().unwrap_or_else(|_| {
-            Err(Error::io(
-                "read",
-                tmp,
-                std::io::Error::other("the thread reading the store panicked"),
-            ))
-        });
+        let fetched = joined(fetcher.join(), "read", tmp, "the thread reading the store");
         written?;
         let (crc, missing) = fetched?;
         Ok((len, crc, missing))
@@ -333,12 +327,7 @@ impl Worker {
     fn join(&mut self, path: &Path) -> Result<(u64, u32)> {
         self.tx.take();
         match self.handle.take().map(|h| h.join()) {
-            Some(Ok(r)) => r,
-            Some(Err(_)) => Err(Error::io(
-                "read back",
-                path,
-                std::io::Error::other("the read-back thread panicked"),
-            )),
+            Some(r) => joined(r, "read back", path, "the read-back thread"),
             None => Err(Error::io(
                 "read back",
                 path,

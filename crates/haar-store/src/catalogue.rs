@@ -69,20 +69,20 @@ pub(crate) struct Full {
 pub(crate) struct Overlay {
     segments: Vec<Vec<u8>>,
     entries: Vec<At>,
-    table: HashTable<u32>,
+    table: HashTable<usize>,
 }
 
 /// Where an overlay key lies, and its state.
 struct At {
-    segment: u32,
-    start: u32,
-    len: u32,
+    segment: usize,
+    start: usize,
+    len: usize,
     slot: Slot,
 }
 
 /// A replayed segment's entries, by position in its bytes: what [`Overlay::apply`] takes
 /// once the decoded form (which borrows the bytes) is dropped.
-pub(crate) struct Positions(Vec<(u32, u32, Slot)>);
+pub(crate) struct Positions(Vec<(usize, usize, Slot)>);
 
 impl Positions {
     pub(crate) fn len(&self) -> usize {
@@ -95,13 +95,7 @@ impl Positions {
         Positions(
             seg.entries
                 .iter()
-                .map(|e| {
-                    (
-                        (e.key.as_ptr() as usize - base) as u32,
-                        e.key.len() as u32,
-                        e.slot,
-                    )
-                })
+                .map(|e| (e.key.as_ptr() as usize - base, e.key.len(), e.slot))
                 .collect(),
         )
     }
@@ -113,15 +107,15 @@ impl Overlay {
     }
 
     fn key<'a>(segments: &'a [Vec<u8>], at: &At) -> &'a [u8] {
-        &segments[at.segment as usize][at.start as usize..(at.start + at.len) as usize]
+        &segments[at.segment][at.start..at.start + at.len]
     }
 
     fn find(&self, key: &[u8]) -> Option<usize> {
         self.table
             .find(Self::hash(key), |&i| {
-                Self::key(&self.segments, &self.entries[i as usize]) == key
+                Self::key(&self.segments, &self.entries[i]) == key
             })
-            .map(|&i| i as usize)
+            .copied()
     }
 
     pub(crate) fn is_empty(&self) -> bool {
@@ -142,7 +136,7 @@ impl Overlay {
     /// Applies the entries at `positions` of the segment `bytes` in order, counting the
     /// fields they mask in `dead`.
     pub(crate) fn apply(&mut self, dead: &mut Dead, bytes: Vec<u8>, positions: &Positions) {
-        let segment = self.segments.len() as u32;
+        let segment = self.segments.len();
         self.segments.push(bytes);
         let Overlay {
             segments,
@@ -151,9 +145,7 @@ impl Overlay {
         } = self;
         let n = positions.0.len();
         entries.reserve(n);
-        table.reserve(n, |&j| {
-            Self::hash(Self::key(segments, &entries[j as usize]))
-        });
+        table.reserve(n, |&j| Self::hash(Self::key(segments, &entries[j])));
         for &(start, len, slot) in &positions.0 {
             let at = At {
                 segment,
@@ -163,15 +155,15 @@ impl Overlay {
             };
             let key = Self::key(segments, &at);
             let hash = Self::hash(key);
-            match table.find(hash, |&i| Self::key(segments, &entries[i as usize]) == key) {
+            match table.find(hash, |&i| Self::key(segments, &entries[i]) == key) {
                 Some(&i) => {
-                    if let Some(old) = std::mem::replace(&mut entries[i as usize].slot, slot) {
+                    if let Some(old) = std::mem::replace(&mut entries[i].slot, slot) {
                         dead.kill(&old);
                     }
                 }
                 None => {
-                    table.insert_unique(hash, entries.len() as u32, |&j| {
-                        Self::hash(Self::key(segments, &entries[j as usize]))
+                    table.insert_unique(hash, entries.len(), |&j| {
+                        Self::hash(Self::key(segments, &entries[j]))
                     });
                     entries.push(at);
                 }
