@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Staging against cp between tiers, in the same run (issue 15's figures): `haar stage bench`
-# (haar_stage::bench) for files and for fields by request, stage-in (ext4 standing for the
+# (haar_stage::bench) for files and for fields by request (into one GRIB file; stage-in also
+# into a new pmem store, the node-local store NEXTGenIO staged into), stage-in (ext4 standing for the
 # parallel file system -> /dev/shm standing for node-local pmem, with the non-temporal copy
 # limit of the target) and stage-out (/dev/shm -> ext4), then the disk's write rate in the same
 # run by dd of MIB MiB from the memory tier (oflag=direct: one 16 MiB request at a time, no page
@@ -26,7 +27,7 @@ disk=${STAGE_BENCH_DISK:-/tmp}
 mem=${STAGE_BENCH_MEM:-/dev/shm}
 mkdir -p "$out"
 echo "bench/stage.sh: $(uname -n), $(nproc) CPUs, load before: $(cut -d' ' -f1-3 /proc/loadavg)"
-"$haar" stage bench --from "$disk" --to "$mem" --mib "$mib" --rounds "$rounds" --nt-limit \
+"$haar" stage bench --from "$disk" --to "$mem" --mib "$mib" --rounds "$rounds" --nt-limit --what all \
     --out "$out/stage-in-${mib}m${tag}.json" >/dev/null
 "$haar" stage bench --from "$mem" --to "$disk" --mib "$mib" --rounds "$rounds" \
     --out "$out/stage-out-${mib}m${tag}.json" >/dev/null

@@ -10,7 +10,7 @@
 //! and is reported too.
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
@@ -132,7 +132,13 @@ pub fn files_between(
         &src,
         true,
         "from:src",
-        |round| format!("stage{round}"),
+        |round| {
+            (
+                format!("to:stage{round}"),
+                dst_dir.join(format!("stage{round}")),
+            )
+        },
+        |_| Ok(()),
         files,
         bytes,
         rounds,
@@ -153,6 +159,135 @@ pub fn fields_between(
     field_bytes: u64,
     rounds: usize,
 ) -> Result<StageBench> {
+    let (root, peer, n) = field_sources(store_dir, total, field_bytes)?;
+    let bytes = n * field_bytes;
+    let mut spaces = Dataspaces::default();
+    spaces.spaces.insert("fdb".into(), posix_store(&root));
+    spaces.spaces.insert(
+        "to".into(),
+        Dataspace::Posix {
+            path: dst_dir.into(),
+        },
+    );
+    let request = format!("fdb:{FIELD_REQUEST},step=0/to/{}/by/1", n - 1);
+    let r = measure(
+        "fields",
+        store_dir,
+        dst_dir,
+        spaces,
+        &peer,
+        false,
+        &request,
+        |round| {
+            let name = format!("fields{round}.grib");
+            (format!("to:{name}"), dst_dir.join(name))
+        },
+        |out| same_bytes(&peer, crc_of(out)?, out),
+        n as usize,
+        bytes,
+        rounds,
+    );
+    let _ = std::fs::remove_dir_all(&root);
+    let _ = std::fs::remove_file(&peer);
+    r
+}
+
+/// Like [`fields_between`], but the request's fields go into a new pmem store in `dst_dir`
+/// each round (`haar stage in fdb:REQUEST nvK:`, a node-local store as NEXTGenIO staged into),
+/// checked in the first round by retrieving every field back from it; the peer is the same
+/// `cp` of the same bytes as one file into `dst_dir`.
+pub fn fields_to_store(
+    store_dir: &Path,
+    dst_dir: &Path,
+    total: u64,
+    field_bytes: u64,
+    rounds: usize,
+) -> Result<StageBench> {
+    let (root, peer, n) = field_sources(store_dir, total, field_bytes)?;
+    let bytes = n * field_bytes;
+    let mut spaces = Dataspaces::default();
+    spaces.spaces.insert("fdb".into(), posix_store(&root));
+    for round in 0..rounds.max(1) {
+        spaces.spaces.insert(
+            format!("nv{round}"),
+            Dataspace::Store {
+                config: None,
+                root: Some(dst_dir.join(format!("nv{round}"))),
+                backend: Some("pmem".into()),
+            },
+        );
+    }
+    let fields = format!("{FIELD_REQUEST},step=0/to/{}/by/1", n - 1);
+    let request = format!("fdb:{fields}");
+    let r = measure(
+        "fields-to-store",
+        store_dir,
+        dst_dir,
+        spaces,
+        &peer,
+        false,
+        &request,
+        |round| (format!("nv{round}:"), dst_dir.join(format!("nv{round}"))),
+        |out| {
+            let opts = haar::OpenOptions {
+                root: Some(out.into()),
+                backend: Some("pmem".into()),
+                ..haar::OpenOptions::default()
+            };
+            let store = opts.field_store()?;
+            let req = haar_core::request::Request::parse(&fields)
+                .map_err(|e| Error::Usage(format!("bench request: {e}")))?;
+            let mut crc = 0u32;
+            let report = store.retrieve(&req, &mut |_, b, _| {
+                crc = haar_persist::crc32c_append(crc, b);
+                Ok(())
+            })?;
+            if report.found as u64 != n {
+                return Err(Error::Missing(format!(
+                    "{} of {n} fields staged into {}",
+                    report.found,
+                    out.display()
+                )));
+            }
+            same_bytes(&peer, crc, out)
+        },
+        n as usize,
+        bytes,
+        rounds,
+    );
+    let _ = std::fs::remove_dir_all(&root);
+    let _ = std::fs::remove_file(&peer);
+    r
+}
+
+fn posix_store(root: &Path) -> Dataspace {
+    Dataspace::Store {
+        config: None,
+        root: Some(root.into()),
+        backend: Some("posix".into()),
+    }
+}
+
+/// Whether what was staged to `out` (CRC-32C `got`) is the peer file's bytes.
+fn same_bytes(peer: &Path, got: u32, out: &Path) -> Result<()> {
+    let want = crc_of(peer)?;
+    if want != got {
+        return Err(Error::Checksum {
+            path: out.into(),
+            detail: format!("staged {got:08x}, the peer file holds {want:08x}"),
+        });
+    }
+    Ok(())
+}
+
+/// Archives `total` bytes as fields of `field_bytes` into a posix haar store under
+/// `store_dir/store`, and the same bytes in the same order as `store_dir/fields.grib` (the
+/// `cp` peer); returns the store's root, the peer and the number of fields.
+fn field_sources(
+    store_dir: &Path,
+    total: u64,
+    field_bytes: u64,
+) -> Result<(PathBuf, PathBuf, u64)> {
     let root = store_dir.join("store");
     let peer = store_dir.join("fields.grib");
     let n = total.div_ceil(field_bytes).max(1);
@@ -176,39 +311,7 @@ pub fn fields_between(
         }
         store.flush()?;
     }
-    let bytes = n * field_bytes;
-    let mut spaces = Dataspaces::default();
-    spaces.spaces.insert(
-        "fdb".into(),
-        Dataspace::Store {
-            config: None,
-            root: Some(root.clone()),
-            backend: Some("posix".into()),
-        },
-    );
-    spaces.spaces.insert(
-        "to".into(),
-        Dataspace::Posix {
-            path: dst_dir.into(),
-        },
-    );
-    let request = format!("fdb:{FIELD_REQUEST},step=0/to/{}/by/1", n - 1);
-    let r = measure(
-        "fields",
-        store_dir,
-        dst_dir,
-        spaces,
-        &peer,
-        false,
-        &request,
-        |round| format!("fields{round}.grib"),
-        n as usize,
-        bytes,
-        rounds,
-    );
-    let _ = std::fs::remove_dir_all(&root);
-    let _ = std::fs::remove_file(&peer);
-    r
+    Ok((root, peer, n))
 }
 
 /// The bench fields' key, but for `step`.
@@ -240,7 +343,8 @@ fn measure(
     peer: &Path,
     tree: bool,
     src_endpoint: &str,
-    dst_name: impl Fn(usize) -> String,
+    dst: impl Fn(usize) -> (String, PathBuf),
+    verify: impl Fn(&Path) -> Result<()>,
     objects: usize,
     bytes: u64,
     rounds: usize,
@@ -285,7 +389,7 @@ fn measure(
             id: Some(format!("bench{round}")),
             direction: Direction::In,
             src: src_endpoint.into(),
-            dst: format!("to:{}", dst_name(round)),
+            dst: dst(round).0,
             mapping: Mapping::Same,
         };
         let task = stager.submit(&spec)?;
@@ -319,15 +423,9 @@ fn measure(
             etas.push(eta);
             reals.push(secs - when);
         }
-        let out = dst_dir.join(dst_name(round));
-        if round == 0 && !tree {
-            let (a, b) = (crc_of(peer)?, crc_of(&out)?);
-            if a != b {
-                return Err(Error::Checksum {
-                    path: out,
-                    detail: format!("staged {b:08x}, the peer file holds {a:08x}"),
-                });
-            }
+        let out = dst(round).1;
+        if round == 0 {
+            verify(&out)?;
         }
         remove(&out);
     }
@@ -391,6 +489,8 @@ pub struct Plan {
     pub files: bool,
     /// Measure fields.
     pub fields: bool,
+    /// Measure fields into a pmem store on `to`.
+    pub store: bool,
     /// Also measure the non-temporal copy limit into `to` and report the stage rate against it.
     pub nt_limit: bool,
 }
@@ -427,6 +527,15 @@ pub fn report(plan: &Plan) -> Result<serde_json::Value> {
     }
     if plan.fields {
         results.push(fields_between(
+            from.path(),
+            to.path(),
+            plan.bytes,
+            plan.field_bytes,
+            plan.rounds,
+        )?);
+    }
+    if plan.store {
+        results.push(fields_to_store(
             from.path(),
             to.path(),
             plan.bytes,

@@ -234,8 +234,9 @@ pub struct BenchArgs {
     /// Rounds (medians are reported).
     #[arg(long, default_value_t = 3)]
     pub rounds: usize,
-    /// files, fields or both.
-    #[arg(long, default_value = "both", value_parser = ["files", "fields", "both"])]
+    /// files, fields (a request into one GRIB file), both of them, store (a request into a
+    /// new pmem store on --to, a node-local store) or all three.
+    #[arg(long, default_value = "both", value_parser = ["files", "fields", "both", "store", "all"])]
     pub what: String,
     /// Also measure the non-temporal copy limit into --to (a pmem or tmpfs target) and
     /// report the stage rate against it.
@@ -505,8 +506,9 @@ fn bench(b: &BenchArgs) -> Result<(), Failure> {
         file_bytes: b.file_mib << 20,
         field_bytes: b.field_kib << 10,
         rounds: b.rounds,
-        files: b.what != "fields",
-        fields: b.what != "files",
+        files: ["files", "both", "all"].contains(&b.what.as_str()),
+        fields: ["fields", "both", "all"].contains(&b.what.as_str()),
+        store: ["store", "all"].contains(&b.what.as_str()),
         nt_limit: b.nt_limit,
     })
     .map_err(fail)?;
