@@ -523,6 +523,9 @@ pub(crate) fn store_to_store(run: &mut TaskRun, from: &str, req: &Request, to: &
     }
     run.plan_one(total);
     let mut dst = run.spaces().open_store(to, true)?;
+    // Room for every byte first (a pmem pool grows once, not in steps mid-task; a pool that
+    // cannot hold them fails the task before anything is copied).
+    dst.provision(total)?;
     let mut failure: Option<Error> = None;
     let mut len = 0u64;
     let report = src.retrieve(req, &mut |key, bytes, crc| {

@@ -71,6 +71,14 @@ pub trait Backend: Send + Sync {
     /// What this backend can do beyond the core contract.
     fn capabilities(&self) -> Capabilities;
 
+    /// Makes room for about `bytes` more field data before they are archived: a pmem pool
+    /// grows its file and maps its pages in at once, beyond the space freed for reuse,
+    /// instead of in steps while the archives run, and says now, naming the pool, when they
+    /// cannot fit. A hint: a backend without a pool does nothing.
+    fn provision(&self, _bytes: u64) -> Result<()> {
+        Ok(())
+    }
+
     /// The directory that holds the catalogue runs and manifest of `db` (design §3.1), or
     /// `None` when the backend keeps none (memory) or `db` does not exist. The directory
     /// itself may not exist yet.

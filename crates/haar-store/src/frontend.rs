@@ -74,6 +74,13 @@ pub trait FieldStore: Send {
         0
     }
 
+    /// Makes room for about `bytes` more field data before archiving them (a pmem pool grows
+    /// and maps its pages in once; an error now, naming the pool, when they cannot fit). A
+    /// hint: stores without a pool do nothing.
+    fn provision(&self, _bytes: u64) -> Result<()> {
+        Ok(())
+    }
+
     /// Delivers the fields of `req` in request-expansion order; missing combinations are
     /// reported, not errors.
     fn retrieve(&self, req: &Request, sink: &mut Sink<'_>) -> Result<RetrieveReport>;
@@ -212,6 +219,9 @@ impl FieldStore for Store {
     }
     fn retrieve_keys(&self, keys: &[Key], sink: &mut Sink<'_>) -> Result<RetrieveReport> {
         Store::retrieve_keys(self, keys, |k, d, crc| sink(k, d, Some(crc)))
+    }
+    fn provision(&self, bytes: u64) -> Result<()> {
+        self.backend().provision(bytes)
     }
     fn retrieve_lent(&self, key: &Key) -> Option<Result<Option<(Key, FieldBytes)>>> {
         Some(Store::retrieve_lent(self, key))

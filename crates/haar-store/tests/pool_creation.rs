@@ -158,3 +158,51 @@ fn kill_9_during_pool_creation() {
         "no kill landed inside a creation; the test is not testing"
     );
 }
+
+/// `FieldStore::provision` grows a pool once for what is about to be archived (design §5.1),
+/// so archiving it grows the file no more; beyond `pool_max` it fails at once, naming the
+/// pool, before anything is written.
+#[test]
+fn provision_grows_the_pool_once_and_says_when_it_cannot() {
+    use haar_store::FieldStore;
+    let dir = shm();
+    let root = dir.path().join("store");
+    let (b, mut store) = open(&root).unwrap();
+    let len = |b: &PmemBackend| b.info()["pool_bytes"].as_u64().unwrap();
+    let before = len(&b);
+    FieldStore::provision(&store, 48 << 20).unwrap();
+    let provisioned = len(&b);
+    assert!(
+        provisioned >= before + (48 << 20),
+        "{before} -> {provisioned}"
+    );
+    for i in 0..48 {
+        let k = reuse_key("prov", i);
+        store.archive(&k, &payload(&k, 0, 1 << 20)).unwrap();
+    }
+    store.flush().unwrap();
+    assert_eq!(
+        len(&b),
+        provisioned,
+        "archiving what was provisioned grew the pool"
+    );
+
+    let small = dir.path().join("small");
+    let b = Arc::new(
+        PmemBackend::open(
+            &small,
+            PmemOptions {
+                initial_size: 32 << 20,
+                max_size: 64 << 20,
+                ..PmemOptions::default()
+            },
+        )
+        .unwrap(),
+    );
+    let s = Store::with_options(b.clone() as Arc<dyn Backend>, StoreOptions::default());
+    let e = FieldStore::provision(&s, 256 << 20)
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("haar.pool") && e.contains("pool_max"), "{e}");
+    assert_eq!(len(&b), 32 << 20, "a refused provision grew the pool");
+}

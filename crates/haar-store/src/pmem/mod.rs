@@ -342,6 +342,13 @@ impl Backend for PmemBackend {
         format!("pmem:{}", self.pool.path.display())
     }
 
+    fn provision(&self, bytes: u64) -> Result<()> {
+        match self.pool.room_for(bytes) {
+            0 => Ok(()),
+            room => PmemBackend::provision(self, room),
+        }
+    }
+
     fn open_writer(&self, db: &Key) -> Result<Box<dyn DbWriter>> {
         let lock = self.try_lock(db, libc::LOCK_SH, "a wipe or purge holds it")?;
         let w = self.writer(db, Some(lock))?;

@@ -146,6 +146,18 @@ impl Pool {
         self.version >= 3 && self.map.atomic_u64(OFF_RECOVERED).load(Ordering::Acquire) == 1
     }
 
+    /// The room above the heap top that archiving `bytes` more needs: what the free table
+    /// holds is used first, so only the rest, plus the records' headers and alignment (under
+    /// 1/256 of the bytes for fields of 16 KiB and more) and one chunk (writers reserve whole
+    /// chunks); 0 when the free table holds it all.
+    pub(super) fn room_for(&self, bytes: u64) -> u64 {
+        let free = self.free_space().map_or(0, |f| f.bytes - f.waiting);
+        match bytes.saturating_sub(free) {
+            0 => 0,
+            need => need + need / 256 + self.chunk_size,
+        }
+    }
+
     /// The heap top: the end of the space reserved so far.
     pub(super) fn heap_top(&self) -> u64 {
         self.map.atomic_u64(OFF_HEAP_TOP).load(Ordering::Acquire)
