@@ -159,37 +159,21 @@ pub fn fields_between(
     field_bytes: u64,
     rounds: usize,
 ) -> Result<StageBench> {
-    let (root, peer, n) = field_sources(store_dir, total, field_bytes)?;
-    let bytes = n * field_bytes;
-    let mut spaces = Dataspaces::default();
-    spaces.spaces.insert("fdb".into(), posix_store(&root));
-    spaces.spaces.insert(
-        "to".into(),
-        Dataspace::Posix {
-            path: dst_dir.into(),
-        },
-    );
-    let request = format!("fdb:{FIELD_REQUEST},step=0/to/{}/by/1", n - 1);
-    let r = measure(
+    let to = Dataspace::Posix {
+        path: dst_dir.into(),
+    };
+    let spaces = [("to".to_string(), to)];
+    fields_bench(
         "fields",
-        store_dir,
-        dst_dir,
+        (store_dir, dst_dir),
+        (total, field_bytes, rounds),
         spaces,
-        &peer,
-        false,
-        &request,
         |round| {
             let name = format!("fields{round}.grib");
             (format!("to:{name}"), dst_dir.join(name))
         },
-        |out| same_bytes(&peer, crc_of(out)?, out),
-        n as usize,
-        bytes,
-        rounds,
-    );
-    let _ = std::fs::remove_dir_all(&root);
-    let _ = std::fs::remove_file(&peer);
-    r
+        |out, peer, _| same_bytes(peer, crc_of(out)?, out),
+    )
 }
 
 /// Like [`fields_between`], but the request's fields go into a new pmem store in `dst_dir`
@@ -203,39 +187,28 @@ pub fn fields_to_store(
     field_bytes: u64,
     rounds: usize,
 ) -> Result<StageBench> {
-    let (root, peer, n) = field_sources(store_dir, total, field_bytes)?;
-    let bytes = n * field_bytes;
-    let mut spaces = Dataspaces::default();
-    spaces.spaces.insert("fdb".into(), posix_store(&root));
-    for round in 0..rounds.max(1) {
-        spaces.spaces.insert(
-            format!("nv{round}"),
-            Dataspace::Store {
-                config: None,
-                root: Some(dst_dir.join(format!("nv{round}"))),
-                backend: Some("pmem".into()),
-            },
-        );
-    }
-    let fields = format!("{FIELD_REQUEST},step=0/to/{}/by/1", n - 1);
-    let request = format!("fdb:{fields}");
-    let r = measure(
+    let spaces = (0..rounds.max(1)).map(|round| {
+        let store = Dataspace::Store {
+            config: None,
+            root: Some(dst_dir.join(format!("nv{round}"))),
+            backend: Some("pmem".into()),
+        };
+        (format!("nv{round}"), store)
+    });
+    fields_bench(
         "fields-to-store",
-        store_dir,
-        dst_dir,
+        (store_dir, dst_dir),
+        (total, field_bytes, rounds),
         spaces,
-        &peer,
-        false,
-        &request,
         |round| (format!("nv{round}:"), dst_dir.join(format!("nv{round}"))),
-        |out| {
+        |out, peer, n| {
             let opts = haar::OpenOptions {
                 root: Some(out.into()),
                 backend: Some("pmem".into()),
                 ..haar::OpenOptions::default()
             };
             let store = opts.field_store()?;
-            let req = haar_core::request::Request::parse(&fields)
+            let req = haar_core::request::Request::parse(&fields_request(n))
                 .map_err(|e| Error::Usage(format!("bench request: {e}")))?;
             let mut crc = 0u32;
             let report = store.retrieve(&req, &mut |_, b, _| {
@@ -249,10 +222,44 @@ pub fn fields_to_store(
                     out.display()
                 )));
             }
-            same_bytes(&peer, crc, out)
+            same_bytes(peer, crc, out)
         },
+    )
+}
+
+/// The request for the `n` bench fields.
+fn fields_request(n: u64) -> String {
+    format!("{FIELD_REQUEST},step=0/to/{}/by/1", n.saturating_sub(1))
+}
+
+/// The frame of both fields benches: the sources of [`field_sources`] in `dirs.0` (the store
+/// as dataspace `fdb`), the destination `spaces` added, the request for every field staged
+/// to `dst(round)` in each round of [`measure`], checked by `verify(out, peer, fields)` in the
+/// first; the sources removed afterwards.
+fn fields_bench(
+    kind: &str,
+    (store_dir, dst_dir): (&Path, &Path),
+    (total, field_bytes, rounds): (u64, u64, usize),
+    spaces: impl IntoIterator<Item = (String, Dataspace)>,
+    dst: impl Fn(usize) -> (String, PathBuf),
+    verify: impl Fn(&Path, &Path, u64) -> Result<()>,
+) -> Result<StageBench> {
+    let (root, peer, n) = field_sources(store_dir, total, field_bytes)?;
+    let mut all = Dataspaces::default();
+    all.spaces.insert("fdb".into(), posix_store(&root));
+    all.spaces.extend(spaces);
+    let r = measure(
+        kind,
+        store_dir,
+        dst_dir,
+        all,
+        &peer,
+        false,
+        &format!("fdb:{}", fields_request(n)),
+        dst,
+        |out| verify(out, &peer, n),
         n as usize,
-        bytes,
+        n * field_bytes,
         rounds,
     );
     let _ = std::fs::remove_dir_all(&root);
