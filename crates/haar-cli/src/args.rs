@@ -21,7 +21,7 @@ CONFIGURATION
         roots: [/dev/shm/haar]
         pool_size: 1073741824    # pmem: initial pool bytes (grows on demand)
         pool_chunk: 16777216     # pmem: heap a writing process reserves and maps at a time
-        pool_prefault: create    # pmem: map the first chunk at the first write | open
+        pool_prefault: create    # pmem: map the first chunk at the first write | open | never
         pool_huge_pages: false   # pmem: provisioning backs the pool with 2 MiB pages
         fsync: always            # posix: always | never
         schema: /etc/fdb/schema  # FDB5 rule language; built-in schema when absent

@@ -3,7 +3,6 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::ErrorKind;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -44,10 +43,11 @@ impl PoolFile {
             Ok(m) if !m.is_dir() => return Err(HeapError::NotADirectory { dir: dir.clone() }),
             Ok(_) => {}
         }
-        let available = available_bytes(dir).map_err(|source| HeapError::NotWritable {
-            dir: dir.clone(),
-            source,
-        })?;
+        let available =
+            haar_persist::available_bytes(dir).map_err(|source| HeapError::NotWritable {
+                dir: dir.clone(),
+                source,
+            })?;
         let size = match spec.size {
             Some(s) => s,
             // All that is available, in whole MiB.
@@ -111,18 +111,6 @@ impl Drop for PoolFile {
 /// Sparse: `ftruncate` allocates nothing.
 fn set_len(file: &File, size: u64) -> std::io::Result<()> {
     file.set_len(size)
-}
-
-/// Bytes available to this user in the file system holding `dir` (`statvfs`).
-fn available_bytes(dir: &Path) -> std::io::Result<u64> {
-    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
-        .map_err(|_| std::io::Error::new(ErrorKind::InvalidInput, "path holds a NUL byte"))?;
-    // SAFETY: statvfs writes into a zeroed struct it is given; the path is NUL-terminated.
-    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
-    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(st.f_bavail as u64 * st.f_frsize as u64)
 }
 
 #[cfg(test)]
@@ -195,7 +183,7 @@ mod tests {
             size: None,
         })
         .unwrap();
-        let avail = available_bytes(dir.path()).unwrap();
+        let avail = haar_persist::available_bytes(dir.path()).unwrap();
         // Other writers on the file system may move `available` a little between the two looks.
         assert!(p.size() <= avail + (16 << 20) && avail - p.size().min(avail) < 16 << 20);
         assert_eq!(p.size() % (1 << 20), 0);

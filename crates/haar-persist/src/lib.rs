@@ -61,7 +61,7 @@ pub use cpu::{CACHE_LINE, CpuFeatures, FlushKind};
 pub use crc::{crc32c, crc32c_append, crc32c_combine, crc32c_suffix};
 pub use flush::{flush_lines, persist, sfence};
 pub use limits::{RawLimits, measure_raw_limits};
-pub use map::{DEFAULT_RESERVE, PoolMapping, page_size};
+pub use map::{DEFAULT_RESERVE, PoolMapping, available_bytes, page_size};
 pub use mode::{FORCE_ENV, PersistMode};
 
 #[cfg(test)]

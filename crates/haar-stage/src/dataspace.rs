@@ -174,7 +174,8 @@ impl Dataspaces {
     }
 
     /// Opens the field store of the store dataspace `name` through `haar::OpenOptions` (the
-    /// configuration code every face uses).
+    /// configuration code every face uses); for writing, as a bulk copy's destination
+    /// (`OpenOptions::field_store_for_copy`).
     pub fn open_store(&self, name: &str, for_writing: bool) -> Result<Box<dyn FieldStore>> {
         let Some(Dataspace::Store {
             config,
@@ -194,7 +195,11 @@ impl Dataspaces {
             read_only: !for_writing,
             ..OpenOptions::default()
         };
-        Ok(opts.field_store()?)
+        // Every store this opens for writing is a stage task's destination: a bulk copy.
+        Ok(match for_writing {
+            true => opts.field_store_for_copy()?,
+            false => opts.field_store()?,
+        })
     }
 }
 

@@ -513,7 +513,12 @@ pub(crate) fn file_to_store(run: &mut TaskRun, src: &Path, space: &str) -> Resul
 
 /// The fields of `req` in dataspace `from` archived into dataspace `to` with the CRC-32C the
 /// source store verified (the destination refuses bytes that do not match it), then flushed.
+/// A thread reads the fields out of the source into reused buffers ([`FETCH_DEPTH`] + 1 of
+/// them) while this one archives them, so reading the source runs beside writing the
+/// destination. (Until issue 15's sixth round both ran on this thread: 0.2-0.3 s of a 2 s
+/// stage of 4 GiB into a pmem store on /dev/shm.)
 pub(crate) fn store_to_store(run: &mut TaskRun, from: &str, req: &Request, to: &str) -> Result<()> {
+    use std::sync::mpsc::{channel, sync_channel};
     let src = run.spaces().open_store(from, false)?;
     let total: u64 = src.list(req)?.iter().map(|f| f.data.length).sum();
     if total == 0 {
@@ -523,26 +528,52 @@ pub(crate) fn store_to_store(run: &mut TaskRun, from: &str, req: &Request, to: &
     }
     run.plan_one(total);
     let mut dst = run.spaces().open_store(to, true)?;
-    // Room for every byte first (a pmem pool grows once, not in steps mid-task; a pool that
-    // cannot hold them fails the task before anything is copied).
+    // Room for every byte is checked first (a pool that cannot hold them fails the task
+    // before anything is copied), and a pmem pool grows as the copy needs it (design §5.1).
     dst.provision(total)?;
-    let mut failure: Option<Error> = None;
-    let mut len = 0u64;
-    let report = src.retrieve(req, &mut |key, bytes, crc| {
-        if run.cancelled_now() {
-            failure = Some(Error::Cancelled(run.id().into()));
-            return Err(haar::Error::Config("cancelled".into()));
-        }
-        let split = dst.split(key)?;
-        dst.archive_split(&split, bytes, crc)?;
-        len += bytes.len() as u64;
-        run.advance_by(bytes.len() as u64);
-        Ok(())
-    });
-    if let Some(f) = failure {
-        return Err(f);
+    let (full_tx, full_rx) = sync_channel::<(haar_core::Key, Vec<u8>, Option<u32>)>(FETCH_DEPTH);
+    let (free_tx, free_rx) = channel::<Vec<u8>>();
+    for _ in 0..FETCH_DEPTH + 1 {
+        let _ = free_tx.send(Vec::new());
     }
-    let report = report?;
+    let (len, fetched) = std::thread::scope(|scope| {
+        let fetcher = scope.spawn(move || -> Result<haar::RetrieveReport> {
+            // The writer stopped (an error or a cancel, which it reports): stop reading.
+            let stopped = || haar::Error::Config("the writer stopped".into());
+            Ok(src.retrieve(req, &mut |key, bytes, crc| {
+                let mut buf = free_rx.recv().map_err(|_| stopped())?;
+                buf.clear();
+                buf.extend_from_slice(bytes);
+                full_tx.send((key.clone(), buf, crc)).map_err(|_| stopped())
+            })?)
+        });
+        let mut len = 0u64;
+        let archived = (|| {
+            for (key, buf, crc) in full_rx.iter() {
+                if run.cancelled_now() {
+                    return Err(Error::Cancelled(run.id().into()));
+                }
+                let split = dst.split(&key)?;
+                dst.archive_split(&split, &buf, crc)?;
+                len += buf.len() as u64;
+                run.advance_by(buf.len() as u64);
+                let _ = free_tx.send(buf);
+            }
+            Ok(())
+        })();
+        // A writer that stopped early lets the fetcher's next wait fail.
+        drop(full_rx);
+        drop(free_tx);
+        let fetched = joined(
+            fetcher.join(),
+            "read",
+            Path::new(from),
+            "the thread reading the store",
+        );
+        (archived.map(|_| len), fetched)
+    });
+    let len = len?;
+    let report = fetched?;
     if !report.missing.is_empty() {
         return Err(Error::Missing(format!(
             "{} field(s) of {req} missing in dataspace {from}",

@@ -55,8 +55,9 @@ pub struct Config {
     pub pool_max: u64,
     /// pmem: heap a writing process reserves (and maps) at a time, in bytes.
     pub pool_chunk: u64,
-    /// pmem: when a process reserves and maps its first chunk: `create` (at its first write)
-    /// or `open` (when it opens the pool).
+    /// pmem: when a process reserves and maps its first chunk: `create` (at its first write),
+    /// `open` (when it opens the pool) or `never` (a bulk copier: large fields go through the
+    /// file, design §5.1).
     pub pool_prefault: Prefault,
     /// pmem: provisioning (`haar hammer`'s) backs the pool with 2 MiB pages where the kernel
     /// can, as a DAX namespace is mapped: fewer page-table entries per process, slower

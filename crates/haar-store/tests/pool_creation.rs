@@ -159,33 +159,100 @@ fn kill_9_during_pool_creation() {
     );
 }
 
-/// `FieldStore::provision` grows a pool once for what is about to be archived (design §5.1),
-/// so archiving it grows the file no more; beyond `pool_max` it fails at once, naming the
-/// pool, before anything is written.
+/// Bytes of the pool file at `pool` that this process has mapped in (its mappings' `Rss` in
+/// `/proc/self/smaps`).
+fn mapped_bytes(pool: &std::path::Path) -> u64 {
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let mut ours = false;
+    let mut kib = 0;
+    for line in smaps.lines() {
+        let head = line.split_whitespace().next().unwrap_or("");
+        if head.contains('-') && !head.ends_with(':') {
+            ours = line.ends_with(&*pool.to_string_lossy());
+        } else if ours && head == "Rss:" {
+            kib += line
+                .split_whitespace()
+                .nth(1)
+                .unwrap()
+                .parse::<u64>()
+                .unwrap();
+        }
+    }
+    kib << 10
+}
+
+/// `FieldStore::provision` (a bulk copy follows, design §5.1): the room is checked at once,
+/// and the copy grows the pool as it goes, writing its fields of 64 KiB or more through the
+/// file, so none of their pages is mapped into the copying process; every byte reads back,
+/// in this process and through a fresh mapping. Beyond `pool_max` it fails at once, naming
+/// the pool, before anything is written or grown.
 #[test]
-fn provision_grows_the_pool_once_and_says_when_it_cannot() {
+fn provision_checks_the_room_and_the_copy_writes_through_the_file() {
     use haar_store::FieldStore;
     let dir = shm();
     let root = dir.path().join("store");
     let (b, mut store) = open(&root).unwrap();
     let len = |b: &PmemBackend| b.info()["pool_bytes"].as_u64().unwrap();
+    let pool = root.join("haar.pool");
     let before = len(&b);
-    FieldStore::provision(&store, 48 << 20).unwrap();
-    let provisioned = len(&b);
-    assert!(
-        provisioned >= before + (48 << 20),
-        "{before} -> {provisioned}"
-    );
-    for i in 0..48 {
+    let mapped_before = mapped_bytes(&pool);
+    FieldStore::provision(&store, 96 << 20).unwrap();
+    assert_eq!(len(&b), before, "the room was allocated before the copy");
+    // 1 MiB fields (through the file) and, every eighth, 4 KiB ones (through the mapping).
+    let size = |i: u32| if i % 8 == 7 { 4096 } else { 1 << 20 };
+    for i in 0..96 {
         let k = reuse_key("prov", i);
-        store.archive(&k, &payload(&k, 0, 1 << 20)).unwrap();
+        store.archive(&k, &payload(&k, 0, size(i))).unwrap();
     }
     store.flush().unwrap();
-    assert_eq!(
-        len(&b),
-        provisioned,
-        "archiving what was provisioned grew the pool"
+    assert!(len(&b) >= before + (84 << 20), "{before} -> {}", len(&b));
+    let mapped = mapped_bytes(&pool) - mapped_before;
+    assert!(
+        mapped < 24 << 20,
+        "{mapped} bytes of the pool mapped in while 84 MiB of fields went through the file"
     );
+    let (_b2, fresh) = open(&root).unwrap();
+    for s in [&store, &fresh] {
+        for i in 0..96 {
+            let k = reuse_key("prov", i);
+            let (_, v) = s.retrieve_lent(&k).unwrap().unwrap();
+            assert!(*v == payload(&k, 0, size(i))[..], "field {i}");
+        }
+    }
+
+    // `pool_prefault: never` (a bulk copier's store): the pool starts at its minimum, not at
+    // its configured size, and writes through the file from the first field.
+    let bulk = dir.path().join("bulk");
+    let b = Arc::new(
+        PmemBackend::open(
+            &bulk,
+            PmemOptions {
+                initial_size: 256 << 20,
+                prefault: haar_store::pmem::Prefault::Never,
+                ..PmemOptions::default()
+            },
+        )
+        .unwrap(),
+    );
+    assert!(
+        len(&b) < 64 << 20,
+        "a bulk copier's new pool: {} bytes",
+        len(&b)
+    );
+    let mut s = Store::with_options(b.clone() as Arc<dyn Backend>, StoreOptions::default());
+    let mapped_before = mapped_bytes(&bulk.join("haar.pool"));
+    for i in 0..64 {
+        let k = reuse_key("bulk", i);
+        s.archive(&k, &payload(&k, 0, 1 << 20)).unwrap();
+    }
+    s.flush().unwrap();
+    let mapped = mapped_bytes(&bulk.join("haar.pool")) - mapped_before;
+    assert!(mapped < 16 << 20, "{mapped} bytes mapped in");
+    for i in 0..64 {
+        let k = reuse_key("bulk", i);
+        let (_, v) = s.retrieve_lent(&k).unwrap().unwrap();
+        assert!(*v == payload(&k, 0, 1 << 20)[..], "field {i}");
+    }
 
     let small = dir.path().join("small");
     let b = Arc::new(

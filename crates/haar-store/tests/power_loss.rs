@@ -7,7 +7,9 @@
 //! space overlapping a live field, and a store that archives on.
 //!
 //! Both persistence modes are exercised: `msync` (what an emulated pool uses) and the CPU-cache
-//! path of real persistent memory (non-temporal stores + fence, CLWB + fence).
+//! path of real persistent memory (non-temporal stores + fence, CLWB + fence); and a bulk
+//! copier's pool (`pool_prefault: never`, msync), whose fields of 64 KiB or more are written
+//! through the file.
 //!
 //! Trials: `HAAR_POWER_TRIALS` (default 120), spread over every persistence point of the run.
 
@@ -19,7 +21,7 @@ use std::sync::Arc;
 use haar_persist::PersistMode;
 use haar_persist::powerfail::{POWER_LOSS_ENV, POWER_LOSS_EXIT, persist_points};
 use haar_store::conformance::power_loss::{Shape, check_image, run_workload, said};
-use haar_store::pmem::PmemOptions;
+use haar_store::pmem::{PmemOptions, Prefault};
 use haar_store::{Backend, PmemBackend, Store, StoreOptions};
 
 const CHILD_ENV: &str = "HAAR_POWER_CHILD";
@@ -34,23 +36,24 @@ const SHAPE: Shape = Shape {
     more: 200 << 10,
 };
 
-fn options(mode: PersistMode) -> PmemOptions {
+/// The options of mode `name`: `msync`, `cpu` or `bulk`.
+fn options(name: &str) -> PmemOptions {
     PmemOptions {
         initial_size: 16 << 20,
         chunk: 1 << 20,
-        force_mode: Some(mode),
+        force_mode: Some(match name {
+            "cpu" => PersistMode::CpuCache,
+            _ => PersistMode::Msync,
+        }),
+        prefault: match name {
+            "bulk" => Prefault::Never,
+            _ => Prefault::Create,
+        },
         ..PmemOptions::default()
     }
 }
 
-fn mode_of(name: &str) -> PersistMode {
-    match name {
-        "cpu" => PersistMode::CpuCache,
-        _ => PersistMode::Msync,
-    }
-}
-
-fn open(root: &Path, mode: PersistMode) -> (Arc<PmemBackend>, Store) {
+fn open(root: &Path, mode: &str) -> (Arc<PmemBackend>, Store) {
     let b = Arc::new(PmemBackend::open(root, options(mode)).unwrap());
     let store = Store::with_options(b.clone() as Arc<dyn Backend>, StoreOptions::default());
     (b, store)
@@ -64,8 +67,8 @@ fn child_writer() {
         return;
     }
     let root = std::env::var("HAAR_POWER_ROOT").unwrap();
-    let mode = mode_of(&std::env::var("HAAR_POWER_MODE").unwrap());
-    let (_b, mut store) = open(Path::new(&root), mode);
+    let mode = std::env::var("HAAR_POWER_MODE").unwrap();
+    let (_b, mut store) = open(Path::new(&root), &mode);
     let mut out = std::io::stdout();
     let mut say = |what: &str| {
         writeln!(out, "{what}").unwrap();
@@ -111,7 +114,7 @@ fn run_writer(root: &Path, mode: &str, plan: &str) -> Run {
 /// Checks the store at `root` after a run that said `said` (its acknowledged steps).
 fn check(root: &Path, said: &[String], what: &str) {
     // Opened by the real code, in the default mode of this host (msync on /dev/shm).
-    let (b, mut store) = open(root, PersistMode::Msync);
+    let (b, mut store) = open(root, "msync");
     check_image(&mut store, said, SHAPE, what, &|store| {
         haar_store::conformance::assert_no_free_space_over_live_fields(&b, store, what)
     });
@@ -134,7 +137,8 @@ fn every_acknowledged_flush_survives_simulated_power_loss() {
         .unwrap_or(120);
     let tmp = shm();
     let mut crashed = 0;
-    for mode in ["msync", "cpu"] {
+    let modes = ["msync", "cpu", "bulk"];
+    for mode in modes {
         // A run without power loss: how many persistence points the workload has.
         let root = tmp.path().join(format!("count-{mode}"));
         let image = tmp.path().join("unused.img");
@@ -174,7 +178,7 @@ fn every_acknowledged_flush_survives_simulated_power_loss() {
             std::fs::remove_dir_all(&root).unwrap();
         }
     }
-    assert_eq!(crashed, trials / 2 * 2);
+    assert_eq!(crashed, trials / 2 * modes.len() as u64);
     eprintln!(
         "power loss: {crashed} crash images checked (half with random eviction), every \
          acknowledged flush intact"

@@ -344,6 +344,21 @@ impl OpenOptions {
         }
     }
 
+    /// As [`OpenOptions::field_store`], for a process that copies fields into the store in
+    /// bulk (`haar stage`): a local pmem pool maps none of its pages ahead, not even when it
+    /// creates the pool, and takes fields of 64 KiB or more through the file
+    /// (`pool_prefault: never`, design §5.1).
+    pub fn field_store_for_copy(&self) -> Result<Box<dyn FieldStore>> {
+        match self.remote()? {
+            Some(r) => Ok(r),
+            None => {
+                let mut cfg = self.config()?;
+                cfg.pool_prefault = haar_store::pmem::Prefault::Never;
+                Ok(Box::new(store_of(cfg)?))
+            }
+        }
+    }
+
     /// As [`OpenOptions::field_store`], for a process about to write about `bytes`: a local
     /// pmem pool reserves and maps that much heap for it as it is opened (`pool_chunk:
     /// BYTES`, `pool_prefault: open`), so a benchmark's writers do it before their start

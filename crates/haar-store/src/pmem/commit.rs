@@ -13,7 +13,7 @@ use haar_core::Key;
 use haar_persist::PersistMode;
 
 use super::heap::ALIGN;
-use super::pool::{OFF_TAIL, Pool, VERSION_NO_EXTENSIONS};
+use super::pool::{OFF_TAIL, Pool, THROUGH_FILE_MIN, VERSION_NO_EXTENSIONS};
 use super::reuse::DEAD_SLOT;
 use crate::backend::{Committed, DbReader, DbWriter, FieldBytes, LendBytes};
 use crate::error::{Error, Result};
@@ -263,10 +263,17 @@ impl DbWriter for PmemWriter {
 
     fn append(&mut self, bytes: &[u8]) -> Result<DataRef> {
         let off = self.pool.alloc(bytes.len() as u64)?;
+        // A bulk copy writes large fields through the file, never mapping their pages in;
+        // otherwise the checksum is computed in the same pass as the copy (one read).
+        let through_file =
+            bytes.len() >= THROUGH_FILE_MIN && self.pool.through_file.load(Ordering::Relaxed);
         // SAFETY: `off..off+len` was just allocated to this writer and is not published.
-        // The checksum is computed in the same pass as the copy (one read of the field).
-        let crc = unsafe { self.pool.map.write_nt_crc32c(off as usize, bytes) }
-            .map_err(|e| Error::io("write", &self.pool.path, e))?;
+        let crc = if through_file {
+            unsafe { self.pool.map.write_file_crc32c(off as usize, bytes) }
+        } else {
+            unsafe { self.pool.map.write_nt_crc32c(off as usize, bytes) }
+        }
+        .map_err(|e| Error::io("write", &self.pool.path, e))?;
         self.unpersisted.push((off, bytes.len() as u64));
         Ok(DataRef {
             object: 0,

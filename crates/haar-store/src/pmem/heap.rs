@@ -76,7 +76,7 @@ impl Pool {
             .map_err(|e| Error::io("persist", &self.path, e))?;
         let end = off + size;
         let from = off.max(self.created_mapped);
-        if end > from {
+        if end > from && !self.through_file.load(Ordering::Relaxed) {
             // Pre-faulting is an optimisation; a failure only costs page faults later.
             let _ = self.map.populate(from as usize, (end - from) as usize);
         }

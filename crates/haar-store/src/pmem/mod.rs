@@ -65,7 +65,7 @@ pub struct PmemOptions {
 
 /// When a process reserves and pre-faults (maps, page by page) its first chunk of the heap;
 /// after PMDK's `prefault.at_create` and `prefault.at_open`. The process that creates a pool
-/// always faults in all of it, which also allocates its pages (provisioning).
+/// faults in all of it, which also allocates its pages (provisioning), except with `Never`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Prefault {
@@ -76,6 +76,12 @@ pub enum Prefault {
     /// When it opens the pool: for a process that is about to write a known amount (give
     /// `chunk` that size), as `haar hammer`'s workers do before their start barrier.
     Open,
+    /// Never, not even when it creates the pool (whose pages it still allocates), and fields
+    /// of 64 KiB or more are written through the file (`pwrite`): for a process that copies
+    /// in bulk, writing each page once and never reading it (`haar stage` into a pmem
+    /// dataspace). On 4 KiB pages mapping costs about 1 µs a page, as much as allocating it
+    /// (design §5.1).
+    Never,
 }
 
 impl Default for PmemOptions {
@@ -183,7 +189,7 @@ impl PmemBackend {
         // (and unmaps) the space for 512 times fewer page-table entries, but on tmpfs the
         // kernel copies every page into them first (provisioning about 2-3x slower here).
         // Best effort.
-        if self.huge_pages {
+        if self.huge_pages && !self.pool.through_file.load(Ordering::Relaxed) {
             let len = self.pool.map.file_len() - top as usize;
             self.pool.map.use_huge_pages(top as usize, len);
         }
@@ -343,9 +349,13 @@ impl Backend for PmemBackend {
     }
 
     fn provision(&self, bytes: u64) -> Result<()> {
+        // A bulk copy follows: its space is checked now and allocated in the file as the copy
+        // goes, and written through the file rather than faulted page by page into this
+        // process's mapping (design §5.1).
+        self.pool.through_file.store(true, Ordering::Relaxed);
         match self.pool.room_for(bytes) {
             0 => Ok(()),
-            room => PmemBackend::provision(self, room),
+            room => self.pool.plan_growth(self.pool.heap_top() + room),
         }
     }
 

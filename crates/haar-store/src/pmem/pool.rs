@@ -17,10 +17,10 @@ use std::sync::atomic::Ordering;
 use haar_core::Key;
 use haar_persist::PoolMapping;
 
-use super::PmemOptions;
 use super::commit::SlotArray;
 use super::heap::{ALIGN, Chunk};
 use super::reuse::{self, FREE_ENTRIES, FREE_ENTRY, OFF_EPOCH, PROC_ENTRY, PROCS, Pins, Tables};
+use super::{PmemOptions, Prefault};
 use crate::backend::LendBytes;
 use crate::error::{Error, Result};
 use crate::posix::flock;
@@ -76,7 +76,17 @@ pub(super) struct Pool {
     pub(super) me: u64,
     /// The free table's change count when this process last found it empty (design §5.4).
     pub(super) free_seen_empty: std::sync::atomic::AtomicU64,
+    /// This process copies in bulk (`pool_prefault: never`, or set by
+    /// [`Backend::provision`](crate::backend::Backend)):
+    /// new pool space is allocated in the file but not mapped in, and fields of at least
+    /// [`THROUGH_FILE_MIN`] bytes are written with `pwrite(2)` (design §5.1).
+    pub(super) through_file: std::sync::atomic::AtomicBool,
+    /// The file length a bulk copy planned ([`Pool::plan_growth`]); 0 if none.
+    planned: std::sync::atomic::AtomicU64,
 }
+
+/// The smallest field a bulk-copying process writes through the file rather than the mapping.
+pub(super) const THROUGH_FILE_MIN: usize = 64 << 10;
 
 /// The header's checksum: over the immutable fields, which version 3 extends by its tables.
 fn header_crc(h: &[u8]) -> u32 {
@@ -138,6 +148,8 @@ impl Pool {
             pins: Mutex::new(Pins::default()),
             me: reuse::my_owner(),
             free_seen_empty: std::sync::atomic::AtomicU64::new(u64::MAX),
+            through_file: std::sync::atomic::AtomicBool::new(opts.prefault == Prefault::Never),
+            planned: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -197,10 +209,16 @@ impl Pool {
                 nfree: FREE_ENTRIES,
             };
             let heap_top = tables.free + FREE_ENTRIES * FREE_ENTRY;
-            let size = opts.initial_size.max(heap_top + (16 << 20)).max(len as u64);
+            // A bulk copier starts the pool at its minimum: the copy grows it as it goes, a
+            // step at a time, so its progress is steady from the first byte (design §5.1).
+            let initial = match opts.prefault {
+                Prefault::Never => 0,
+                _ => opts.initial_size,
+            };
+            let size = initial.max(heap_top + (16 << 20)).max(len as u64);
             map.grow(size as usize).map_err(|e| {
                 let mut err = pool_grow_error(path, size, e);
-                if size > opts.initial_size
+                if size > initial
                     && let Error::PoolFull { detail, .. } = &mut err
                 {
                     detail.push_str(&format!(
@@ -222,8 +240,11 @@ impl Pool {
             }
             // Provision: fault in (and so zero) every page now, once, instead of paying
             // first-touch costs inside archive (several times slower than a copy into
-            // resident pages).
-            let _ = map.populate(0, size as usize);
+            // resident pages); a bulk copier writes through the file and maps nothing.
+            let mapped = opts.prefault != Prefault::Never;
+            if mapped {
+                let _ = map.populate(0, size as usize);
+            }
             let mut h = [0u8; 128];
             h[0..8].copy_from_slice(MAGIC);
             h[8..12].copy_from_slice(&VERSION.to_le_bytes());
@@ -255,7 +276,7 @@ impl Pool {
             unsafe { std::ptr::copy_nonoverlapping(h.as_ptr(), p, 8) };
             map.persist(0, 8)
                 .map_err(|e| Error::io("persist", path, e))?;
-            return Ok((heap_start, slots, VERSION, Some(tables), true));
+            return Ok((heap_start, slots, VERSION, Some(tables), mapped));
         }
         let h = map.slice(0, 128).ok_or_else(|| {
             corrupt(
@@ -340,6 +361,51 @@ impl Pool {
         if end as usize <= cur {
             return Ok(());
         }
+        let planned = self.planned.load(Ordering::Relaxed);
+        self.grow_locked(end, |cur| {
+            if end <= planned {
+                // A bulk copy's planned growth: a step at a time, so the copy's progress is
+                // steady (each step allocates what it then fills).
+                end.max(cur + PLANNED_STEP)
+                    .min(planned)
+                    .next_multiple_of(1 << 20)
+            } else {
+                // Grow by at least a quarter (and 64 MiB) so growth is rare.
+                end.max(cur + cur / 4)
+                    .max(cur + (64 << 20))
+                    .next_multiple_of(1 << 20)
+            }
+        })
+    }
+
+    /// Fails, naming the pool and what to do, when a file of `end` bytes is beyond `pool_max`
+    /// or the reserved address space.
+    fn check_room(&self, end: u64) -> Result<()> {
+        if self.max_size > 0 && end > self.max_size {
+            return Err(Error::PoolFull {
+                path: self.path.clone(),
+                detail: format!(
+                    "needs {end} bytes but pool_max is {}; raise pool_max, purge, or wipe databases",
+                    self.max_size
+                ),
+            });
+        }
+        if end as usize > self.map.reserve() {
+            return Err(Error::PoolFull {
+                path: self.path.clone(),
+                detail: format!(
+                    "needs {end} bytes, more than the {} bytes of address space reserved",
+                    self.map.reserve()
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Grows the file, under the pool lock, so that it holds at least `end` bytes: to
+    /// `target(current length)` (capped at `pool_max`), or to just `end` when the device
+    /// cannot hold the target; maps the new pages in unless this process copies in bulk.
+    fn grow_locked(&self, end: u64, target: impl FnOnce(u64) -> u64) -> Result<()> {
         flock(&self.file, libc::LOCK_EX).map_err(|e| Error::io("lock", &self.path, e))?;
         let res = (|| {
             let cur = self
@@ -349,31 +415,13 @@ impl Pool {
             if end <= cur {
                 return Ok(());
             }
-            // Grow by at least a quarter (and 64 MiB) so growth is rare.
-            let mut target = end
-                .max(cur + cur / 4)
-                .max(cur + (64 << 20))
-                .next_multiple_of(1 << 20);
+            self.check_room(end)?;
+            let mut target = target(cur).max(end);
             if self.max_size > 0 {
-                if end > self.max_size {
-                    return Err(Error::PoolFull {
-                        path: self.path.clone(),
-                        detail: format!(
-                            "needs {end} bytes but pool_max is {}; raise pool_max, purge, or wipe databases",
-                            self.max_size
-                        ),
-                    });
-                }
                 target = target.min(self.max_size);
             }
             if target as usize > self.map.reserve() {
-                return Err(Error::PoolFull {
-                    path: self.path.clone(),
-                    detail: format!(
-                        "needs {end} bytes, more than the {} bytes of address space reserved",
-                        self.map.reserve()
-                    ),
-                });
+                target = end;
             }
             // A file system too full for the usual step may still hold what this allocation
             // needs: a nearly full device is used to its end before the pool reports full.
@@ -387,7 +435,9 @@ impl Pool {
                 }
                 r => r.map_err(|e| pool_grow_error(&self.path, target, e))?,
             }
-            let _ = self.map.populate(cur as usize, (target - cur) as usize);
+            if !self.through_file.load(Ordering::Relaxed) {
+                let _ = self.map.populate(cur as usize, (target - cur) as usize);
+            }
             self.map
                 .atomic_u64(OFF_LEN)
                 .fetch_max(target, Ordering::AcqRel);
@@ -397,7 +447,44 @@ impl Pool {
         let _ = flock(&self.file, libc::LOCK_UN);
         res
     }
+
+    /// Plans growing the file to `end` bytes for a bulk copy (design §5.1): checked now, so a
+    /// copy that cannot fit fails before it starts, and then grown [`PLANNED_STEP`] at a time
+    /// as the copy needs it. (Growing it all first, or on a thread of its own, costs the same
+    /// on a memory file system: allocating and writing a file's pages hold the same inode
+    /// lock, so they never overlap; and the copy's progress would stall for the whole growth.)
+    ///
+    /// # Errors
+    /// [`Error::PoolFull`], naming the pool, when `pool_max`, the reserve or the free space
+    /// of the file system cannot hold `end` bytes.
+    pub(super) fn plan_growth(&self, end: u64) -> Result<()> {
+        let cur = self
+            .map
+            .refresh_len()
+            .map_err(|e| Error::io("stat", &self.path, e))? as u64;
+        if end <= cur {
+            return Ok(());
+        }
+        self.check_room(end)?;
+        let free = haar_persist::available_bytes(&self.path)
+            .map_err(|e| Error::io("statvfs", &self.path, e))?;
+        if end - cur > free {
+            return Err(Error::PoolFull {
+                path: self.path.clone(),
+                detail: format!(
+                    "needs {} more bytes but its file system has {free} free; free space \
+                     there or stage into another dataspace",
+                    end - cur
+                ),
+            });
+        }
+        self.planned.fetch_max(end, Ordering::Relaxed);
+        Ok(())
+    }
 }
+
+/// How much a planned growth ([`Pool::plan_growth`]) adds at a time.
+const PLANNED_STEP: u64 = 64 << 20;
 
 /// Bytes from the start of a file without magic that must be zero, past the header, for it to
 /// be taken for an interrupted creation whatever its header holds (design §5.1): the commit
