@@ -28,6 +28,12 @@ pub const PHASES: u64 = 3;
 /// Seconds of measurement below which a rate is not trusted.
 const MIN_SECONDS: f64 = 0.1;
 
+/// Seconds of a task's own measurement that weigh as much as its dataspace pair's recorded
+/// rate: until the task has measured itself for about that long, a transient of its first
+/// second (a disk's first writeback, or its source's pages reclaimed and read again) moves the
+/// ETA less than the pair's history does, as urd's recorded bandwidths did.
+const PRIOR_SECONDS: f64 = 1.0;
+
 /// The ETA model of one run of a task. Times are seconds since the run started.
 #[derive(Debug, Clone, Default)]
 pub struct Eta {
@@ -91,19 +97,25 @@ impl Eta {
     }
 
     /// At time `t`: the rate in bytes per second (work units per second over [`PHASES`]) and
-    /// the seconds left, or `None` before anything can be said. The rate is the steady one
-    /// once every phase runs, before that the rate of the work done so far, before
-    /// `MIN_SECONDS` (0.1 s) of measurement the pair's recorded rate.
+    /// the seconds left, or `None` before anything can be said. The rate measured is the
+    /// steady one once every phase runs, before that the rate of the work done so far; it is
+    /// averaged with the pair's recorded rate, which weighs as much as `PRIOR_SECONDS` (1 s)
+    /// of measurement, and used alone before `MIN_SECONDS` (0.1 s) of measurement.
     pub fn estimate(&self, t: f64) -> Option<(f64, f64)> {
         let work = self.work_done();
         let steady = self.steady.and_then(|(t0, w0)| {
             let (dt, dw) = (t - t0, work.saturating_sub(w0));
-            (dt > MIN_SECONDS && dw > 0).then(|| dw as f64 / dt)
+            (dt > MIN_SECONDS && dw > 0).then(|| (dw as f64 / dt, dt))
         });
-        let so_far = (t > MIN_SECONDS && work > 0).then(|| work as f64 / t);
-        let units_per_s = steady
-            .or(so_far)
-            .or(self.prior_rate.map(|r| r * PHASES as f64))?;
+        let so_far = (t > MIN_SECONDS && work > 0).then(|| (work as f64 / t, t));
+        let prior = self.prior_rate.map(|r| r * PHASES as f64);
+        let units_per_s = match (steady.or(so_far), prior) {
+            (Some((rate, dt)), Some(prior)) => {
+                (rate * dt + prior * PRIOR_SECONDS) / (dt + PRIOR_SECONDS)
+            }
+            (Some((rate, _)), None) => rate,
+            (None, prior) => prior?,
+        };
         if units_per_s <= 0.0 {
             return None;
         }
@@ -224,10 +236,32 @@ mod tests {
         eta.skip(500);
         assert_eq!(eta.estimate(0.0), Some((100.0, 5.0)));
         eta.advance_all(250, 1.0);
-        // Every phase advanced at once at t = 1: the steady window is not yet 0.1 s long,
-        // so the rate so far is used: 750 units in 1 s, 750 left.
+        // Every phase advanced at once at t = 1: the steady window is not yet 0.1 s long, so
+        // the rate so far (750 units in 1 s) is used, averaged with the recorded 300 units/s,
+        // which weighs as much as 1 s of it: 525 units/s (175 bytes/s), 750 units left.
         let (rate, left) = eta.estimate(1.0).unwrap();
-        assert_eq!((rate, left), (250.0, 1.0));
+        assert!((rate - 175.0).abs() < 1e-9 && (left - 750.0 / 525.0).abs() < 1e-9);
+        // Without a recorded rate the measured one alone.
+        let mut alone = Eta::new(500, None);
+        alone.advance_all(250, 1.0);
+        assert_eq!(alone.estimate(1.0), Some((250.0, 1.0)));
+        // A stall in the first second (40 bytes/s for 0.5 s, then the pair's recorded
+        // 400 bytes/s again), 11% done at t = 1: the task's own rate says 10.2 s are left,
+        // 2.3x the real 4.45 s; averaged with the record, 5.9 s (33% over).
+        let feed = |eta: &mut Eta| {
+            eta.advance_all(80, 0.2);
+            eta.advance_all(20, 0.7);
+            eta.advance_all(120, 1.0);
+            eta.estimate(1.0).unwrap().1
+        };
+        let real = 1780.0 / 400.0;
+        let own = feed(&mut Eta::new(2000, None));
+        let with_record = feed(&mut Eta::new(2000, Some(400.0)));
+        let err = |left: f64| (left - real).abs() / real;
+        assert!(
+            err(own) > 1.0 && err(with_record) < 0.35,
+            "{own} {with_record} {real}"
+        );
         assert_eq!(Eta::new(10, None).estimate(5.0), None);
     }
 }

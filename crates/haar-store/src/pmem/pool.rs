@@ -378,6 +378,12 @@ impl Pool {
         })
     }
 
+    /// The file's length now (another process may have grown it).
+    fn refreshed_len(&self) -> Result<u64> {
+        let len = self.map.refresh_len();
+        Ok(len.map_err(|e| Error::io("stat", &self.path, e))? as u64)
+    }
+
     /// Fails, naming the pool and what to do, when a file of `end` bytes is beyond `pool_max`
     /// or the reserved address space.
     fn check_room(&self, end: u64) -> Result<()> {
@@ -408,10 +414,7 @@ impl Pool {
     fn grow_locked(&self, end: u64, target: impl FnOnce(u64) -> u64) -> Result<()> {
         flock(&self.file, libc::LOCK_EX).map_err(|e| Error::io("lock", &self.path, e))?;
         let res = (|| {
-            let cur = self
-                .map
-                .refresh_len()
-                .map_err(|e| Error::io("stat", &self.path, e))? as u64;
+            let cur = self.refreshed_len()?;
             if end <= cur {
                 return Ok(());
             }
@@ -458,10 +461,7 @@ impl Pool {
     /// [`Error::PoolFull`], naming the pool, when `pool_max`, the reserve or the free space
     /// of the file system cannot hold `end` bytes.
     pub(super) fn plan_growth(&self, end: u64) -> Result<()> {
-        let cur = self
-            .map
-            .refresh_len()
-            .map_err(|e| Error::io("stat", &self.path, e))? as u64;
+        let cur = self.refreshed_len()?;
         if end <= cur {
             return Ok(());
         }
