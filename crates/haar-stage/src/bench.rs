@@ -177,7 +177,7 @@ pub fn fields_between(
 }
 
 /// Like [`fields_between`], but the request's fields go into a new pmem store in `dst_dir`
-/// each round (`haar stage in fdb:REQUEST nvK:`, a node-local store as NEXTGenIO staged into),
+/// each round (`haar stage in fdb:REQUEST nv:`, a node-local store as NEXTGenIO staged into),
 /// checked in the first round by retrieving every field back from it; the peer is the same
 /// `cp` of the same bytes as one file into `dst_dir`.
 pub fn fields_to_store(

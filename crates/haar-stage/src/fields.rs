@@ -165,6 +165,65 @@ const FETCH_BUFFER: usize = copy::CHUNK;
 /// Buffers filled ahead of the writer.
 const FETCH_DEPTH: usize = 2;
 
+/// The fetching end of [`fetched_beside`]: buffers to fill, from those the consumer gave back,
+/// and the queue of filled ones.
+struct Handover<T> {
+    free: std::sync::mpsc::Receiver<Vec<u8>>,
+    full: std::sync::mpsc::SyncSender<T>,
+}
+
+impl<T> Handover<T> {
+    /// An empty buffer to fill; fails once the consumer stopped.
+    fn buffer(&self) -> haar::Result<Vec<u8>> {
+        let mut buf = self.free.recv().map_err(|_| consumer_stopped())?;
+        buf.clear();
+        Ok(buf)
+    }
+
+    /// Hands `item` to the consumer; fails once it stopped.
+    fn send(&self, item: T) -> haar::Result<()> {
+        self.full.send(item).map_err(|_| consumer_stopped())
+    }
+}
+
+/// What a fetcher's hand-over fails with once the consumer stopped (on an error or a cancel,
+/// which the consumer reports).
+fn consumer_stopped() -> haar::Error {
+    haar::Error::Config("the writer stopped".into())
+}
+
+/// Runs `fetch` on a thread of its own, filling buffers of `capacity` bytes
+/// ([`FETCH_DEPTH`] + 1 of them, reused) and handing items that hold them over, while
+/// `consume` takes each item on this thread and gives its buffer back: reading a store runs
+/// beside writing the destination. A consumer that fails stops the fetcher at its next
+/// hand-over. Returns what the consumer ended with, then what the fetcher did (a panic of its
+/// thread as an I/O error naming `at`).
+fn fetched_beside<T: Send, R: Send>(
+    capacity: usize,
+    at: &Path,
+    fetch: impl FnOnce(&Handover<T>) -> Result<R> + Send,
+    mut consume: impl FnMut(T) -> Result<Vec<u8>>,
+) -> (Result<()>, Result<R>) {
+    use std::sync::mpsc::{channel, sync_channel};
+    let (full, full_rx) = sync_channel::<T>(FETCH_DEPTH);
+    let (free_tx, free) = channel::<Vec<u8>>();
+    for _ in 0..FETCH_DEPTH + 1 {
+        let _ = free_tx.send(Vec::with_capacity(capacity));
+    }
+    std::thread::scope(|scope| {
+        let fetcher = scope.spawn(move || fetch(&Handover { free, full }));
+        let consumed = full_rx.iter().try_for_each(|item| {
+            let _ = free_tx.send(consume(item)?);
+            Ok(())
+        });
+        // A consumer that stopped early lets the fetcher's next hand-over fail.
+        drop(full_rx);
+        drop(free_tx);
+        let fetched = joined(fetcher.join(), "read", at, "the thread reading the store");
+        (consumed, fetched)
+    })
+}
+
 /// To a memory file system: the store's reads and checks run on a thread of their own, which
 /// gathers the fields into [`FETCH_BUFFER`]-byte buffers that this thread writes whole, while
 /// the read-back thread checks what was written, so the store's reads, the writes and the
@@ -179,66 +238,45 @@ fn write_fetched(
     tmp: &Path,
     back: &mut ReadBack,
 ) -> Result<Written> {
-    use std::sync::mpsc::{channel, sync_channel};
-    let (full_tx, full_rx) = sync_channel::<Vec<u8>>(FETCH_DEPTH);
-    let (free_tx, free_rx) = channel::<Vec<u8>>();
-    for _ in 0..FETCH_DEPTH + 1 {
-        let _ = free_tx.send(Vec::with_capacity(FETCH_BUFFER));
-    }
-    std::thread::scope(|scope| {
-        let fetcher = scope.spawn(move || -> Result<(u32, Option<(usize, String)>)> {
-            // The writer stopped (an error or a cancel, which it reports): stop reading.
-            let stopped = || haar::Error::Config("the writer stopped".into());
-            let mut crc = 0u32;
-            let mut buf = free_rx.recv().unwrap_or_default();
-            let report = store.retrieve(req, &mut |_key, bytes, field_crc| {
-                crc = combine(crc, bytes, field_crc);
-                let mut rest = bytes;
-                while !rest.is_empty() {
-                    let n = rest.len().min(FETCH_BUFFER - buf.len());
-                    buf.extend_from_slice(&rest[..n]);
-                    rest = &rest[n..];
-                    if buf.len() == FETCH_BUFFER {
-                        let next = free_rx.recv().map_err(|_| stopped())?;
-                        full_tx
-                            .send(std::mem::replace(&mut buf, next))
-                            .map_err(|_| stopped())?;
-                    }
+    let fetch = move |h: &Handover<Vec<u8>>| -> Result<(u32, Option<(usize, String)>)> {
+        let mut crc = 0u32;
+        let mut buf = h.buffer()?;
+        let report = store.retrieve(req, &mut |_key, bytes, field_crc| {
+            crc = combine(crc, bytes, field_crc);
+            let mut rest = bytes;
+            while !rest.is_empty() {
+                let n = rest.len().min(FETCH_BUFFER - buf.len());
+                buf.extend_from_slice(&rest[..n]);
+                rest = &rest[n..];
+                if buf.len() == FETCH_BUFFER {
+                    h.send(std::mem::replace(&mut buf, h.buffer()?))?;
                 }
-                Ok(())
-            });
-            if !buf.is_empty() {
-                let _ = full_tx.send(buf);
-            }
-            Ok((crc, missing_of(&report?)))
-        });
-        let mut len = 0u64;
-        let written = (|| {
-            for mut buf in full_rx.iter() {
-                if run.cancelled_now() {
-                    return Err(Error::Cancelled(run.id().into()));
-                }
-                write_to(&mut &*file, &buf, tmp)?;
-                let before = len;
-                len += buf.len() as u64;
-                run.phase(Phase::Copied, buf.len() as u64);
-                let step = back.step();
-                if before / step != len / step {
-                    back.written(len, &mut |p, n| run.phase(p, n))?;
-                }
-                buf.clear();
-                let _ = free_tx.send(buf);
             }
             Ok(())
-        })();
-        // A writer that stopped early lets the fetcher's next wait fail.
-        drop(full_rx);
-        drop(free_tx);
-        let fetched = joined(fetcher.join(), "read", tmp, "the thread reading the store");
-        written?;
-        let (crc, missing) = fetched?;
-        Ok((len, crc, missing))
-    })
+        });
+        if !buf.is_empty() {
+            let _ = h.send(buf);
+        }
+        Ok((crc, missing_of(&report?)))
+    };
+    let mut len = 0u64;
+    let (written, fetched) = fetched_beside(FETCH_BUFFER, tmp, fetch, |buf: Vec<u8>| {
+        if run.cancelled_now() {
+            return Err(Error::Cancelled(run.id().into()));
+        }
+        write_to(&mut &*file, &buf, tmp)?;
+        let before = len;
+        len += buf.len() as u64;
+        run.phase(Phase::Copied, buf.len() as u64);
+        let step = back.step();
+        if before / step != len / step {
+            back.written(len, &mut |p, n| run.phase(p, n))?;
+        }
+        Ok(buf)
+    });
+    written?;
+    let (crc, missing) = fetched?;
+    Ok((len, crc, missing))
 }
 
 /// The read-back of a file written front to back, behind the writer so each byte is read
@@ -518,7 +556,6 @@ pub(crate) fn file_to_store(run: &mut TaskRun, src: &Path, space: &str) -> Resul
 /// destination. (Until issue 15's sixth round both ran on this thread: 0.2-0.3 s of a 2 s
 /// stage of 4 GiB into a pmem store on /dev/shm.)
 pub(crate) fn store_to_store(run: &mut TaskRun, from: &str, req: &Request, to: &str) -> Result<()> {
-    use std::sync::mpsc::{channel, sync_channel};
     let src = run.spaces().open_store(from, false)?;
     let total: u64 = src.list(req)?.iter().map(|f| f.data.length).sum();
     if total == 0 {
@@ -531,48 +568,25 @@ pub(crate) fn store_to_store(run: &mut TaskRun, from: &str, req: &Request, to: &
     // Room for every byte is checked first (a pool that cannot hold them fails the task
     // before anything is copied), and a pmem pool grows as the copy needs it (design §5.1).
     dst.provision(total)?;
-    let (full_tx, full_rx) = sync_channel::<(haar_core::Key, Vec<u8>, Option<u32>)>(FETCH_DEPTH);
-    let (free_tx, free_rx) = channel::<Vec<u8>>();
-    for _ in 0..FETCH_DEPTH + 1 {
-        let _ = free_tx.send(Vec::new());
-    }
-    let (len, fetched) = std::thread::scope(|scope| {
-        let fetcher = scope.spawn(move || -> Result<haar::RetrieveReport> {
-            // The writer stopped (an error or a cancel, which it reports): stop reading.
-            let stopped = || haar::Error::Config("the writer stopped".into());
-            Ok(src.retrieve(req, &mut |key, bytes, crc| {
-                let mut buf = free_rx.recv().map_err(|_| stopped())?;
-                buf.clear();
-                buf.extend_from_slice(bytes);
-                full_tx.send((key.clone(), buf, crc)).map_err(|_| stopped())
-            })?)
-        });
-        let mut len = 0u64;
-        let archived = (|| {
-            for (key, buf, crc) in full_rx.iter() {
-                if run.cancelled_now() {
-                    return Err(Error::Cancelled(run.id().into()));
-                }
-                let split = dst.split(&key)?;
-                dst.archive_split(&split, &buf, crc)?;
-                len += buf.len() as u64;
-                run.advance_by(buf.len() as u64);
-                let _ = free_tx.send(buf);
-            }
-            Ok(())
-        })();
-        // A writer that stopped early lets the fetcher's next wait fail.
-        drop(full_rx);
-        drop(free_tx);
-        let fetched = joined(
-            fetcher.join(),
-            "read",
-            Path::new(from),
-            "the thread reading the store",
-        );
-        (archived.map(|_| len), fetched)
+    let fetch = move |h: &Handover<(haar_core::Key, Vec<u8>, Option<u32>)>| {
+        Ok(src.retrieve(req, &mut |key, bytes, crc| {
+            let mut buf = h.buffer()?;
+            buf.extend_from_slice(bytes);
+            h.send((key.clone(), buf, crc))
+        })?)
+    };
+    let mut len = 0u64;
+    let (archived, fetched) = fetched_beside(0, Path::new(from), fetch, |(key, buf, crc)| {
+        if run.cancelled_now() {
+            return Err(Error::Cancelled(run.id().into()));
+        }
+        let split = dst.split(&key)?;
+        dst.archive_split(&split, &buf, crc)?;
+        len += buf.len() as u64;
+        run.advance_by(buf.len() as u64);
+        Ok(buf)
     });
-    let len = len?;
+    archived?;
     let report = fetched?;
     if !report.missing.is_empty() {
         return Err(Error::Missing(format!(

@@ -21,13 +21,18 @@ fn shm() -> tempfile::TempDir {
 }
 
 fn open(root: &std::path::Path) -> haar_store::Result<(Arc<PmemBackend>, Store)> {
-    let b = Arc::new(PmemBackend::open(
-        root,
-        PmemOptions {
-            initial_size: 32 << 20,
-            ..PmemOptions::default()
-        },
-    )?);
+    let opts = PmemOptions {
+        initial_size: 32 << 20,
+        ..PmemOptions::default()
+    };
+    open_with(root, opts)
+}
+
+fn open_with(
+    root: &std::path::Path,
+    opts: PmemOptions,
+) -> haar_store::Result<(Arc<PmemBackend>, Store)> {
+    let b = Arc::new(PmemBackend::open(root, opts)?);
     let s = Store::with_options(b.clone() as Arc<dyn Backend>, StoreOptions::default());
     Ok((b, s))
 }
@@ -223,23 +228,17 @@ fn provision_checks_the_room_and_the_copy_writes_through_the_file() {
     // `pool_prefault: never` (a bulk copier's store): the pool starts at its minimum, not at
     // its configured size, and writes through the file from the first field.
     let bulk = dir.path().join("bulk");
-    let b = Arc::new(
-        PmemBackend::open(
-            &bulk,
-            PmemOptions {
-                initial_size: 256 << 20,
-                prefault: haar_store::pmem::Prefault::Never,
-                ..PmemOptions::default()
-            },
-        )
-        .unwrap(),
-    );
+    let opts = PmemOptions {
+        initial_size: 256 << 20,
+        prefault: haar_store::pmem::Prefault::Never,
+        ..PmemOptions::default()
+    };
+    let (b, mut s) = open_with(&bulk, opts).unwrap();
     assert!(
         len(&b) < 64 << 20,
         "a bulk copier's new pool: {} bytes",
         len(&b)
     );
-    let mut s = Store::with_options(b.clone() as Arc<dyn Backend>, StoreOptions::default());
     let mapped_before = mapped_bytes(&bulk.join("haar.pool"));
     for i in 0..64 {
         let k = reuse_key("bulk", i);
@@ -255,18 +254,12 @@ fn provision_checks_the_room_and_the_copy_writes_through_the_file() {
     }
 
     let small = dir.path().join("small");
-    let b = Arc::new(
-        PmemBackend::open(
-            &small,
-            PmemOptions {
-                initial_size: 32 << 20,
-                max_size: 64 << 20,
-                ..PmemOptions::default()
-            },
-        )
-        .unwrap(),
-    );
-    let s = Store::with_options(b.clone() as Arc<dyn Backend>, StoreOptions::default());
+    let opts = PmemOptions {
+        initial_size: 32 << 20,
+        max_size: 64 << 20,
+        ..PmemOptions::default()
+    };
+    let (b, s) = open_with(&small, opts).unwrap();
     let e = FieldStore::provision(&s, 256 << 20)
         .unwrap_err()
         .to_string();
