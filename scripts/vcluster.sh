@@ -8,9 +8,10 @@
 # Usage (root):
 #   scripts/vcluster.sh up [N] [--pmem-size SIZE] [--shared-bw RATE] [--node-bw RATE] [--haar PATH]
 #       N compute nodes (default 4, at most 8); SIZE of each node's /mnt/pmem0 tmpfs (2g);
-#       RATE of the storage node's link, each direction, in tc units (1gbit); --node-bw limits
-#       every compute node's link too (default: unlimited); PATH: the haar binary copied to
-#       RUN/bin/haar, on PATH on every node (default target/release/haar when present).
+#       RATE of the storage node's link, each direction, in tc units (1gbit; `none`: not
+#       shaped); --node-bw limits every compute node's link too (default: unlimited); PATH:
+#       the haar binary copied to RUN/bin/haar, on PATH on every node (default
+#       target/release/haar when present).
 #   scripts/vcluster.sh exec NODE CMD...   run CMD on NODE (n1..nN or storage), in the caller's
 #                                          directory when the node sees it, else in /
 #   scripts/vcluster.sh kill NODE          kill every process of NODE at once (its PID namespace
@@ -109,7 +110,7 @@ if [ "$NAME" = storage ]; then
 else
     mount -t tmpfs -o "size=$PMEM_SIZE,mode=1777" "pmem0-$NAME" /mnt/pmem0
 fi
-if [ -n "$BW" ]; then
+if [ -n "$BW" ] && [ "$BW" != none ]; then
     tc qdisc add dev eth0 root tbf rate "$BW" burst 1mb latency 100ms
 fi
 '
@@ -141,7 +142,7 @@ link_node() {
     nsenter --target "$sw" --net -- ip link add "$name" type veth peer name eth0 netns "$pid"
     nsenter --target "$sw" --net -- ip link set "$name" master br0 up
     # The switch's port towards the node shapes what the node receives (writes to storage).
-    if [ -n "$bw" ]; then
+    if [ -n "$bw" ] && [ "$bw" != none ]; then
         nsenter --target "$sw" --net -- tc qdisc add dev "$name" root tbf rate "$bw" burst 1mb latency 100ms
     fi
 }
@@ -204,7 +205,7 @@ ReturnToService=2
 MpiDefault=none
 JobAcctGatherType=jobacct_gather/none
 # A dead node is seen within seconds (the node-failure tests kill whole nodes).
-SlurmdTimeout=6
+SlurmdTimeout=5
 MessageTimeout=3
 TCPTimeout=2
 KillWait=2
@@ -264,7 +265,8 @@ cmd_up() {
     host_dir /etc/haar
     host_dir /var/log/glusterfs
     write_config "$n"
-    trap 'say "bring-up failed; tearing down"; cmd_down' ERR
+    up_ok=0
+    trap 'if [ "$up_ok" != 1 ]; then say "bring-up failed; tearing down (logs lost; rerun with HAAR_VCLUSTER_KEEP=1 to keep $RUN)"; [ -n "${HAAR_VCLUSTER_KEEP:-}" ] || cmd_down; fi' EXIT
 
     # The switch: a bridge in a namespace of its own, so the host's network is untouched.
     start_holder switch
@@ -286,7 +288,8 @@ cmd_up() {
     for ((i = 1; i <= n; i++)); do node_daemons "n$i"; done
     in_node n1 chmod 1777 /shared
     wait_idle "$n"
-    trap - ERR
+    up_ok=1
+    trap - EXIT
     say "up: $n compute node(s) n1..n$n + storage in $((SECONDS - t0)) s; /shared: GlusterFS at $shared_bw; try: scripts/vcluster.sh exec n1 srun -N $n hostname"
 }
 
@@ -453,6 +456,6 @@ case "${1:-}" in
     revive) shift; cmd_revive "$@" ;;
     status) shift; cmd_status ;;
     bench) shift; cmd_bench "$@" ;;
-    -h|--help|"") sed -n '2,34p' "$0" ;;
+    -h|--help|"") awk 'NR > 1 && /^set -euo/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0" ;;
     *) die "unknown command $1 (see --help)" ;;
 esac
