@@ -3,7 +3,8 @@
 #
 # Inside an allocation (sbatch script or salloc shell):
 #   scripts/slurm-serve.sh [--root DIR] [--port N] [--backend pmem|posix] [--replicas R]
-#                          [--config FILE] [--token-file FILE] [-- COMMAND ARGS...]
+#                          [--config FILE] [--token-file FILE] [--store-config FILE]
+#                          [-- COMMAND ARGS...]
 #
 #   1. starts `haar serve --listen 0.0.0.0:PORT --root DIR` on every node of
 #      $SLURM_JOB_NODELIST (one job step, `srun --overlap --ntasks-per-node=1`), DIR being
@@ -14,6 +15,9 @@
 #   4. with `-- COMMAND`, runs it with HAAR_CONFIG=FILE and HAAR_SERVERS=HOST:PORT,...
 #      exported and stops the servers when it ends (its exit status is the script's);
 #      without, prints the two and serves until the job ends or the script is interrupted.
+#
+# --store-config FILE: the servers' own store configuration (e.g. `pool_size`, `schema`), read
+# on every node; --root and --backend override its roots and backend.
 #
 # The token (shared secret) is read from --token-file, default $HOME/.haar/token, created
 # (mode 600) when missing; the file must be on a file system every node sees. Clients use it
@@ -26,6 +30,7 @@ backend=pmem
 replicas=1
 config=$PWD/haar-cluster.yaml
 token_file=${HAAR_TOKEN_FILE:-$HOME/.haar/token}
+store_config=
 haar=${HAAR:-haar}
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -35,8 +40,9 @@ while [ $# -gt 0 ]; do
         --replicas) replicas=$2; shift 2 ;;
         --config) config=$2; shift 2 ;;
         --token-file) token_file=$2; shift 2 ;;
+        --store-config) store_config=$2; shift 2 ;;
         --) shift; break ;;
-        -h|--help) sed -n '2,25p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
         *) echo "slurm-serve.sh: unknown option $1 (see --help)" >&2; exit 1 ;;
     esac
 done
@@ -65,10 +71,13 @@ fi
 # via SLURMD_NODENAME), and `exec`s so that srun's signals reach the server directly.
 log_dir=${SLURM_SUBMIT_DIR:-$PWD}/haar-serve-$SLURM_JOB_ID
 mkdir -p "$log_dir"
+store_args=()
+[ -z "$store_config" ] || store_args=(--config "$store_config")
+# shellcheck disable=SC2016
 srun --overlap --nodes="$n" --ntasks="$n" --ntasks-per-node=1 --kill-on-bad-exit=1 \
     --output="$log_dir/%N.log" \
-    bash -c 'exec "$0" --root "$1" --backend "$2" serve --listen "0.0.0.0:$3" --token-file "$4"' \
-    "$haar" "$root" "$backend" "$port" "$token_file" &
+    bash -c 'exec "$0" "${@:5}" --root "$1" --backend "$2" serve --listen "0.0.0.0:$3" --token-file "$4"' \
+    "$haar" "$root" "$backend" "$port" "$token_file" "${store_args[@]}" &
 servers_pid=$!
 stop() {
     kill "$servers_pid" 2>/dev/null || true

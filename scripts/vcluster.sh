@@ -172,6 +172,8 @@ write_config() {
 # haar's configuration on every node of the virtual cluster (scripts/vcluster.sh).
 backend: pmem
 roots: [/mnt/pmem0/haar]
+# 256 MiB to start with (grown on demand): a node's pool is allocated in host memory.
+pool_size: 268435456
 dataspaces:
   shared: {kind: shared, path: /shared}
   local: {kind: posix, path: /mnt/pmem0}
