@@ -67,14 +67,17 @@ if [ ! -s "$token_file" ]; then
     echo "slurm-serve.sh: new token in $token_file" >&2
 fi
 
-# One task per node. The task expands its own root (ROOT may name the node, e.g. /local/$HOSTNAME
+# One task per node. --no-kill: a node that fails must not take the other servers down with it
+# (Slurm's default ends the whole step, and every replica with it); it also makes
+# --kill-on-bad-exit moot, so a server that fails to start is found by the readiness check below.
+# The task expands its own root (ROOT may name the node, e.g. /local/$HOSTNAME
 # via SLURMD_NODENAME), and `exec`s so that srun's signals reach the server directly.
 log_dir=${SLURM_SUBMIT_DIR:-$PWD}/haar-serve-$SLURM_JOB_ID
 mkdir -p "$log_dir"
 store_args=()
 [ -z "$store_config" ] || store_args=(--config "$store_config")
 # shellcheck disable=SC2016
-srun --overlap --nodes="$n" --ntasks="$n" --ntasks-per-node=1 --kill-on-bad-exit=1 \
+srun --overlap --no-kill --nodes="$n" --ntasks="$n" --ntasks-per-node=1 --kill-on-bad-exit=1 \
     --output="$log_dir/%N.log" \
     bash -c 'exec "$0" "${@:5}" --root "$1" --backend "$2" serve --listen "0.0.0.0:$3" --token-file "$4"' \
     "$haar" "$root" "$backend" "$port" "$token_file" "${store_args[@]}" &

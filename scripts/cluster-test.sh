@@ -1,0 +1,411 @@
+#!/usr/bin/env bash
+# The multi-node suite (issue 25, part 4): brings a 4-node virtual cluster up
+# (scripts/vcluster.sh), runs every check under its real Slurm and tears it down, also on
+# failure. Checks, each asserting behaviour:
+#   slurm    `srun -N 4 hostname` prints n1..n4 (one each); `sbatch -N 4` runs a step on every
+#            node; /mnt/pmem0 is node-private (a file written on n1 is absent on n2) and
+#            /shared is shared (written on n1, read byte-identical on n3);
+#   serve    one `haar serve` per node (scripts/slurm-serve.sh, --replicas 2): fields archived
+#            on n2 are held by exactly two servers, retrieve byte-identical on n3 and list on n4;
+#   mount    one `haar mount` per node over all servers (scripts/slurm-mount.sh): a file
+#            written on n1 reads byte-identical on n3, and every mount is gone after the job;
+#   kill     K times: a workflow of producers (one per node, replicas 2, a flush per field) runs
+#            under sbatch --no-kill; at a random moment one node holding fields (n2..n4: n1 runs
+#            the batch script) is killed whole (scripts/vcluster.sh kill: its PID namespace
+#            ends). Then: Slurm marks it DOWN (sinfo, scontrol show node); the surviving
+#            producers flush at least 2 more fields each (they fail over); every field flushed
+#            before or after the kill retrieves byte-identical (0 lost), including those the
+#            dead node held; a client reaching the dead node names it in its error; the node
+#            revived, the next workflow (the re-run) completes on all 4 nodes.
+#
+# Usage (root): scripts/cluster-test.sh [--kills K] [--haar PATH] [--only LIST] [--keep]
+#   --kills K   node kills (default 10; the long run: --kills 100 --only kill)
+#   --only LIST comma-separated subset of slurm,serve,mount,kill
+#   --keep      leave the cluster up (and its logs in /run/haar-vcluster) at the end
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+V=$here/vcluster.sh
+haar=$here/../target/release/haar
+kills=10
+only=slurm,serve,mount,kill
+keep=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --kills) kills=$2; shift 2 ;;
+        --haar) haar=$2; shift 2 ;;
+        --only) only=$2; shift 2 ;;
+        --keep) keep=1; shift ;;
+        -h|--help) awk 'NR > 1 && /^set -euo/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
+        *) echo "cluster-test.sh: unknown option $1 (see --help)" >&2; exit 1 ;;
+    esac
+done
+[ "$(id -u)" = 0 ] || { echo "cluster-test.sh: needs root (namespaces, Slurm daemons)" >&2; exit 1; }
+haar=$(readlink -f "$haar")
+[ -x "$haar" ] || { echo "cluster-test.sh: $haar is not an executable haar (cargo build --release -p haar-cli)" >&2; exit 1; }
+
+say() { echo "cluster-test.sh: $*" >&2; }
+t_start=$SECONDS
+failed=0
+finish() {
+    local status=$?
+    if [ "$keep" = 1 ]; then
+        say "cluster left up (--keep): scripts/vcluster.sh exec n1 sinfo; scripts/vcluster.sh down"
+    else
+        "$V" down || true
+    fi
+    if [ "$status" = 0 ] && [ "$failed" = 0 ]; then
+        say "ok ($(( SECONDS - t_start )) s)"
+    else
+        say "FAILED ($(( SECONDS - t_start )) s)"
+        [ "$status" != 0 ] || exit 1
+    fi
+}
+trap finish EXIT
+fail() { say "FAILED: $*"; failed=1; exit 1; }
+pass() { say "PASS: $*"; }
+on() { "$V" exec "$@"; }
+want() { [[ ",$only," == *",$1,"* ]]; }
+
+"$V" down
+"$V" up 4 --haar "$haar" --pmem-size 1g
+W=/shared/ct
+on n1 mkdir -p $W
+T=$W/token
+on n1 bash -c "umask 077; head -c 32 /dev/urandom | od -An -tx1 | tr -d ' \n' > $T"
+KEY=class=od,expver=1,stream=oper,time=0,domain=g,type=fc,levtype=sfc
+REQ=class=od,expver=1,stream=oper,time=0,type=fc,levtype=sfc
+
+# Submits a batch script (on n1) and waits for the job to end; prints its id.
+run_job() {
+    local script=$1 limit=${2:-120} jid
+    jid=$(on n1 bash -c "cd $W && sbatch --parsable $script") || fail "sbatch $script"
+    for _ in $(seq $((limit * 5))); do
+        [ -z "$(on n1 squeue -h -j "$jid" -o %T 2>/dev/null)" ] && { echo "$jid"; return 0; }
+        sleep 0.2
+    done
+    on n1 scancel "$jid" || true
+    fail "job $jid ($script) still running after $limit s"
+}
+job_state() { on n1 scontrol show job "$1" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2; }
+
+# ---------------------------------------------------------------------------------------------
+test_slurm() {
+    local got
+    got=$(on n1 srun -N 4 hostname | sort | tr '\n' ' ')
+    [ "$got" = "n1 n2 n3 n4 " ] || fail "srun -N 4 hostname printed '$got', not one line from each of n1..n4"
+    on n1 bash -c "cat > $W/hosts.sh" <<'JOB'
+#!/bin/bash
+#SBATCH -N 4
+#SBATCH -o slurm-%j.out
+srun -N 4 --ntasks-per-node=1 bash -c 'echo "step on $(hostname) node $SLURM_NODEID of $SLURM_JOB_NUM_NODES"'
+JOB
+    local jid out
+    jid=$(run_job hosts.sh 60)
+    out=$(on n1 cat "$W/slurm-$jid.out")
+    [ "$(job_state "$jid")" = COMPLETED ] || fail "sbatch -N 4 job $jid: $(job_state "$jid"): $out"
+    got=$(grep -o 'step on n[0-9]' <<<"$out" | awk '{print $3}' | sort | tr '\n' ' ')
+    [ "$got" = "n1 n2 n3 n4 " ] || fail "sbatch -N 4: steps ran on '$got': $out"
+    pass "srun -N 4 and sbatch -N 4 run one task on each of n1..n4"
+
+    local tag
+    tag=$(head -c 8 /dev/urandom | od -An -tx1 | tr -d ' \n')
+    on n1 srun -N1 -w n1 bash -c "echo $tag > /mnt/pmem0/private-$tag"
+    on n1 srun -N1 -w n2 test ! -e "/mnt/pmem0/private-$tag" \
+        || fail "/mnt/pmem0/private-$tag written on n1 is visible on n2 (not node-private)"
+    on n1 srun -N1 -w n1 grep -qx "$tag" "/mnt/pmem0/private-$tag" \
+        || fail "/mnt/pmem0/private-$tag is gone on n1"
+    local wrote read
+    wrote=$(on n1 srun -N1 -w n1 bash -c "head -c 3000000 /dev/urandom | tee $W/shared-$tag | md5sum")
+    read=$(on n1 srun -N1 -w n3 bash -c "md5sum < $W/shared-$tag")
+    [ "$wrote" = "$read" ] || fail "$W/shared-$tag written on n1 ($wrote) reads differently on n3 ($read)"
+    pass "/mnt/pmem0 is private to each node; /shared (GlusterFS) written on n1 reads byte-identical on n3"
+}
+
+# ---------------------------------------------------------------------------------------------
+# One job: per-node servers (replicas 2), then per-node mounts over them.
+test_serve_mount() {
+    local check_mount=$1
+    on n1 bash -c "cat > $W/serve.sh" <<JOB
+#!/bin/bash
+#SBATCH -N 4
+#SBATCH -o serve-%j.out
+set -euo pipefail
+cd $W
+$here/slurm-serve.sh --root /mnt/pmem0/haar-serve --port 7070 --replicas 2 --token-file $T \\
+    --store-config /etc/haar/haar.yaml --config $W/cluster.yaml -- bash $W/serve-clients.sh
+JOB
+    {
+        echo "export W=$W T=$T KEY=$KEY REQ=$REQ check_mount=$check_mount here=$here"
+        cat <<'CLIENTS'
+set -euo pipefail
+# 16 fields archived on n2 (one process and flush each), kept on /shared as the reference.
+srun --overlap -N1 -n1 -w n2 bash -c '
+  set -e; mkdir -p $W/orig
+  for s in $(seq 0 15); do
+    head -c $((1000 + s * 20000)) /dev/urandom > /tmp/f$s
+    haar --config $HAAR_CONFIG --token-file $T archive --key $KEY,date=20261201,step=$s,param=167 /tmp/f$s
+    cp /tmp/f$s $W/orig/f$s
+  done'
+# Retrieved on n3, in request order, against the reference.
+srun --overlap -N1 -n1 -w n3 bash -c '
+  haar --config $HAAR_CONFIG --token-file $T retrieve $REQ,date=20261201,param=167,step=$(seq -s/ 0 15) -o /tmp/back &&
+  for s in $(seq 0 15); do cat $W/orig/f$s; done | cmp - /tmp/back && echo SERVE-RETRIEVE-OK'
+# Listed on n4.
+n=$(srun --overlap -N1 -n1 -w n4 haar --config "$HAAR_CONFIG" --token-file "$T" list "$REQ,date=20261201" | grep -c 'step=' || true)
+echo "SERVE-LIST $n"
+# Replicas: exactly two servers hold the database, each all of it.
+for node in n1 n2 n3 n4; do
+  echo "SERVE-HOLDS $node $(haar --servers "$node:7070" --token-file "$T" list "$REQ,date=20261201" | grep -c 'step=' || true)"
+done
+if [ "$check_mount" = 1 ]; then
+  "$here/slurm-mount.sh" --mountpoint /tmp/haarfs --token-file "$T" -- bash -c '
+    srun --overlap -N1 -n1 -w n1 bash -c "head -c 5000000 /dev/urandom > $W/blob && cp $W/blob /tmp/haarfs/blob && sync"
+    for i in $(seq 50); do
+      srun --overlap -N1 -n1 -w n3 cmp -s $W/blob /tmp/haarfs/blob && { echo MOUNT-READ-ON-N3-OK; break; }
+      sleep 0.2
+    done'
+  left=$(srun --overlap -N4 --ntasks-per-node=1 bash -c 'grep -c " /tmp/haarfs " /proc/mounts || true' | awk '{ n += $1 } END { print n + 0 }')
+  echo "MOUNTS-LEFT $left"
+fi
+CLIENTS
+    } | on n1 bash -c "cat > $W/serve-clients.sh"
+    local jid out
+    jid=$(run_job serve.sh 180)
+    out=$(on n1 cat "$W/serve-$jid.out")
+    printf '    job: %s\n' "${out//$'\n'/$'\n'    job: }" >&2
+    [ "$(job_state "$jid")" = COMPLETED ] || fail "serve job $jid: $(job_state "$jid")"
+    grep -q SERVE-RETRIEVE-OK <<<"$out" || fail "fields archived on n2 did not retrieve byte-identical on n3"
+    grep -q '^SERVE-LIST 16$' <<<"$out" || fail "list on n4 did not show the 16 fields"
+    local holders
+    holders=$(grep '^SERVE-HOLDS' <<<"$out" | awk '$3 == 16' | wc -l)
+    if [ "$holders" != 2 ] || [ "$(grep '^SERVE-HOLDS' <<<"$out" | awk '$3 != 16 && $3 != 0' | wc -l)" != 0 ]; then
+        fail "with --replicas 2 exactly two servers must hold all 16 fields: $(grep '^SERVE-HOLDS' <<<"$out" | tr '\n' ' ')"
+    fi
+    pass "4 servers via slurm-serve.sh: archived on n2, retrieved byte-identical on n3, listed on n4, held by exactly 2 servers"
+    if [ "$check_mount" = 1 ]; then
+        grep -q MOUNT-READ-ON-N3-OK <<<"$out" || fail "a file written through haar mount on n1 did not read byte-identical on n3"
+        grep -q '^MOUNTS-LEFT 0$' <<<"$out" || fail "mounts left behind after slurm-mount.sh: $(grep MOUNTS-LEFT <<<"$out")"
+        pass "4 haar mounts via slurm-mount.sh: written on n1, read byte-identical on n3, all unmounted after"
+    fi
+}
+
+# ---------------------------------------------------------------------------------------------
+# Node failure. The job (run number R, its files in $W/fail-R): servers on every node over
+# roots kept from run to run (a re-run restarts them on what they hold), then one producer per
+# node until $W/fail-R/stop exists, then the verification on n1.
+write_fail_scripts() {
+    on n1 bash -c "cat > $W/fail.sh" <<JOB
+#!/bin/bash
+#SBATCH -N 4
+#SBATCH --no-kill
+set -uo pipefail
+D=\$1
+$here/slurm-serve.sh --root /mnt/pmem0/haar-fail --port 7070 --replicas 2 --token-file $T \\
+    --store-config /etc/haar/haar.yaml --config \$D/cluster.yaml -- bash $W/fail-clients.sh \$D
+echo "JOB-END \$?"
+JOB
+    # shellcheck disable=SC2016
+    on n1 bash -c "cat > $W/fail-clients.sh" <<'CLIENTS'
+set -uo pipefail
+D=$1
+echo "SERVERS-UP $HAAR_SERVERS"
+# --no-kill: the step goes on when a node of it fails (the producer there dies with it).
+srun --overlap --no-kill -N4 --ntasks-per-node=1 bash "$(dirname "$D")/fail-producer.sh" "$D"
+echo "PRODUCERS-EXIT $?"
+exec bash "$(dirname "$D")/fail-verify.sh" "$D"
+CLIENTS
+    # shellcheck disable=SC2016
+    on n1 bash -c "cat > $W/fail-producer.sh" <<PRODUCER
+# One producer: a field per step, each archived and flushed by one haar process (as a model
+# writes a step and flushes); retried on error (each error kept); a line in flushed.NODE once
+# its flush returned.
+set -uo pipefail
+D=\$1
+run=\${D##*-}
+node=\$(hostname)
+date=2027010\$((SLURM_NODEID + 1))
+expver=\$(printf %04d "\$run")
+for ((s = 0; s < 300; s++)); do
+    [ -e "\$D/stop" ] && break
+    key=class=od,expver=\$expver,stream=oper,time=0,domain=g,type=fc,levtype=sfc,date=\$date,step=\$s,param=167
+    yes "\$key" | head -c \$(( (s % 7 + 1) * 9000 )) > /tmp/field
+    tries=0
+    until haar --config "\$HAAR_CONFIG" --token-file $T archive --key "\$key" /tmp/field 2>/tmp/err; do
+        echo "ERROR \$node step \$s: \$(tr '\\n' ' ' < /tmp/err)" >> "\$D/errors.\$node"
+        tries=\$((tries + 1))
+        [ \$tries -lt 20 ] || { echo "GAVE-UP \$node step \$s" >> "\$D/errors.\$node"; exit 1; }
+        sleep 0.2
+    done
+    echo "FLUSHED \$s \$key END" >> "\$D/flushed.\$node"
+done
+PRODUCER
+    # shellcheck disable=SC2016
+    on n1 bash -c "cat > $W/fail-verify.sh" <<VERIFY
+# Every field any producer logged as flushed must retrieve byte-identical: one retrieve of
+# every producer's date and step (--allow-missing: not every producer reached every step), each
+# field of the output checked against bytes made again from its key (its first line), every
+# logged field present exactly once. Fields read from a replica may come after the rest of the
+# request (haar's dist retrieve), so the order is not checked.
+set -uo pipefail
+D=\$1
+# Whole lines only (a node killed mid-append may leave a partial last line).
+cat "\$D"/flushed.n* | grep '^FLUSHED [0-9]* [^ ]* END\$' > /tmp/lines
+n=\$(wc -l < /tmp/lines)
+dates=\$(grep -o 'date=[0-9]*' /tmp/lines | cut -d= -f2 | sort -u | paste -sd/)
+steps=\$(seq -s/ 0 "\$(awk '{print \$2}' /tmp/lines | sort -n | tail -1)")
+key=\$(head -1 /tmp/lines | awk '{print \$3}')
+req=\$(tr ',' '\\n' <<<"\$key" | grep -v -e '^step=' -e '^domain=' -e '^date=' | paste -sd,),date=\$dates,step=\$steps
+if haar --config "\$HAAR_CONFIG" --token-file $T retrieve --allow-missing "\$req" -o /tmp/got 2>/tmp/err \\
+    && python3 $W/fail-check.py /tmp/lines /tmp/got; then
+    echo "VERIFIED \$n LOST 0"
+else
+    echo "NOT-BYTE-IDENTICAL: \$(grep -v '^haar: missing' /tmp/err | tr '\\n' ' ')"
+    echo "VERIFIED 0 LOST \$n"
+fi
+VERIFY
+    on n1 bash -c "cat > $W/fail-check.py" <<'CHECK'
+import sys
+# The logged fields: key -> size (as the producer made them: the key repeated, (step % 7 + 1) * 9000 bytes).
+want = {}
+for line in open(sys.argv[1]):
+    _, step, key, _ = line.split()
+    want[key] = (int(step) % 7 + 1) * 9000
+got = open(sys.argv[2], "rb").read()
+seen, at = set(), 0
+while at < len(got):
+    key = got[at:got.index(b"\n", at)].decode()
+    if key in seen:
+        sys.exit(f"field {key!r} retrieved twice")
+    # A field flushed but not yet logged when its producer's node died is checked as well.
+    step = int(key.split("step=")[1].split(",")[0])
+    size = want.get(key, (step % 7 + 1) * 9000)
+    expected = ((key + "\n") * (size // (len(key) + 1) + 1)).encode()[:size]
+    if got[at:at + size] != expected:
+        sys.exit(f"{key}: bytes differ")
+    seen.add(key)
+    at += size
+missing = set(want) - seen
+if missing:
+    sys.exit(f"{len(missing)} field(s) missing, e.g. {sorted(missing)[0]}")
+CHECK
+}
+
+count_flushed() { # D NODE
+    on n1 bash -c "cat $1/flushed.$2 2>/dev/null | grep -c ' END\$' || true"
+}
+
+# One run of the workflow with a node killed at a random moment (or none: victim "").
+fail_run() {
+    local r=$1 kill_node=$2 D=$W/fail-$1 jid
+    on n1 mkdir -p "$D"
+    jid=$(on n1 bash -c "cd $W && sbatch --parsable -J fail-$r -o $D/job.out $W/fail.sh $D") || fail "run $r: sbatch"
+    # Every producer has flushed 2 fields: servers up, the workflow under way.
+    local node deadline=$((SECONDS + 60))
+    for node in n1 n2 n3 n4; do
+        until [ "$(count_flushed "$D" $node)" -ge 2 ]; do
+            [ $SECONDS -lt $deadline ] || fail "run $r: producer on $node did not flush 2 fields in 60 s: $(on n1 cat "$D/job.out" "$D/errors.$node" 2>&1 | tail -5)"
+            sleep 0.2
+        done
+    done
+    local victim='' held=0
+    if [ "$kill_node" = 1 ]; then
+        # The victim: a node other than n1 (the batch host) that holds fields of this run.
+        local cands=() c h
+        for c in n2 n3 n4; do
+            h=$(on n1 haar --servers "$c:7070" --token-file $T list "class=od,expver=$(printf %04d "$r")" 2>/dev/null | grep -c 'step=' || true)
+            [ "$h" -gt 0 ] && cands+=("$c")
+        done
+        [ ${#cands[@]} -gt 0 ] || cands=(n2 n3 n4)
+        victim=${cands[RANDOM % ${#cands[@]}]}
+        sleep "0.$((RANDOM % 10))$((RANDOM % 10))"
+        held=$(on n1 haar --servers "$victim:7070" --token-file $T list "class=od,expver=$(printf %04d "$r")" 2>/dev/null | grep -c 'step=' || true)
+        local before=()
+        for node in n1 n2 n3 n4; do before+=("$(count_flushed "$D" $node)"); done
+        "$V" kill "$victim"
+        local t_kill=$SECONDS
+        # Slurm sees it down.
+        until on n1 sinfo -h -n "$victim" -o %T | grep -q '^down'; do
+            [ $((SECONDS - t_kill)) -lt 40 ] || fail "run $r: Slurm did not mark $victim down within 40 s: $(on n1 sinfo -N)"
+            sleep 0.5
+        done
+        on n1 scontrol show node "$victim" | grep -q 'State=DOWN' || fail "run $r: scontrol show node $victim: not DOWN"
+        local down_s=$((SECONDS - t_kill))
+        # The other producers fail over: 2 more fields flushed each.
+        local i=0
+        for node in n1 n2 n3 n4; do
+            if [ "$node" != "$victim" ]; then
+                until [ "$(count_flushed "$D" $node)" -ge $((before[i] + 2)) ]; do
+                    [ $((SECONDS - t_kill)) -lt 90 ] || fail "run $r: producer on $node flushed nothing more after $victim was killed: $(on n1 tail -3 "$D/errors.$node" 2>&1)"
+                    sleep 0.2
+                done
+            fi
+            i=$((i + 1))
+        done
+        # A client that needs the dead node names it: a list over every server without
+        # replicas must fail, saying which server is gone.
+        local err
+        if err=$(on n1 haar --servers n1:7070,n2:7070,n3:7070,n4:7070 --token-file $T list "class=od,expver=$(printf %04d "$r")" 2>&1 >/dev/null); then
+            fail "run $r: a list over all servers without replicas succeeded with $victim dead"
+        fi
+        grep -q "$victim:7070" <<<"$err" || fail "run $r: the error of a client reaching $victim does not name it: $err"
+        say "run $r: killed $victim (held $held fields of the run); DOWN in Slurm after ${down_s} s; others went on after $((SECONDS - t_kill)) s"
+    else
+        sleep 1
+    fi
+    on n1 touch "$D/stop"
+    local t_stop=$SECONDS
+    for _ in $(seq 600); do
+        [ -z "$(on n1 squeue -h -j "$jid" -o %T 2>/dev/null)" ] && break
+        sleep 0.2
+    done
+    local out
+    out=$(on n1 cat "$D/job.out")
+    grep -q '^VERIFIED' <<<"$out" || fail "run $r: no verification (job $jid $(job_state "$jid")): $(tail -20 <<<"$out")"
+    local verified lost
+    read -r verified lost < <(grep '^VERIFIED' <<<"$out" | awk '{print $2, $4}')
+    [ "$lost" = 0 ] || fail "run $r: $lost flushed field(s) not retrieved byte-identical (victim $victim): $(grep -v '^FLUSHED' <<<"$out" | tail -10)"
+    [ "$verified" -ge 8 ] || fail "run $r: only $verified fields verified"
+    if [ -n "$victim" ]; then
+        # Errors a producer met (a field in flight on the dead server) name it.
+        local errs
+        errs=$(on n1 bash -c "cat $D/errors.n* 2>/dev/null" || true)
+        if [ -n "$errs" ]; then
+            grep -v "$victim" <<<"$errs" | grep -q . && fail "run $r: a producer error does not name $victim: $(grep -v "$victim" <<<"$errs" | head -3)"
+        fi
+        local t_rev=$SECONDS
+        "$V" revive "$victim"
+        wait_idle_all
+        say "run $r: job ended $((t_rev - t_stop)) s after the stop; $victim back in service in $((SECONDS - t_rev)) s"
+        KILL_LOG+=("$r $victim held=$held verified=$verified lost=$lost errors=$(grep -c . <<<"$errs" || true)")
+    else
+        grep -q '^JOB-END 0' <<<"$out" || fail "run $r (no kill): the job did not end well: $(tail -5 <<<"$out")"
+        grep -q '^PRODUCERS-EXIT 0' <<<"$out" || fail "run $r (no kill): a producer failed: $(on n1 bash -c "cat $D/errors.n*" 2>&1 | tail -5)"
+    fi
+    RUN_VERIFIED=$verified
+}
+
+wait_idle_all() {
+    for _ in $(seq 150); do
+        [ "$(on n1 sinfo -h -N -t idle -o %N | sort -u | wc -l)" -ge 4 ] && return 0
+        sleep 0.2
+    done
+    fail "not every node idle 30 s after revive: $(on n1 sinfo -N)"
+}
+
+KILL_LOG=()
+test_kills() {
+    local k=$1 r total=0
+    write_fail_scripts
+    for ((r = 1; r <= k; r++)); do
+        fail_run "$r" 1
+        total=$((total + RUN_VERIFIED))
+    done
+    # The re-run after the last kill, on all 4 nodes, nothing killed.
+    fail_run $((k + 1)) 0
+    pass "node failure x$k: 0 of $total flushed fields lost; Slurm marked each victim DOWN; clients failed over; errors name the node; every re-run completed (last: $RUN_VERIFIED fields)"
+    printf '    %s\n' "${KILL_LOG[@]}" >&2
+}
+
+want slurm && test_slurm
+if want serve || want mount; then test_serve_mount "$(want mount && echo 1 || echo 0)"; fi
+if want kill; then test_kills "$kills"; fi
