@@ -7,7 +7,7 @@ PREFIX ?= /usr/local
 MANDIR ?= $(PREFIX)/share/man
 DOCS   := target/docs
 
-.PHONY: setup build peer run test lint unit crash fuzz bench install-docs clean c python pytest slurm-stage
+.PHONY: setup build peer run test lint unit crash fuzz bench install-docs clean c python pytest slurm-stage cluster-test
 
 setup:
 	@scripts/setup.sh
@@ -73,7 +73,14 @@ slurm-stage: setup
 	scripts/slurm-selftest.sh $(HAAR)
 	scripts/slurm-stage-test.sh $(HAAR)
 
-test: setup lint unit pytest fuzz slurm-stage
+# haar across nodes (issue 25): a 4-node virtual cluster from namespaces (scripts/vcluster.sh:
+# GlusterFS at /shared, a real multi-node Slurm) running the multi-node suite; torn down also
+# on failure (root).
+cluster-test: setup
+	$(CARGO) build --release -p haar-cli
+	scripts/cluster-test.sh --haar $(HAAR)
+
+test: setup lint unit pytest fuzz slurm-stage cluster-test
 
 # The full benchmark, writing docs/benchmarks.md.
 bench: build peer

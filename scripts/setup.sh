@@ -21,6 +21,9 @@ dpkg -s munge >/dev/null 2>&1 || need_apt+=(munge)
 # haar mount (issue 16): fusermount3 to unmount (and to mount as a user); fio for bench/mount.sh.
 command -v fusermount3 >/dev/null 2>&1 || need_apt+=(fuse3)
 command -v fio >/dev/null 2>&1 || need_apt+=(fio)
+# The virtual cluster (issue 25, scripts/vcluster.sh): GlusterFS serves its shared file system.
+dpkg -s glusterfs-server >/dev/null 2>&1 || need_apt+=(glusterfs-server)
+dpkg -s glusterfs-client >/dev/null 2>&1 || need_apt+=(glusterfs-client)
 if [ ${#need_apt[@]} -gt 0 ]; then
   SUDO=""
   [ "$(id -u)" -eq 0 ] || SUDO="sudo"
