@@ -104,7 +104,8 @@ mount --bind "$RUN/etc/haar" /etc/haar
 mount --bind "$RUN/node/$NAME" "$RUN/local"
 if [ "$NAME" = storage ]; then
     mkdir -p "$RUN/local/glusterd" "$RUN/local/glusterlog" "$RUN/local/brick"
-    cp -a /var/lib/glusterd/. "$RUN/local/glusterd/" 2>/dev/null || true
+    # Only the hooks and option groups of the package, never the state of a host glusterd.
+    cp -a /var/lib/glusterd/groups /var/lib/glusterd/hooks "$RUN/local/glusterd/" 2>/dev/null || true
     mount --bind "$RUN/local/glusterd" /var/lib/glusterd
     mount --bind "$RUN/local/glusterlog" /var/log/glusterfs
 else
@@ -385,8 +386,8 @@ cmd_exec() {
 
 # Throughput of /shared (GlusterFS behind the storage node's shaped link) from one node and
 # from every node at once, and of one node's /mnt/pmem0, with dd (1 MiB blocks; writes end
-# with fsync; reads after dropping the client's cache by remounting-free O_DIRECT-less reread
-# of files written by another node, so the bytes cross the link).
+# with fsync). Every read is of a file another node wrote, so no client cache can serve it and
+# the bytes cross the storage node's link.
 cmd_bench() {
     local mib=256 json=
     while [ $# -gt 0 ]; do
