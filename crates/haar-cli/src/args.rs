@@ -290,7 +290,10 @@ impl Command {
             | Command::List(ListArgs { open, .. })
             | Command::Retrieve(RetrieveArgs { open, .. })
             | Command::Axes(AxesArgs { open, .. })
-            | Command::Wipe(ModifyArgs { open, .. })
+            | Command::Wipe(WipeArgs {
+                modify: ModifyArgs { open, .. },
+                ..
+            })
             | Command::Purge(ModifyArgs { open, .. })
             | Command::Info(InfoArgs { open, .. })
             | Command::Hammer(HammerArgs { open, .. })
@@ -348,8 +351,10 @@ pub enum Command {
     /// Show the values present for each keyword among the fields matching a request.
     Axes(AxesArgs),
     /// Remove fields (a dry run unless --doit). A request naming whole databases removes them
-    /// with their files; a narrower one hides the matching fields until `purge`.
-    Wipe(ModifyArgs),
+    /// with their files; a narrower one hides the matching fields until `purge`. A database
+    /// holding files haar did not write is not removed (FDB5's unclean database): the wipe
+    /// names them and removes nothing, unless --unsafe-wipe-all.
+    Wipe(WipeArgs),
     /// Drop fields masked by a re-archive or hidden by a wipe, freeing storage (a dry run
     /// unless --doit). Refused while a writer holds the database.
     Purge(ModifyArgs),
@@ -523,6 +528,17 @@ pub struct ModifyArgs {
     pub json: bool,
     #[command(flatten)]
     pub open: OpenArgs,
+}
+
+/// `haar wipe`.
+#[derive(Debug, Args)]
+pub struct WipeArgs {
+    #[command(flatten)]
+    pub modify: ModifyArgs,
+    /// Also delete the files haar did not write in the databases removed whole (FDB5's
+    /// `fdb-wipe --unsafe-wipe-all`); without it such a wipe is refused, naming them.
+    #[arg(long)]
+    pub unsafe_wipe_all: bool,
 }
 
 /// `haar compact`.

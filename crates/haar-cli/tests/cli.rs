@@ -205,6 +205,41 @@ fn cli_contract_posix() {
     contract("posix");
 }
 
+/// Issue 26's data-safety bug: `haar wipe --doit` of a database whose directory holds a file
+/// haar did not write deleted it. Now it exits 1 naming the file and deletes nothing; a dry
+/// run names it; `--unsafe-wipe-all` deletes it with the database.
+#[test]
+fn wipe_refuses_a_database_holding_a_foreign_file_unless_unsafe_wipe_all() {
+    let tmp = tempfile::tempdir().unwrap();
+    let root = tmp.path().join("store");
+    archive_raw(&root, "posix", tmp.path(), 0, "167", b"GRIBkeep7777");
+    let db_dir = std::fs::read_dir(&root)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.join("db.key").exists())
+        .expect("the database directory");
+    let foreign = db_dir.join("README.txt");
+    std::fs::write(&foreign, b"someone else's").unwrap();
+    let dry = ok(&haar(&root, "posix", &["wipe", DB]));
+    assert!(dry.contains(&foreign.display().to_string()), "{dry}");
+    let o = haar(&root, "posix", &["wipe", DB, "--doit"]);
+    assert_eq!(code(&o), 1, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("unclean") && stderr(&o).contains(&foreign.display().to_string()),
+        "{}",
+        stderr(&o)
+    );
+    assert!(foreign.exists());
+    assert_eq!(ok(&haar(&root, "posix", &["list"])).lines().count(), 1);
+    ok(&haar(
+        &root,
+        "posix",
+        &["wipe", DB, "--doit", "--unsafe-wipe-all"],
+    ));
+    assert!(!foreign.exists() && !db_dir.exists());
+    assert_eq!(ok(&haar(&root, "posix", &["list"])).lines().count(), 0);
+}
+
 #[test]
 fn cli_contract_pmem() {
     contract("pmem");

@@ -64,6 +64,14 @@ pub trait Backend: Send + Sync {
     /// Removes `db` and its bytes; fails with [`crate::Error::Busy`] while any writer holds it.
     fn wipe_database(&self, db: &Key) -> Result<()>;
 
+    /// Files and directories in `db`'s storage that haar did not write (FDB5 calls a database
+    /// holding such files "unclean"): [`Backend::wipe_database`] would delete them with the
+    /// database, so a wipe refuses unless the caller asks for it (`--unsafe-wipe-all`). Empty
+    /// where the backend keeps nothing a user could put files beside (memory).
+    fn unowned_files(&self, _db: &Key) -> Result<Vec<PathBuf>> {
+        Ok(Vec::new())
+    }
+
     /// Takes exclusive access to an existing `db` for purge; fails with [`crate::Error::Busy`]
     /// while any writer holds it. Access ends when the returned value is dropped.
     fn exclusive(&self, db: &Key) -> Result<Box<dyn Exclusive>>;

@@ -138,6 +138,7 @@ pub fn run_all(f: Factory<'_>) {
     rearchive_masks_older(f);
     list_and_axes(f);
     wipe_partial_and_whole(f);
+    wipe_refuses_unowned_files(f);
     purge_keeps_live_fields(f);
     concurrent_writers_same_database(f);
     hostile_values_round_trip(f);
@@ -375,6 +376,46 @@ pub fn wipe_partial_and_whole(f: Factory<'_>) {
     let (got, _) = get(&r, &req_for(&k));
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].1, payload(&k, 9, 64));
+}
+
+/// A file haar did not write beside a database's catalogue makes a whole-database wipe with
+/// `doit` fail naming it, removing nothing (FDB5's "Cannot fully wipe unclean FDB
+/// database"); a narrow wipe and a dry run are unaffected; `wipe_unsafe_all` removes the
+/// database and the file. Backends without a catalogue directory (memory) have no such file.
+pub fn wipe_refuses_unowned_files(f: Factory<'_>) {
+    let mut w = store(f);
+    let k = field_key("20260106", 0, 500, "130");
+    w.archive(&k, &payload(&k, 0, 100)).unwrap();
+    w.flush().unwrap();
+    w.close_writers();
+    let db = Request::parse("class=od,expver=1,stream=oper,date=20260106,time=12").unwrap();
+    let split = w.options().schema.split(&k, &w.options().context).unwrap();
+    let Some(cat) = w.backend().catalogue_dir(&split.db).unwrap() else {
+        assert!(w.unowned_files(&db).unwrap().is_empty());
+        w.wipe(&db, true).unwrap();
+        return;
+    };
+    std::fs::create_dir_all(&cat).unwrap();
+    let foreign = cat.join("notes.txt");
+    std::fs::write(&foreign, b"not haar's").unwrap();
+    assert_eq!(w.unowned_files(&db).unwrap(), vec![foreign.clone()]);
+    let dry = w.wipe(&db, false).unwrap();
+    assert_eq!(dry.databases.len(), 1, "{dry:?}");
+    let err = w.wipe(&db, true).unwrap_err().to_string();
+    assert!(
+        err.contains("unclean") && err.contains(&foreign.display().to_string()),
+        "{err}"
+    );
+    assert!(foreign.exists(), "a refused wipe deleted the foreign file");
+    let (got, _) = get(&store(f), &req_for(&k));
+    assert_eq!(got.len(), 1, "a refused wipe removed the field");
+    // A wipe narrower than the database deletes no file: not refused.
+    let narrow = Request::parse("date=20260106,step=0,param=130,levelist=500").unwrap();
+    assert_eq!(w.wipe(&narrow, true).unwrap().fields, 1);
+    let rep = w.wipe_unsafe_all(&db, true).unwrap();
+    assert_eq!(rep.databases.len(), 1, "{rep:?}");
+    assert!(!foreign.exists(), "unsafe wipe-all left the foreign file");
+    assert!(w.list(&db).unwrap().is_empty());
 }
 
 /// Purge drops masked fields and keeps every live field readable, for old and new readers.

@@ -392,11 +392,33 @@ impl FieldStore for DistStore {
     }
 
     fn wipe(&mut self, req: &Request, doit: bool) -> Result<WipeReport> {
+        if doit {
+            // Checked on every lane first, so that a refusal removes nothing anywhere.
+            crate::frontend::refuse_unowned(req, &self.unowned_files(req)?)?;
+        }
         let mut total = WipeReport::default();
         for lane in &mut self.lanes {
             add_wipe(&mut total, lane.store.wipe(req, doit)?);
         }
         // Replicas report the same database more than once.
+        total.databases.sort();
+        total.databases.dedup();
+        Ok(total)
+    }
+
+    fn unowned_files(&self, req: &Request) -> Result<Vec<std::path::PathBuf>> {
+        let mut out = Vec::new();
+        for lane in &self.lanes {
+            out.extend(lane.store.unowned_files(req)?);
+        }
+        Ok(out)
+    }
+
+    fn wipe_unsafe_all(&mut self, req: &Request, doit: bool) -> Result<WipeReport> {
+        let mut total = WipeReport::default();
+        for lane in &mut self.lanes {
+            add_wipe(&mut total, lane.store.wipe_unsafe_all(req, doit)?);
+        }
         total.databases.sort();
         total.databases.dedup();
         Ok(total)
@@ -567,9 +589,27 @@ impl FieldStore for SelectStore {
         Ok(merged.into_values().collect())
     }
     fn wipe(&mut self, req: &Request, doit: bool) -> Result<WipeReport> {
+        if doit {
+            // Checked on every route first, so that a refusal removes nothing anywhere.
+            crate::frontend::refuse_unowned(req, &self.unowned_files(req)?)?;
+        }
         let mut total = WipeReport::default();
         for (_, s) in &mut self.routes {
             add_wipe(&mut total, s.wipe(req, doit)?);
+        }
+        Ok(total)
+    }
+    fn unowned_files(&self, req: &Request) -> Result<Vec<std::path::PathBuf>> {
+        let mut out = Vec::new();
+        for (_, s) in self.overlapping(req) {
+            out.extend(s.unowned_files(req)?);
+        }
+        Ok(out)
+    }
+    fn wipe_unsafe_all(&mut self, req: &Request, doit: bool) -> Result<WipeReport> {
+        let mut total = WipeReport::default();
+        for (_, s) in &mut self.routes {
+            add_wipe(&mut total, s.wipe_unsafe_all(req, doit)?);
         }
         Ok(total)
     }

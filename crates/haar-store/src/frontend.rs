@@ -10,7 +10,7 @@ use haar_core::request::{Request, Values};
 use haar_core::schema::SplitKey;
 
 use crate::backend::FieldBytes;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::store::{
     Checkpoint, DbStats, Field, PurgeReport, RetrieveReport, Store, StoreOptions, WipeReport,
 };
@@ -125,6 +125,31 @@ pub trait FieldStore: Send {
     /// Drops masked and wiped fields (a dry run unless `doit`).
     fn purge(&mut self, req: &Request, doit: bool) -> Result<PurgeReport>;
 
+    /// Files the store did not write in the databases a wipe of `req` would remove whole
+    /// (FDB5's "unknown URIs"): a wipe with `doit` refuses them and removes nothing. Empty
+    /// where the store cannot see them (a server checks its own when it wipes).
+    fn unowned_files(&self, _req: &Request) -> Result<Vec<std::path::PathBuf>> {
+        Ok(Vec::new())
+    }
+
+    /// [`FieldStore::wipe`], also deleting the files the store did not write in the
+    /// databases it removes whole (FDB5's `unsafeWipeAll`). Where the store cannot (through
+    /// servers), a dry run is the plain wipe's and `doit` is refused, removing nothing.
+    fn wipe_unsafe_all(&mut self, req: &Request, doit: bool) -> Result<WipeReport> {
+        if !doit {
+            return self.wipe(req, false);
+        }
+        Err(Error::BadRequest {
+            request: req.to_string(),
+            reason: format!(
+                "{} cannot wipe files it did not write (--unsafe-wipe-all): wipe on the \
+                 host that holds the files",
+                self.describe()
+            )
+            .into(),
+        })
+    }
+
     /// Per-database statistics for databases matching `req`.
     fn stats(&self, req: &Request) -> Result<Vec<DbStats>>;
 
@@ -235,6 +260,12 @@ impl FieldStore for Store {
     fn wipe(&mut self, req: &Request, doit: bool) -> Result<WipeReport> {
         Store::wipe(self, req, doit)
     }
+    fn unowned_files(&self, req: &Request) -> Result<Vec<std::path::PathBuf>> {
+        Store::unowned_files(self, req)
+    }
+    fn wipe_unsafe_all(&mut self, req: &Request, doit: bool) -> Result<WipeReport> {
+        Store::wipe_unsafe_all(self, req, doit)
+    }
     fn purge(&mut self, req: &Request, doit: bool) -> Result<PurgeReport> {
         Store::purge(self, req, doit)
     }
@@ -244,4 +275,23 @@ impl FieldStore for Store {
     fn problems(&self, req: &Request) -> Result<Vec<String>> {
         Store::problems(self, req)
     }
+}
+
+/// Refuses a wipe with `doit` of databases holding `unowned` files (FDB5's "Cannot fully
+/// wipe unclean FDB database"), naming them; called before anything is removed.
+pub(crate) fn refuse_unowned(req: &Request, unowned: &[std::path::PathBuf]) -> Result<()> {
+    if unowned.is_empty() {
+        return Ok(());
+    }
+    let list: Vec<String> = unowned.iter().map(|p| p.display().to_string()).collect();
+    Err(Error::BadRequest {
+        request: req.to_string(),
+        reason: format!(
+            "cannot fully wipe an unclean database: haar did not write {}; nothing was \
+             wiped. Move them away, or wipe with --unsafe-wipe-all (fdb_wipe's \
+             unsafeWipeAll) to delete them with the database",
+            list.join(", ")
+        )
+        .into(),
+    })
 }

@@ -277,6 +277,40 @@ pub(crate) fn read_db_dir(dir: &Path) -> DbDir {
     }
 }
 
+/// Whether `name` is a file haar writes directly in a posix database directory (§4.1):
+/// `db.key`, `toc`, `lock`, a writer's `.data` and `.index`, a purge's temporary `toc`.
+fn is_database_file(name: &str) -> bool {
+    if ["db.key", "toc", "lock"].contains(&name) {
+        return true;
+    }
+    if name.strip_prefix(".toc-").is_some_and(crate::run::is_id) {
+        return true;
+    }
+    name.strip_suffix(".data")
+        .or_else(|| name.strip_suffix(".index"))
+        .is_some_and(crate::run::is_id)
+}
+
+/// The entries of a catalogue directory (§3.1) that haar did not write.
+pub(crate) fn unowned_in_catalogue(dir: &Path) -> Result<Vec<PathBuf>> {
+    let rd = match fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io("list", dir, e)),
+    };
+    let mut out = Vec::new();
+    for ent in rd {
+        let ent = ent.map_err(|e| Error::io("list", dir, e))?;
+        let name = ent.file_name();
+        if ent.file_type().is_ok_and(|t| t.is_dir())
+            || !crate::run::is_catalogue_file(&name.to_string_lossy())
+        {
+            out.push(ent.path());
+        }
+    }
+    Ok(out)
+}
+
 fn open_lock(dir: &Path) -> Result<File> {
     let path = dir.join("lock");
     crate::perm::create_options()
@@ -386,6 +420,26 @@ impl Backend for PosixBackend {
         drop(lock);
         fs::remove_dir_all(&grave).map_err(|e| Error::io("remove", &grave, e))?;
         Ok(())
+    }
+
+    fn unowned_files(&self, db: &Key) -> Result<Vec<PathBuf>> {
+        let Some(dir) = self.find(db)? else {
+            return Ok(Vec::new());
+        };
+        let mut out = Vec::new();
+        for ent in fs::read_dir(&dir).map_err(|e| Error::io("list", &dir, e))? {
+            let ent = ent.map_err(|e| Error::io("list", &dir, e))?;
+            let name = ent.file_name();
+            let name = name.to_string_lossy();
+            let is_dir = ent.file_type().is_ok_and(|t| t.is_dir());
+            if is_dir && name == CATALOGUE_DIR {
+                out.extend(unowned_in_catalogue(&ent.path())?);
+            } else if is_dir || !is_database_file(&name) {
+                out.push(ent.path());
+            }
+        }
+        out.sort();
+        Ok(out)
     }
 
     fn exclusive(&self, db: &Key) -> Result<Box<dyn Exclusive>> {

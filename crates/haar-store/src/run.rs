@@ -84,6 +84,33 @@ pub(crate) const LOCK_FILE: &str = "merge.lock";
 /// Held by the one merger compacting runs (design §3.1).
 pub(crate) const COMPACT_LOCK_FILE: &str = "compact.lock";
 
+/// Whether `s` is 16 lowercase hex digits, haar's spelling of a writer, run or temporary id.
+pub(crate) fn is_id(s: &str) -> bool {
+    s.len() == 16
+        && s.bytes()
+            .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// Whether `name` is a file haar writes in a catalogue directory (design §3.1): the manifest,
+/// the two merge locks, runs, the part files of compactions, and the temporaries that
+/// [`write_atomic`] and the run writer leave while they write (manifest, runs, and the
+/// `db.key` of pmem databases). A wipe refuses to delete anything else unless told to
+/// (FDB5's "unclean database").
+pub(crate) fn is_catalogue_file(name: &str) -> bool {
+    if [MANIFEST_FILE, LOCK_FILE, COMPACT_LOCK_FILE, "db.key"].contains(&name) {
+        return true;
+    }
+    for suffix in [".run", ".run.tmp", ".run.part"] {
+        if name.strip_suffix(suffix).is_some_and(is_id) {
+            return true;
+        }
+    }
+    // `write_atomic`'s temporaries: `{name}.{id}.tmp`.
+    name.strip_suffix(".tmp")
+        .and_then(|n| n.rsplit_once('.'))
+        .is_some_and(|(base, id)| (base == MANIFEST_FILE || base == "db.key") && is_id(id))
+}
+
 fn corrupt(path: &Path, what: &'static str, detail: impl Into<String>) -> Error {
     Error::Corrupt {
         what,

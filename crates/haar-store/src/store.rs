@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::io;
+use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex, mpsc};
 
@@ -809,7 +810,35 @@ impl Store {
     /// request keyword is a database-level keyword) is removed with its files; otherwise the
     /// matching fields are hidden by tombstones (storage is freed by [`Store::purge`]).
     /// With `doit == false` nothing changes and the report says what would.
+    ///
+    /// A database to be removed whole that holds files haar did not write
+    /// ([`Store::unowned_files`]) makes the wipe fail, naming them, before anything is
+    /// removed (FDB5's "Cannot fully wipe unclean FDB database");
+    /// [`Store::wipe_unsafe_all`] removes them too.
     pub fn wipe(&mut self, req: &Request, doit: bool) -> Result<WipeReport> {
+        self.wipe_with(req, doit, false)
+    }
+
+    /// [`Store::wipe`], removing the files haar did not write in the databases removed whole
+    /// along with them (FDB5's `unsafeWipeAll`, `haar wipe --unsafe-wipe-all`).
+    pub fn wipe_unsafe_all(&mut self, req: &Request, doit: bool) -> Result<WipeReport> {
+        self.wipe_with(req, doit, true)
+    }
+
+    /// The files haar did not write in the databases a wipe of `req` would remove whole,
+    /// sorted: what [`Store::wipe`] refuses to delete.
+    pub fn unowned_files(&self, req: &Request) -> Result<Vec<PathBuf>> {
+        let (resolved, _) = self.resolve(req)?;
+        let mut out = Vec::new();
+        for db in self.candidate_dbs(&resolved)? {
+            if resolved.params.iter().all(|p| db.get(&p.keyword).is_some()) {
+                out.extend(self.backend.unowned_files(&db)?);
+            }
+        }
+        Ok(out)
+    }
+
+    fn wipe_with(&mut self, req: &Request, doit: bool, unsafe_all: bool) -> Result<WipeReport> {
         let (resolved, _) = self.resolve(req)?;
         if resolved.params.is_empty() {
             return Err(bad_request(
@@ -817,14 +846,25 @@ impl Store {
                 "wipe needs at least one keyword; to remove everything, name the databases (see `haar list`)",
             ));
         }
-        let mut report = WipeReport::default();
+        // What to do to each database, decided (and checked) before anything is removed.
+        let mut plan = Vec::new();
+        let listed = self.list_resolved(&resolved)?;
         for db in self.candidate_dbs(&resolved)? {
             let whole = resolved.params.iter().all(|p| db.get(&p.keyword).is_some());
-            let fields: Vec<Field> = self
-                .list_resolved(&resolved)?
-                .into_iter()
-                .filter(|f| f.db == db)
-                .collect();
+            let fields: Vec<Field> = listed.iter().filter(|f| f.db == db).cloned().collect();
+            plan.push((db, whole, fields));
+        }
+        if doit && !unsafe_all {
+            let mut unowned = Vec::new();
+            for (db, whole, _) in &plan {
+                if *whole {
+                    unowned.extend(self.backend.unowned_files(db)?);
+                }
+            }
+            crate::frontend::refuse_unowned(req, &unowned)?;
+        }
+        let mut report = WipeReport::default();
+        for (db, whole, fields) in plan {
             if whole {
                 report.databases.push(db.to_string());
                 report.fields += fields.len();

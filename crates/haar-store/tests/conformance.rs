@@ -279,3 +279,41 @@ fn pmem_writers_take_private_chunks_and_give_back_their_tails() {
         }
     }
 }
+
+/// The data-safety bug of issue 26: a file put in a posix database's directory by someone
+/// else (here a sub-directory too) was deleted by a wipe with `doit`. Now the wipe fails,
+/// naming both, and deletes nothing; `wipe_unsafe_all` deletes them with the database.
+#[test]
+fn posix_wipe_refuses_a_database_directory_holding_foreign_files() {
+    use haar_core::Request;
+    use haar_store::conformance::{field_key, payload};
+    let dir = tempfile::tempdir().unwrap();
+    let backend: Arc<dyn Backend> =
+        Arc::new(PosixBackend::new(vec![dir.path().to_path_buf()], FsyncPolicy::Never).unwrap());
+    let mut s = haar_store::Store::with_options(backend.clone(), Default::default());
+    let k = field_key("20260107", 0, 500, "130");
+    s.archive(&k, &payload(&k, 0, 64)).unwrap();
+    s.flush().unwrap();
+    let split = s.options().schema.split(&k, &s.options().context).unwrap();
+    let db_dir = backend
+        .catalogue_dir(&split.db)
+        .unwrap()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let file = db_dir.join("an:pl.20260107.data");
+    let sub = db_dir.join("mine");
+    std::fs::write(&file, b"FDB5 or a user").unwrap();
+    std::fs::create_dir(&sub).unwrap();
+    let db = Request::parse("class=od,expver=1,stream=oper,date=20260107,time=12").unwrap();
+    let err = s.wipe(&db, true).unwrap_err().to_string();
+    for p in [&file, &sub] {
+        assert!(err.contains(&p.display().to_string()), "{err}");
+        assert!(p.exists(), "{} deleted by a refused wipe", p.display());
+    }
+    assert_eq!(s.get_copy(&k).unwrap().unwrap(), payload(&k, 0, 64));
+    s.wipe_unsafe_all(&db, true).unwrap();
+    assert!(!db_dir.exists());
+    assert!(s.get_copy(&k).unwrap().is_none());
+}

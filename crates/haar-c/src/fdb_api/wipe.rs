@@ -124,9 +124,11 @@ pub fn purge_lines(r: &PurgeReport, doit: bool, porcelain: bool) -> Vec<String> 
 /// over lines saying what was (or would be) removed; delete it with
 /// `fdb_delete_wipe_iterator`. A request naming only database-level keywords removes those
 /// databases with their files; otherwise the matching fields are hidden (their space is
-/// given back by `fdb_purge`). `porcelain`: terse lines for scripts. `unsafeWipeAll`: FDB5
-/// also removes files it does not recognise; a haar database holds none, so it changes
-/// nothing.
+/// given back by `fdb_purge`). `porcelain`: terse lines for scripts.
+///
+/// As FDB5: a database holding files haar did not write is "unclean"; a dry run lists them
+/// (`unowned PATH` lines), and with `doit` the wipe fails naming them and removes nothing,
+/// unless `unsafeWipeAll`, which deletes them with the database.
 ///
 /// # Safety
 /// `fdb` is null or a live handle; `req` is null or a live request; `it` is null or valid for
@@ -140,7 +142,6 @@ pub unsafe extern "C" fn fdb_wipe(
     unsafe_wipe_all: bool,
     it: *mut *mut fdb_wipe_iterator_t,
 ) -> c_int {
-    let _ = unsafe_wipe_all;
     call_ok(|| {
         // SAFETY: per the caller's contract.
         let (h, r) = unsafe { (object::live(fdb)?, object::live(req)?) };
@@ -149,11 +150,48 @@ pub unsafe extern "C" fn fdb_wipe(
                 "it is NULL: pass where to store the iterator",
             ));
         }
-        let report = h.store.wipe(&r.request, doit)?;
-        let l = WipeLines(lines(wipe_lines(&report, doit, porcelain)));
+        let unowned = if doit {
+            Vec::new()
+        } else {
+            h.store.unowned_files(&r.request)?
+        };
+        let report = if unsafe_wipe_all {
+            h.store.wipe_unsafe_all(&r.request, doit)?
+        } else {
+            h.store.wipe(&r.request, doit)?
+        };
+        let mut text = wipe_lines(&report, doit, porcelain);
+        text.extend(unowned_lines(&unowned, unsafe_wipe_all, porcelain));
+        let l = WipeLines(lines(text));
         // SAFETY: per the caller's contract.
         unsafe { put(it, object::new(l), "it") }
     })
+}
+
+/// What a dry run says of the files haar did not write in the databases it would remove.
+pub fn unowned_lines(
+    unowned: &[std::path::PathBuf],
+    unsafe_wipe_all: bool,
+    porcelain: bool,
+) -> Vec<String> {
+    unowned
+        .iter()
+        .map(|p| {
+            if porcelain {
+                format!("unowned {}", p.display())
+            } else if unsafe_wipe_all {
+                format!(
+                    "{}: not written by haar, would be removed (unsafeWipeAll)",
+                    p.display()
+                )
+            } else {
+                format!(
+                    "{}: not written by haar; a wipe with doit refuses its database (cannot fully wipe an unclean database) unless unsafeWipeAll",
+                    p.display()
+                )
+            }
+        })
+        .collect()
 }
 
 /// Drops the masked and wiped fields of the databases `req` selects from storage (a dry run

@@ -19,7 +19,7 @@ use serde_json::json;
 use crate::Failure;
 use crate::args::{
     AxesArgs, Cli, Command, CompactArgs, Generate, GenerateArgs, InfoArgs, ListArgs, ModifyArgs,
-    RetrieveArgs, SchemaArgs,
+    RetrieveArgs, SchemaArgs, WipeArgs,
 };
 use crate::open;
 
@@ -308,12 +308,27 @@ fn axes(cli: &Cli, a: &AxesArgs) -> Result<(), Failure> {
     Ok(())
 }
 
-fn wipe(cli: &Cli, a: &ModifyArgs) -> Result<(), Failure> {
+fn wipe(cli: &Cli, w: &WipeArgs) -> Result<(), Failure> {
+    let a = &w.modify;
     let mut store = open::field_store(cli)?;
     for req in open::requests(Some(&a.request))? {
-        let rep = store.wipe(&req, a.doit)?;
+        // A dry run names the files a wipe with --doit would refuse (or, with
+        // --unsafe-wipe-all, delete).
+        let unowned = if a.doit {
+            Vec::new()
+        } else {
+            store.unowned_files(&req)?
+        };
+        let rep = if w.unsafe_wipe_all {
+            store.wipe_unsafe_all(&req, a.doit)?
+        } else {
+            store.wipe(&req, a.doit)?
+        };
         if a.json {
-            outln!("{}", json!({"doit": a.doit, "report": rep}))?;
+            outln!(
+                "{}",
+                json!({"doit": a.doit, "report": rep, "unowned": unowned})
+            )?;
             continue;
         }
         let verb = if a.doit { "wiped" } else { "would wipe" };
@@ -321,6 +336,17 @@ fn wipe(cli: &Cli, a: &ModifyArgs) -> Result<(), Failure> {
             outln!("{verb} database {db}")?;
         }
         outln!("{verb} {} field(s), {} bytes", rep.fields, rep.bytes)?;
+        for f in &unowned {
+            outln!(
+                "not written by haar: {} ({})",
+                f.display(),
+                if w.unsafe_wipe_all {
+                    "deleted with the database by --unsafe-wipe-all"
+                } else {
+                    "--doit refuses to wipe its database; --unsafe-wipe-all deletes it"
+                }
+            )?;
+        }
         if !a.doit {
             outln!("(dry run: add --doit to wipe)")?;
         }

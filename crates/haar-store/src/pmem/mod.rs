@@ -444,6 +444,15 @@ impl Backend for PmemBackend {
         reclaimed.map(|_| ())
     }
 
+    fn unowned_files(&self, db: &Key) -> Result<Vec<PathBuf>> {
+        // The pool's bytes are haar's alone; a user can only put files beside a database's
+        // catalogue, which the wipe removes with it.
+        let mut out =
+            crate::posix::unowned_in_catalogue(&self.cat_dir.join(format::db_dir_name(db)))?;
+        out.sort();
+        Ok(out)
+    }
+
     fn exclusive(&self, db: &Key) -> Result<Box<dyn Exclusive>> {
         let lock = self.try_lock(db, libc::LOCK_EX, "writers hold it")?;
         Ok(Box::new(PmemExclusive {
