@@ -5,17 +5,22 @@
 //! reads go straight to the shared backend. The server owns the flush-event log that WATCH
 //! streams from; it never touches the store's files itself.
 //!
-//! Hostile peers (design §8, [`ServerLimits`]): connections and unauthenticated connections
-//! are counted at accept and refused over their bounds; the whole handshake has a deadline
-//! that a reaper thread enforces by shutting the socket down; logged-in connections have idle
-//! and write timeouts; frame buffers grow only as bytes arrive; a read-only connection's
-//! writing requests are refused from their header.
+//! Hostile peers (design §8, [`ServerLimits`]): connections are counted at accept and refused
+//! over their bound; connections that have not logged in are counted per source address, and
+//! a new one drops the oldest of its source (or, when all pre-login places are taken, the
+//! oldest of the source holding the most), so a peer that reconnects without end cannot keep
+//! other sources from logging in; the whole handshake has a deadline that a reaper thread
+//! enforces by shutting the socket down; logged-in connections have idle and write timeouts;
+//! frame buffers grow only as bytes arrive, and frames larger than [`SMALL_FRAME`] are
+//! charged to their token's share of the server's buffer memory ([`ServerLimits::max_buffered`])
+//! before their body is read; a read-only connection's writing requests are refused from their
+//! header. Each kind of refusal is logged once per source or token, with its cause.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::{self, Read, Write};
-use std::net::{SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
 use std::os::fd::{AsRawFd, RawFd};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -107,16 +112,30 @@ pub struct ServerConfig {
 pub struct ServerLimits {
     /// Connections served at once (each holds a thread); more are refused at accept.
     pub max_connections: usize,
-    /// Connections that have not completed the handshake, at once; more are refused at accept.
+    /// Connections that have not completed the handshake, at once. When all are taken, a new
+    /// connection drops the oldest one of the source (address) that holds the most.
     pub max_unauthenticated: usize,
+    /// Connections from one source address that have not completed the handshake, at once: a
+    /// new one from that source drops that source's oldest (which is sent REFUSED).
+    pub max_unauthenticated_per_source: usize,
     /// Time from accept to WELCOME for the whole handshake (TLS included): a peer that has
     /// not logged in by then is disconnected, however it paces its bytes.
     pub handshake_deadline: Duration,
     /// A logged-in connection that sends no byte for this long is closed.
     pub idle_timeout: Duration,
     /// A reply that makes no progress for this long (a peer that stopped reading) closes the
-    /// connection.
+    /// connection; a frame waits at most this long for its token's buffer memory.
     pub write_timeout: Duration,
+    /// Bytes of frames being received that the server holds at once, over every connection
+    /// (frames of at most [`SMALL_FRAME`] bytes are not counted). Split between the tokens:
+    /// [`ServerLimits::max_buffered_read_only`] for the read-only token's connections, the rest
+    /// for the read-write token's. A frame that would go over its token's share waits (at most
+    /// the write timeout) for other frames of that token to be done, then is refused; one
+    /// larger than the share is refused at once.
+    pub max_buffered: u64,
+    /// Of [`ServerLimits::max_buffered`], what the read-only token's connections may hold
+    /// together (requests only: field bytes never come from them).
+    pub max_buffered_read_only: u64,
 }
 
 impl ServerLimits {
@@ -130,19 +149,63 @@ impl ServerLimits {
     pub const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
     /// Default [`ServerLimits::write_timeout`].
     pub const WRITE_TIMEOUT: Duration = Duration::from_secs(60);
+    /// Default [`ServerLimits::max_unauthenticated_per_source`].
+    pub const MAX_UNAUTHENTICATED_PER_SOURCE: usize = 32;
+
+    /// Default [`ServerLimits::max_buffered`]: a quarter of this machine's memory
+    /// (`MemTotal`), or 1 GiB when it cannot be read.
+    pub fn default_max_buffered() -> u64 {
+        host_memory().map_or(1 << 30, |m| m / 4)
+    }
+
+    /// Default [`ServerLimits::max_buffered_read_only`]: a quarter of `max_buffered`.
+    pub fn default_max_buffered_read_only(max_buffered: u64) -> u64 {
+        max_buffered / 4
+    }
+
+    /// The buffer share of a token's connections.
+    fn share(&self, access: Access) -> u64 {
+        let ro = self.max_buffered_read_only.min(self.max_buffered);
+        match access {
+            Access::ReadOnly => ro,
+            _ => self.max_buffered - ro,
+        }
+    }
+}
+
+/// `MemTotal` of `/proc/meminfo`, in bytes.
+fn host_memory() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: u64 = (text.lines())
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib << 10)
 }
 
 impl Default for ServerLimits {
     fn default() -> Self {
+        let max_buffered = Self::default_max_buffered();
         ServerLimits {
             max_connections: Self::MAX_CONNECTIONS,
             max_unauthenticated: Self::MAX_UNAUTHENTICATED,
+            max_unauthenticated_per_source: Self::MAX_UNAUTHENTICATED_PER_SOURCE,
             handshake_deadline: Self::HANDSHAKE_DEADLINE,
             idle_timeout: Self::IDLE_TIMEOUT,
             write_timeout: Self::WRITE_TIMEOUT,
+            max_buffered,
+            max_buffered_read_only: Self::default_max_buffered_read_only(max_buffered),
         }
     }
 }
+
+/// Frames of at most this many bytes (meta and data) are not charged to their token's buffer
+/// share: the connection's own read buffer is this large, and their number is bounded by
+/// [`ServerLimits::max_connections`].
+pub const SMALL_FRAME: u64 = 64 << 10;
 
 /// This machine's boot id (`/proc/sys/kernel/random/boot_id`), if the kernel gives one.
 pub fn boot_id() -> Option<String> {
@@ -280,17 +343,20 @@ impl Drop for Armed<'_> {
     }
 }
 
-/// A counted connection: holds its place under [`ServerLimits::max_connections`], and under
-/// [`ServerLimits::max_unauthenticated`] until [`Slot::logged_in`].
+/// A counted connection: holds its place under [`ServerLimits::max_connections`], and in
+/// the pre-login registry until [`Slot::logged_in`] (or until a newer connection drops it).
 struct Slot {
     shared: Arc<Shared>,
-    unauthenticated: bool,
+    /// Its entry in [`Shared::prelogin`] while it has not logged in.
+    prelogin: Option<u64>,
+    /// Set when it was dropped for a newer connection (its end is then not logged again).
+    dropped: Arc<AtomicBool>,
 }
 
 impl Slot {
     fn logged_in(&mut self) {
-        if std::mem::take(&mut self.unauthenticated) {
-            self.shared.unauthenticated.fetch_sub(1, Ordering::SeqCst);
+        if let Some(id) = self.prelogin.take() {
+            lock(&self.shared.prelogin).conns.remove(&id);
         }
     }
 }
@@ -302,6 +368,100 @@ impl Drop for Slot {
     }
 }
 
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Where a connection comes from, for the per-source pre-login bound: its address (an
+/// IPv4-mapped IPv6 address as the IPv4 one).
+fn source(peer: &SocketAddr) -> IpAddr {
+    match peer.ip() {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        ip => ip,
+    }
+}
+
+/// A connection that has not logged in: its source, a second handle on its socket (a
+/// duplicated descriptor, so shutting it down can never touch another socket), and its flag.
+struct Pending_ {
+    source: IpAddr,
+    socket: TcpStream,
+    dropped: Arc<AtomicBool>,
+}
+
+/// Connections that have not logged in, oldest first (ids grow with accept order).
+#[derive(Default)]
+struct PreLogin {
+    next: u64,
+    conns: BTreeMap<u64, Pending_>,
+}
+
+impl PreLogin {
+    /// The connection to drop so that one more from `src` fits: the oldest of `src` when it
+    /// holds its per-source bound, else, when every place is taken, the oldest of the source
+    /// holding the most.
+    fn victim(&self, src: IpAddr, l: &ServerLimits) -> Option<u64> {
+        let oldest_of = |s: IpAddr| {
+            (self.conns.iter())
+                .find(|(_, p)| p.source == s)
+                .map(|(id, _)| *id)
+        };
+        let from_src = self.conns.values().filter(|p| p.source == src).count();
+        if from_src >= l.max_unauthenticated_per_source.max(1) {
+            return oldest_of(src);
+        }
+        if self.conns.len() >= l.max_unauthenticated.max(1) {
+            let mut counts: HashMap<IpAddr, usize> = HashMap::new();
+            for p in self.conns.values() {
+                *counts.entry(p.source).or_default() += 1;
+            }
+            let (&most, _) = counts.iter().max_by_key(|(_, n)| **n)?;
+            return oldest_of(most);
+        }
+        None
+    }
+}
+
+/// Logs each kind of refusal once per source or token, with its cause; later ones of the
+/// same kind are counted and logged at debug level (a flood must not flood the log).
+#[derive(Default)]
+struct Refusals {
+    seen: Mutex<HashMap<(String, &'static str), u64>>,
+}
+
+impl Refusals {
+    /// True the first time `what` happens to `who` (bounded: after 4,096 distinct pairs,
+    /// every new one is logged).
+    fn first(&self, who: String, what: &'static str) -> bool {
+        let mut seen = lock(&self.seen);
+        if seen.len() >= 4096 {
+            seen.clear();
+        }
+        let n = seen.entry((who, what)).or_default();
+        *n += 1;
+        *n == 1
+    }
+}
+
+/// Bytes of frames being received, per token (design §8).
+#[derive(Default)]
+struct Buffered {
+    /// Read-only, read-write.
+    held: Mutex<[u64; 2]>,
+    cond: Condvar,
+}
+
+fn token_index(access: Access) -> usize {
+    usize::from(access != Access::ReadOnly)
+}
+
+fn token_name(access: Access) -> &'static str {
+    match access {
+        Access::ReadOnly => "read-only",
+        _ => "read-write",
+    }
+}
+
 struct Shared {
     target: Target,
     config: ServerConfig,
@@ -309,7 +469,9 @@ struct Shared {
     /// Connections with a thread (or about to get one).
     open: AtomicUsize,
     /// Of those, connections that have not logged in.
-    unauthenticated: AtomicUsize,
+    prelogin: Mutex<PreLogin>,
+    buffered: Buffered,
+    refusals: Refusals,
     events: EventLog,
     /// Flushes hold it shared while they commit and log their events; a new WATCH holds it
     /// exclusively while it notes the log position and lists what is already flushed, so every
@@ -319,8 +481,9 @@ struct Shared {
 }
 
 impl Shared {
-    /// Counts a new connection in, or says why it is refused.
-    fn admit(self: &Arc<Self>) -> Result<Slot, String> {
+    /// Counts a new connection in (dropping an older pre-login one if its source, or the
+    /// server, holds its bound), or says why it is refused.
+    fn admit(self: &Arc<Self>, stream: &TcpStream, peer: SocketAddr) -> Result<Slot, String> {
         let l = &self.config.limits;
         if self.open.fetch_add(1, Ordering::SeqCst) >= l.max_connections {
             self.open.fetch_sub(1, Ordering::SeqCst);
@@ -329,17 +492,147 @@ impl Shared {
                 self.name, l.max_connections
             ));
         }
-        let slot = Slot {
+        let mut slot = Slot {
             shared: self.clone(),
-            unauthenticated: true,
+            prelogin: None,
+            dropped: Arc::new(AtomicBool::new(false)),
         };
-        if self.unauthenticated.fetch_add(1, Ordering::SeqCst) >= l.max_unauthenticated {
-            return Err(format!(
-                "server {} is busy: {} connections are logging in, the limit; try again later",
-                self.name, l.max_unauthenticated
-            ));
+        let socket = stream.try_clone().map_err(|e| {
+            format!(
+                "server {} cannot take the connection: {e}; raise `ulimit -n` or lower max_connections",
+                self.name
+            )
+        })?;
+        let src = source(&peer);
+        let (id, victim) = {
+            let mut pre = lock(&self.prelogin);
+            let victim = pre.victim(src, l).and_then(|v| pre.conns.remove(&v));
+            let id = pre.next;
+            pre.next += 1;
+            pre.conns.insert(
+                id,
+                Pending_ {
+                    source: src,
+                    socket,
+                    dropped: slot.dropped.clone(),
+                },
+            );
+            (id, victim)
+        };
+        slot.prelogin = Some(id);
+        if let Some(v) = victim {
+            self.drop_prelogin(v, src);
         }
         Ok(slot)
+    }
+
+    /// Ends a pre-login connection dropped for a newer one from `newcomer`: REFUSED (plain
+    /// TCP, if it can be written at once) and a shutdown, which ends its thread's read.
+    fn drop_prelogin(&self, v: Pending_, newcomer: IpAddr) {
+        v.dropped.store(true, Ordering::SeqCst);
+        let l = &self.config.limits;
+        let reason = if v.source == newcomer {
+            format!(
+                "server {} is busy: {} connections from {} are logging in, the limit per source; the oldest is dropped for the newest; log in within the handshake, or connect less often",
+                self.name, l.max_unauthenticated_per_source, v.source
+            )
+        } else {
+            format!(
+                "server {} is busy: {} connections are logging in, the limit; the oldest of the source holding the most ({}) is dropped for one from {newcomer}; try again later",
+                self.name, l.max_unauthenticated, v.source
+            )
+        };
+        if self
+            .refusals
+            .first(v.source.to_string(), "dropped before login")
+        {
+            tracing::warn!(source = %v.source, %reason, "dropped before login (logged once per source)");
+        } else {
+            tracing::debug!(source = %v.source, %reason, "dropped before login");
+        }
+        if self.config.tls.is_none() {
+            let meta = to_meta(&Refused { reason });
+            if let Ok(frame) = protocol::encode(Kind::Refused, FLAG_END, 0, &meta, &[]) {
+                // SAFETY: a send on our own duplicated descriptor, which stays open until `v`
+                // is dropped below; MSG_DONTWAIT leaves the socket's blocking mode alone.
+                unsafe {
+                    libc::send(
+                        v.socket.as_raw_fd(),
+                        frame.as_ptr().cast(),
+                        frame.len(),
+                        libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+                    )
+                };
+            }
+        }
+        let _ = v.socket.shutdown(std::net::Shutdown::Both);
+    }
+
+    /// Charges `want` more bytes to `access`'s share, waiting (at most the write timeout) for
+    /// other frames of that token to be done; or says why not.
+    fn charge(&self, access: Access, want: u64, peer: &str) -> Result<(), String> {
+        let l = &self.config.limits;
+        let share = l.share(access);
+        let i = token_index(access);
+        let name = token_name(access);
+        let over = |held: u64| held.saturating_add(want) > share;
+        let mut held = lock(&self.buffered.held);
+        if want > share {
+            return Err(self.refused_memory(
+                peer,
+                access,
+                format!(
+                    "a frame of {want} bytes is larger than the {name} token's buffer share of {share} bytes on server {}; send smaller fields or raise --max-buffered{}",
+                    self.name,
+                    if access == Access::ReadOnly { "-read-only" } else { "" }
+                ),
+            ));
+        }
+        let until = Instant::now() + l.write_timeout;
+        while over(held[i]) {
+            let now = Instant::now();
+            if now >= until {
+                let in_use = held[i];
+                drop(held);
+                return Err(self.refused_memory(
+                    peer,
+                    access,
+                    format!(
+                        "a frame of {want} bytes waited {:?} for buffer memory: the {name} token's connections hold {in_use} of its {share} bytes on server {}; try again later, or raise --max-buffered{}",
+                        l.write_timeout,
+                        self.name,
+                        if access == Access::ReadOnly { "-read-only" } else { "" }
+                    ),
+                ));
+            }
+            held = (self.buffered.cond.wait_timeout(held, until - now))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        held[i] += want;
+        Ok(())
+    }
+
+    fn uncharge(&self, access: Access, bytes: u64) {
+        if bytes > 0 {
+            let mut held = lock(&self.buffered.held);
+            let i = token_index(access);
+            held[i] = held[i].saturating_sub(bytes);
+            drop(held);
+            self.buffered.cond.notify_all();
+        }
+    }
+
+    fn refused_memory(&self, peer: &str, access: Access, reason: String) -> String {
+        if self
+            .refusals
+            .first(token_name(access).into(), "buffer memory")
+        {
+            tracing::warn!(%peer, token = token_name(access), %reason, "frame refused (logged once per token)");
+        } else {
+            tracing::debug!(%peer, token = token_name(access), %reason, "frame refused");
+        }
+        reason
     }
 
     fn open(&self) -> haar_store::Result<Box<dyn FieldStore>> {
@@ -403,7 +696,9 @@ impl Server {
                     next: AtomicU64::new(0),
                 },
                 open: AtomicUsize::new(0),
-                unauthenticated: AtomicUsize::new(0),
+                prelogin: Mutex::new(PreLogin::default()),
+                buffered: Buffered::default(),
+                refusals: Refusals::default(),
                 events: EventLog {
                     inner: Mutex::new(LogInner {
                         events: VecDeque::new(),
@@ -459,7 +754,7 @@ impl Server {
                     continue;
                 }
             };
-            let slot = match self.shared.admit() {
+            let slot = match self.shared.admit(&stream, peer) {
                 Ok(slot) => slot,
                 Err(reason) => {
                     refuse_at_accept(&self.shared, stream, peer, &reason);
@@ -467,10 +762,15 @@ impl Server {
                 }
             };
             let shared = self.shared.clone();
+            let dropped = slot.dropped.clone();
             let spawned = std::thread::Builder::new()
                 .name("haar-conn".into())
                 .spawn(move || match connection(&shared, stream, slot) {
                     Ok(()) => tracing::debug!(%peer, "connection closed"),
+                    // Logged (once per source) when it was dropped.
+                    Err(e) if dropped.load(Ordering::SeqCst) => {
+                        tracing::debug!(%peer, error = %e, "connection closed: dropped before login")
+                    }
                     Err(e) => tracing::warn!(%peer, error = %e, "connection closed"),
                 });
             if let Err(e) = spawned {
@@ -504,7 +804,14 @@ pub fn serve(addr: impl ToSocketAddrs, target: Target, config: ServerConfig) -> 
 /// Refuses a connection over a limit without a thread: one REFUSED frame if it can be written
 /// at once (plain TCP only: a TLS client could not read it), then close.
 fn refuse_at_accept(shared: &Shared, stream: TcpStream, peer: SocketAddr, reason: &str) {
-    tracing::warn!(%peer, %reason, "refused");
+    if shared
+        .refusals
+        .first(source(&peer).to_string(), "refused at accept")
+    {
+        tracing::warn!(%peer, %reason, "refused (logged once per source)");
+    } else {
+        tracing::debug!(%peer, %reason, "refused");
+    }
     if shared.config.tls.is_none() && stream.set_nonblocking(true).is_ok() {
         let meta = to_meta(&Refused {
             reason: reason.to_string(),
@@ -718,6 +1025,7 @@ fn connection(shared: &Arc<Shared>, stream: TcpStream, mut slot: Slot) -> Result
         pending: Vec::new(),
         deferred: Vec::new(),
         deferred_code: 0,
+        charged: 0,
     }
     .run()
     .map_err(|e| match e {
@@ -783,6 +1091,14 @@ struct Session {
     /// ARCHIVE failures since the last flush (reported by the next FLUSH).
     deferred: Vec<String>,
     deferred_code: i32,
+    /// Bytes charged to the token's buffer share ([`Shared::charge`]).
+    charged: u64,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.shared.uncharge(self.access, self.charged);
+    }
 }
 
 fn store_error(e: &haar_store::Error) -> ErrorMeta {
@@ -793,13 +1109,15 @@ impl Session {
     fn run(mut self) -> Result<(), WireError> {
         let mut f = Frame::default();
         loop {
-            // Large buffers of the previous frame are not kept while the connection idles.
+            // Large buffers of the previous frame are not kept while the connection idles;
+            // what is kept stays charged to the token.
             if f.data.capacity() > RETAIN {
                 f.data = Vec::new();
             }
             if f.meta.capacity() > RETAIN {
                 f.meta = Vec::new();
             }
+            self.settle((f.data.capacity() + f.meta.capacity()) as u64);
             match self.read(&mut f) {
                 Ok(()) => {}
                 Err(WireError::Closed) => return Ok(()),
@@ -866,11 +1184,19 @@ impl Session {
         }
     }
 
-    /// Reads the next frame; a header this connection may not send is answered with ERROR
-    /// and the connection closed without reading the body.
+    /// Reads the next frame; a header this connection may not send, or whose frame its
+    /// token's buffer share cannot hold, is answered with ERROR and the connection closed
+    /// without reading the body.
     fn read(&mut self, f: &mut Frame) -> Result<(), WireError> {
         let (h, header) = self.wire.read_header(Limits::SESSION)?;
-        if let Some(m) = refused_header(self.access, &header) {
+        let refused = refused_header(self.access, &header).or_else(|| {
+            let size = u64::from(header.meta_len) + u64::from(header.data_len);
+            self.hold(size).err().map(|message| ErrorMeta {
+                message: format!("{message} (the connection is closed)"),
+                exit_code: 3,
+            })
+        });
+        if let Some(m) = refused {
             let message = m.message.clone();
             self.wire
                 .send(Kind::Error, FLAG_END, header.id, &to_meta(&m), &[])?;
@@ -879,6 +1205,28 @@ impl Session {
             return Err(io::Error::new(io::ErrorKind::PermissionDenied, message).into());
         }
         self.wire.read_body(&h, &header, f)
+    }
+
+    /// Makes what this connection holds charged to its token at least `size` bytes (a frame
+    /// of that size), if it is more than [`SMALL_FRAME`].
+    fn hold(&mut self, size: u64) -> Result<(), String> {
+        if size <= SMALL_FRAME || size <= self.charged {
+            return Ok(());
+        }
+        let peer = (self.wire.socket().peer_addr()).map_or_else(|_| "?".into(), |a| a.to_string());
+        self.shared
+            .charge(self.access, size - self.charged, &peer)?;
+        self.charged = size;
+        Ok(())
+    }
+
+    /// After a frame: what is charged falls to what the kept buffers hold.
+    fn settle(&mut self, kept: u64) {
+        let kept = if kept <= SMALL_FRAME { 0 } else { kept };
+        if kept < self.charged {
+            self.shared.uncharge(self.access, self.charged - kept);
+            self.charged = kept;
+        }
     }
 
     /// Before closing a connection whose peer may still be sending: stops writing, then

@@ -45,9 +45,12 @@ fn child_server() {
     let limits = ServerLimits {
         max_connections: env("HAAR_HOSTILE_MAX_CONN").parse().unwrap(),
         max_unauthenticated: env("HAAR_HOSTILE_MAX_UNAUTH").parse().unwrap(),
+        max_unauthenticated_per_source: env("HAAR_HOSTILE_MAX_UNAUTH_PER_SOURCE").parse().unwrap(),
         handshake_deadline: ms("HAAR_HOSTILE_HANDSHAKE_MS"),
         idle_timeout: ms("HAAR_HOSTILE_IDLE_MS"),
         write_timeout: ms("HAAR_HOSTILE_WRITE_MS"),
+        max_buffered: env("HAAR_HOSTILE_MAX_BUFFERED").parse().unwrap(),
+        max_buffered_read_only: env("HAAR_HOSTILE_MAX_BUFFERED_RO").parse().unwrap(),
     };
     let server = Server::bind(
         "127.0.0.1:0",
@@ -96,6 +99,15 @@ impl Child_ {
             .env("HAAR_HOSTILE_ROOT", dir.path().join("root"))
             .env("HAAR_HOSTILE_MAX_CONN", l.max_connections.to_string())
             .env("HAAR_HOSTILE_MAX_UNAUTH", l.max_unauthenticated.to_string())
+            .env(
+                "HAAR_HOSTILE_MAX_UNAUTH_PER_SOURCE",
+                l.max_unauthenticated_per_source.to_string(),
+            )
+            .env("HAAR_HOSTILE_MAX_BUFFERED", l.max_buffered.to_string())
+            .env(
+                "HAAR_HOSTILE_MAX_BUFFERED_RO",
+                l.max_buffered_read_only.to_string(),
+            )
             .env(
                 "HAAR_HOSTILE_HANDSHAKE_MS",
                 l.handshake_deadline.as_millis().to_string(),
@@ -658,8 +670,9 @@ fn a_thousand_idle_connections_do_not_stop_the_server() {
     let mut early = RemoteStore::connect(&s.addr, &cfg(RW)).unwrap();
     early.archive(&key(100), b"early").unwrap();
     early.flush().unwrap();
-    // 1,000 connections that never log in: 64 wait for the handshake deadline, the others
-    // are refused at once.
+    // 1,000 connections that never log in, all from one source: the newest 32 (its
+    // per-source bound) wait for the handshake deadline, each older one is refused (dropped for
+    // a newer one) at once.
     let mut idle = idle_connections(&s.addr, 1000);
     early.archive(&key(101), b"during").unwrap();
     early.flush().unwrap();
@@ -700,8 +713,12 @@ fn a_thousand_idle_connections_do_not_stop_the_server() {
         "1,000 idle connections took the server from {rss_before} KiB to {rss} KiB resident"
     );
     // Over max_connections (1,050: the 1,000, the early client and 49 more): refused and
-    // logged, while the logged-in client is served.
-    let extra = idle_connections(&s.addr, 200);
+    // logged, while the logged-in client is served. The 200 come from 200 sources
+    // (127.0.1.1 …): one source's pre-login connections never reach the limit, its newest
+    // drops its oldest.
+    let extra: Vec<TcpStream> = (1..=200u8)
+        .map(|i| connect_from(std::net::Ipv4Addr::new(127, 0, 1, i), &s.addr).unwrap())
+        .collect();
     early.archive(&key(103), b"at the limit").unwrap();
     early.flush().unwrap();
     drop(extra);
@@ -1251,4 +1268,181 @@ fn a_server_that_stops_answering_is_reported_after_the_reply_timeout() {
         "gave up after {waited:?} (reply timeout {timeout:?}; a retry would double it)"
     );
     s.serves(1);
+}
+
+/// A TCP connection to `addr` from the loopback address `from` (127.0.0.0/8 is all this
+/// machine's): another source, as the server counts sources.
+fn connect_from(from: std::net::Ipv4Addr, addr: &str) -> std::io::Result<TcpStream> {
+    use std::os::fd::FromRawFd;
+    let to: std::net::SocketAddrV4 = addr.parse().unwrap();
+    let sin = |a: std::net::Ipv4Addr, port: u16| libc::sockaddr_in {
+        sin_family: libc::AF_INET as libc::sa_family_t,
+        sin_port: port.to_be(),
+        sin_addr: libc::in_addr {
+            s_addr: u32::from(a).to_be(),
+        },
+        sin_zero: [0; 8],
+    };
+    let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+    // SAFETY: plain socket calls on a descriptor this function owns (handed to TcpStream, which
+    // closes it, or closed here on failure); the addresses are valid sockaddr_in values.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let s = TcpStream::from_raw_fd(fd);
+        // The port is chosen at connect, not at bind (many short connections).
+        let one: libc::c_int = 1;
+        libc::setsockopt(
+            fd,
+            libc::IPPROTO_IP,
+            libc::IP_BIND_ADDRESS_NO_PORT,
+            (&one as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+        let local = sin(from, 0);
+        if libc::bind(fd, (&local as *const libc::sockaddr_in).cast(), len) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let remote = sin(*to.ip(), to.port());
+        if libc::connect(fd, (&remote as *const libc::sockaddr_in).cast(), len) != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(s)
+    }
+}
+
+/// Issue 27: a peer without a token that reconnects without end (80 connections at once from
+/// 127.0.0.2, each opened again as soon as the server closes it) used to keep every pre-login
+/// place taken, so that legitimate logins were refused as busy. Now it holds at most its
+/// per-source share, a newer connection of its own drops its oldest, and every login from
+/// another source succeeds while the flood runs; the drops are logged once.
+#[test]
+fn a_reconnecting_peer_without_a_token_cannot_starve_logins() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let s = Child_::start(limits());
+    let flooder = std::net::Ipv4Addr::new(127, 0, 0, 2);
+    let stop = Arc::new(AtomicBool::new(false));
+    let cycles = Arc::new(AtomicU64::new(0));
+    let flood: Vec<_> = (0..80)
+        .map(|_| {
+            let (addr, stop, cycles) = (s.addr.clone(), stop.clone(), cycles.clone());
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    if let Ok(mut c) = connect_from(flooder, &addr) {
+                        // Holds the connection until the server ends it (dropped, refused, or
+                        // at the handshake deadline), then connects again.
+                        let _ = closed_within(&mut c, Duration::from_secs(30));
+                    }
+                    cycles.fetch_add(1, Ordering::SeqCst);
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            })
+        })
+        .collect();
+    // The flood has filled whatever it can: its connections have been closed and opened
+    // again many times over.
+    let until = Instant::now() + Duration::from_secs(120);
+    while cycles.load(Ordering::SeqCst) < 400 {
+        assert!(Instant::now() < until, "the flood did not get going");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut failed = Vec::new();
+    for step in 0..8u32 {
+        match RemoteStore::connect(&s.addr, &cfg(RW)) {
+            Ok(mut c) => {
+                let d = data(step, 1000);
+                c.archive(&key(step), &d).unwrap();
+                c.flush().unwrap();
+                assert_eq!(c.list(&single(&key(step))).unwrap().len(), 1);
+            }
+            Err(e) => failed.push(e.to_string()),
+        }
+    }
+    let during = cycles.load(Ordering::SeqCst);
+    stop.store(true, Ordering::SeqCst);
+    for t in flood {
+        t.join().unwrap();
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of 8 logins failed while a peer reconnected without end: {failed:?}",
+        failed.len()
+    );
+    eprintln!("8 of 8 logins succeeded; the flood had opened {during} connections by then");
+    // The drops are logged once for the source, with the cause.
+    let log = s.log();
+    let once = log
+        .matches("dropped before login (logged once per source)")
+        .count();
+    assert_eq!(once, 1, "{log}");
+    assert!(
+        log.contains("127.0.0.2") && log.contains("the limit per source"),
+        "{log}"
+    );
+}
+
+/// Issue 27: a read-only token could make the server buffer a 64 MiB request per connection
+/// (12 peers: 9 MB → 797 MB resident). Its connections now hold at most the read-only share
+/// of the buffer memory (128 MiB here): 12 peers each send all but the last byte of a 64 MiB
+/// request; two are read, the others wait and are refused, the server's peak resident memory
+/// stays within the share, and read-write clients (their own share) and small read-only
+/// requests are served meanwhile. The refusals are logged once, with the cause.
+#[test]
+fn a_read_only_token_cannot_make_the_server_buffer_more_than_its_share() {
+    let share: u64 = 128 << 20;
+    let s = Child_::start(ServerLimits {
+        max_buffered: 1 << 30,
+        max_buffered_read_only: share,
+        write_timeout: Duration::from_secs(2),
+        ..limits()
+    });
+    s.serves(0);
+    let before = s.vm_kib("VmHWM");
+    let len = protocol::MAX_META as usize;
+    let meta: Arc<Vec<u8>> = Arc::new(vec![b' '; len]);
+    let header = protocol::encode_header(Kind::RetrieveKeys, 0, 1, &meta, 0).unwrap();
+    let peers: Vec<_> = (0..12)
+        .map(|_| {
+            let mut l = login(&s.addr, RO);
+            let (meta, header) = (meta.clone(), header);
+            std::thread::spawn(move || {
+                let sent = l
+                    .stream
+                    .write_all(&header)
+                    .and_then(|_| l.stream.write_all(&meta[..len - 1]));
+                (sent.is_ok(), l)
+            })
+        })
+        .collect();
+    // Meanwhile the read-write token's share is untouched, and small requests are not held up.
+    s.serves(1);
+    let ro = RemoteStore::connect(&s.addr, &cfg(RO)).unwrap();
+    assert_eq!(ro.list(&single(&key(1))).unwrap().len(), 1);
+    let outcomes: Vec<(bool, Login)> = peers.into_iter().map(|t| t.join().unwrap()).collect();
+    let read = outcomes.iter().filter(|(ok, _)| *ok).count();
+    let peak = s.vm_kib("VmHWM");
+    eprintln!(
+        "12 read-only peers with 64 MiB requests: {read} read; server VmHWM {before} KiB before, {peak} KiB after"
+    );
+    assert!(
+        read <= (share as usize) / len,
+        "{read} of 12 requests of 64 MiB were read with a read-only share of 128 MiB"
+    );
+    assert!(
+        peak < before + (share >> 10) + 64 * 1024,
+        "the read-only peers raised the server's peak resident memory from {before} KiB to {peak} KiB"
+    );
+    s.wait_log("frame refused (logged once per token)");
+    let log = s.log();
+    assert_eq!(
+        log.matches("frame refused (logged once per token)").count(),
+        1,
+        "{log}"
+    );
+    assert!(log.contains("read-only token's connections hold"), "{log}");
+    // Once the peers are gone their share is free again.
+    drop(outcomes);
+    s.serves(2);
 }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
+use haar_mem::units::parse_size;
 use haar_net::{ServerLimits, WaitOutcome, WatchAll};
 use serde_json::json;
 
@@ -35,10 +36,27 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", default_value_t = ServerLimits::MAX_CONNECTIONS,
           value_parser = at_least_one)]
     pub max_connections: usize,
-    /// Connections that have not logged in yet, at once; more are refused at once.
+    /// Connections that have not logged in yet, at once; when all are taken, a new one drops
+    /// the oldest of the source address that holds the most.
     #[arg(long, value_name = "N", default_value_t = ServerLimits::MAX_UNAUTHENTICATED,
           value_parser = at_least_one)]
     pub max_unauthenticated: usize,
+    /// Connections from one source address that have not logged in yet, at once; a new one
+    /// from that address drops its oldest (so a peer that reconnects without end cannot keep
+    /// others from logging in).
+    #[arg(long, value_name = "N", default_value_t = ServerLimits::MAX_UNAUTHENTICATED_PER_SOURCE,
+          value_parser = at_least_one)]
+    pub max_unauthenticated_per_source: usize,
+    /// Bytes of incoming frames the server holds at once, over every connection (default: a
+    /// quarter of this machine's memory). The read-only token's connections get
+    /// --max-buffered-read-only of it, the read-write token's the rest; a frame over its
+    /// token's share waits up to --write-timeout, then is refused.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub max_buffered: Option<u64>,
+    /// Of --max-buffered, what the read-only token's connections may hold together (default:
+    /// a quarter of it).
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    pub max_buffered_read_only: Option<u64>,
     /// Seconds a connection has for the whole handshake (TLS included) before it is closed.
     #[arg(long, value_name = "SECS", default_value_t = ServerLimits::HANDSHAKE_DEADLINE.as_secs_f64(),
           value_parser = positive_secs)]
@@ -143,6 +161,17 @@ fn parse_frame_tags(s: &str) -> Result<haar_net::protocol::FrameTags, String> {
 /// `haar serve`: binds, prints `listening on ADDR`, serves until killed.
 pub fn serve(cli: &Cli, a: &ServeArgs) -> Result<(), Failure> {
     let opts = open::open_options(cli);
+    let max_buffered = a
+        .max_buffered
+        .unwrap_or_else(ServerLimits::default_max_buffered);
+    let max_buffered_read_only = a
+        .max_buffered_read_only
+        .unwrap_or_else(|| ServerLimits::default_max_buffered_read_only(max_buffered));
+    if max_buffered_read_only > max_buffered {
+        return Err(Failure::usage(format!(
+            "--max-buffered-read-only {max_buffered_read_only} is more than --max-buffered {max_buffered}: the read-only share is part of the whole"
+        )));
+    }
     let server = haar::serve::bind(
         &opts,
         &haar::serve::ServeOptions {
@@ -152,9 +181,12 @@ pub fn serve(cli: &Cli, a: &ServeArgs) -> Result<(), Failure> {
             limits: ServerLimits {
                 max_connections: a.max_connections,
                 max_unauthenticated: a.max_unauthenticated,
+                max_unauthenticated_per_source: a.max_unauthenticated_per_source,
                 handshake_deadline: Duration::from_secs_f64(a.handshake_timeout),
                 idle_timeout: Duration::from_secs_f64(a.idle_timeout),
                 write_timeout: Duration::from_secs_f64(a.write_timeout),
+                max_buffered,
+                max_buffered_read_only,
             },
             frame_tags: a.frame_tags,
         },
