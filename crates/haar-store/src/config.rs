@@ -88,9 +88,10 @@ impl Default for Config {
 }
 
 /// Top-level sections of the one configuration file that belong to other parts of haar and
-/// are read there (`dataspaces`: the data mover, `haar_stage::Dataspaces`, design §13); the
-/// store's own parsing sets them aside so that its unknown-field check still catches typos.
-pub const OTHER_SECTIONS: &[&str] = &["dataspaces"];
+/// are read there (`dataspaces`: the data mover, `haar_stage::Dataspaces`, design §13;
+/// `fdb5_missing`: FDB5's C API face, `haar_c::fdb_api`, design §12); the store's own parsing
+/// sets them aside so that its unknown-field check still catches typos.
+pub const OTHER_SECTIONS: &[&str] = &["dataspaces", "fdb5_missing"];
 
 /// The configuration text as YAML, without the [`OTHER_SECTIONS`].
 fn parse_store_sections(text: &str, origin: &str) -> Result<serde_yaml_ng::Value> {

@@ -27,6 +27,43 @@ use crate::ffi::{Failure, FfiResult, str_arg};
 pub struct HandleObj {
     /// The store every call goes to.
     pub store: Box<dyn FieldStore>,
+    /// What `fdb_retrieve` does when fields it names are absent.
+    pub missing: Missing,
+}
+
+/// What `fdb_retrieve` does when a request names fields that are not there: the
+/// configuration's top-level `fdb5_missing` (`skip`, the default, or `error`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Missing {
+    /// As FDB5 (`fdb_c.h`: "Return all available data whose metadata matches"): success with
+    /// the fields that are there.
+    Skip,
+    /// haar's own faces' rule: fail, naming the missing keys.
+    Error,
+}
+
+impl Missing {
+    /// `fdb5_missing` of the configuration `opts` names (`skip` where it says nothing).
+    fn configured(opts: &OpenOptions) -> FfiResult<Missing> {
+        let Some((text, origin)) = opts.config.text()? else {
+            return Ok(Missing::Skip);
+        };
+        let value: serde_yaml_ng::Value = match serde_yaml_ng::from_str(&text) {
+            Ok(v) => v,
+            // Opening the store words the syntax error.
+            Err(_) => return Ok(Missing::Skip),
+        };
+        match value.get("fdb5_missing") {
+            None => Ok(Missing::Skip),
+            Some(v) => match v.as_str() {
+                Some("skip") => Ok(Missing::Skip),
+                Some("error") => Ok(Missing::Error),
+                _ => Err(Failure::input(format!(
+                    "{origin}: fdb5_missing must be `skip` (FDB5's behaviour, the default) or `error` (fdb_retrieve fails naming absent fields), not {v:?}"
+                ))),
+            },
+        }
+    }
 }
 kind!(
     HandleObj,
@@ -39,8 +76,9 @@ kind!(
 pub type fdb_handle_t = Obj<HandleObj>;
 
 fn open(opts: &OpenOptions) -> FfiResult<*mut fdb_handle_t> {
+    let missing = Missing::configured(opts)?;
     let store = opts.field_store()?;
-    Ok(object::new(HandleObj { store }))
+    Ok(object::new(HandleObj { store, missing }))
 }
 
 /// Opens the store the environment names in `*fdb`: `$HAAR_CONFIG` (haar's configuration),
@@ -330,9 +368,12 @@ pub unsafe extern "C" fn fdb_flush(fdb: *mut fdb_handle_t) -> c_int {
 }
 
 /// Retrieves the fields `req` names into the data reader `dr` (read it after
-/// `fdb_datareader_open`), in request order. Unlike FDB5, which hands back fewer bytes
-/// without a word, a request naming a field that is not there fails, and the message names
-/// the missing keys. Fields flushed by other handles after this handle was opened are seen.
+/// `fdb_datareader_open`), in request order. As FDB5 ("Return all available data whose
+/// metadata matches"), fields that are not there are left out and the call succeeds (with
+/// no bytes if none is there); with `fdb5_missing: error` in the configuration it fails
+/// instead, naming the missing keys. Damage found in the databases of missing fields fails
+/// either way: corruption is never absence. Fields flushed by other handles after this handle
+/// was opened are seen.
 ///
 /// # Safety
 /// `fdb`, `req`, `dr` are null or live objects of this library.
@@ -345,14 +386,14 @@ pub unsafe extern "C" fn fdb_retrieve(
     call_ok(|| {
         // SAFETY: per the caller's contract.
         let (h, r, d) = unsafe { (object::live(fdb)?, object::live(req)?, object::live(dr)?) };
-        d.set(retrieve(&*h.store, &r.request)?);
+        d.set(retrieve(&*h.store, &r.request, h.missing)?);
         Ok(())
     })
 }
 
 /// The bytes of the fields of `req`, borrowed from the store for one complete key where it
 /// lends them.
-fn retrieve(store: &dyn FieldStore, req: &Request) -> FfiResult<FieldBytes> {
+fn retrieve(store: &dyn FieldStore, req: &Request, missing: Missing) -> FfiResult<FieldBytes> {
     if let Some(bytes) = haar::read::lent_one(store, req) {
         return Ok(bytes);
     }
@@ -363,9 +404,9 @@ fn retrieve(store: &dyn FieldStore, req: &Request) -> FfiResult<FieldBytes> {
         out.extend_from_slice(bytes);
         Ok(())
     })?;
-    if !report.missing.is_empty() {
+    if !report.missing.is_empty() && (missing == Missing::Error || !report.problems.is_empty()) {
         let mut m = format!(
-            "fdb_retrieve: {} of the fields requested {} not in {}: {} (haar reports missing data; FDB5 would have returned fewer bytes without an error)",
+            "fdb_retrieve: {} of the fields requested {} not in {}: {} (fdb5_missing: error, or damage below)",
             report.missing.len(),
             if report.missing.len() == 1 {
                 "is"

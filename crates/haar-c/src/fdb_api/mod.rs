@@ -5,7 +5,7 @@
 //! protocol (return codes, `fdb_error_string`, the failure handler). Every store is opened by
 //! `haar::open`, GRIB is keyed by `haar::ingest`, requests are resolved by haar's request
 //! language; nothing here knows how a store keeps bytes. Where haar's semantics differ from
-//! FDB5's (a retrieve of missing data is an error naming the keys) see `NOTES-fdb.md`.
+//! FDB5's (listings sorted, a handle seeing later flushes) see `NOTES-fdb.md`.
 //!
 //! Layout: this module holds the error protocol, initialisation and versions; [`object`] the
 //! checked opaque objects (magic numbers catch NULL, freed and foreign pointers where they
