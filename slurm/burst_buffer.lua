@@ -308,6 +308,11 @@ function slurm_bb_setup(job_id, uid, gid, pool, bb_size, job_script)
 	end
 	f:write(uid .. " " .. gid .. "\n")
 	f:close()
+	-- The persist registries are root's to make (a user's `#HAAR persist` is refused in a
+	-- dataspace without one, docs/design.md §13.4); made once, kept: a failure here shows up,
+	-- with what to do, in the job's persist directive instead.
+	os.execute(quote(s.haar) .. " stage --config " .. quote(s.config)
+		.. " persist init >/dev/null 2>&1")
 	return slurm.SUCCESS
 end
 

@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 
 use crate::dataspace::{Dataspace, Dataspaces, valid_name};
 use crate::error::{Error, Result};
+use crate::identity::{as_user, euid};
 use crate::journal::{self, Journal};
 use crate::task::{Stager, State, TaskRecord, TaskSpec};
 
@@ -234,11 +235,6 @@ pub fn peer_of(s: &UnixStream) -> std::io::Result<Peer> {
     })
 }
 
-fn euid() -> u32 {
-    // SAFETY: geteuid cannot fail.
-    unsafe { libc::geteuid() }
-}
-
 /// Constant-time comparison (the token must not leak through timing).
 fn same_secret(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
@@ -312,51 +308,6 @@ fn mkdir(path: &Path, mode: u32) -> Result<()> {
     }
 }
 
-/// Runs `f` in a thread whose file-system identity is `uid`/`gid` with no supplementary
-/// groups (setfsuid, setfsgid and setgroups, which Linux keeps per thread; the fs-related
-/// capabilities go with a non-zero fsuid): whatever it opens, creates or removes in a user's
-/// journal or data, the kernel checks as that user, and a symbolic link the user planted leads
-/// nowhere the user could not go. Files it creates are the user's. A daemon not running as
-/// root runs `f` as it is.
-fn as_user<T: Send>(uid: u32, gid: u32, f: impl FnOnce() -> Result<T> + Send) -> Result<T> {
-    if euid() != 0 {
-        return f();
-    }
-    std::thread::scope(|scope| {
-        scope
-            .spawn(move || {
-                // SAFETY: raw system calls that change this thread's credentials only (glibc's
-                // setgroups wrapper would change every thread's); -1 reads the fsuid back.
-                let now = unsafe {
-                    libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<libc::gid_t>());
-                    libc::syscall(libc::SYS_setfsgid, gid);
-                    libc::syscall(libc::SYS_setfsuid, uid);
-                    libc::syscall(libc::SYS_setfsuid, u32::MAX)
-                };
-                if now != i64::from(uid) {
-                    return Err(Error::Service(format!(
-                        "cannot take uid {uid}'s file-system identity (fsuid is {now})"
-                    )));
-                }
-                f()
-            })
-            .join()
-            .unwrap_or_else(|_| Err(Error::Service("a stage service worker panicked".into())))
-    })
-}
-
-/// The primary gid of `uid` (its own uid as gid if it has no passwd entry).
-fn primary_gid(uid: u32) -> u32 {
-    // SAFETY: getpwuid's result is read at once.
-    let pw = unsafe { libc::getpwuid(uid) };
-    if pw.is_null() {
-        uid
-    } else {
-        // SAFETY: non-null pointer from getpwuid.
-        unsafe { (*pw).pw_gid }
-    }
-}
-
 impl Daemon {
     /// Opens (creating) the state directory and loads the registered dataspaces.
     pub fn open(cfg: DaemonConfig) -> Result<Arc<Daemon>> {
@@ -367,6 +318,16 @@ impl Daemon {
             Err(Error::Missing(_)) => BTreeMap::new(),
             Err(e) => return Err(e),
         };
+        // The persist registries are root's (crate::persist): made here, before any user
+        // could make one. A dataspace whose root root cannot write (a root-squashed shared
+        // file system) keeps working without one.
+        if euid() == 0 {
+            let mut spaces = cfg.spaces.clone();
+            for (k, v) in &registered {
+                spaces.spaces.entry(k.clone()).or_insert_with(|| v.clone());
+            }
+            init_registries(&spaces);
+        }
         Ok(Arc::new(Daemon {
             cfg,
             registered: Mutex::new(registered),
@@ -724,6 +685,14 @@ impl Daemon {
                 let mut reg = self.registered.lock().expect("lock");
                 reg.insert(name.clone(), space.clone());
                 self.save_registered(&reg)?;
+                if euid() == 0 {
+                    let mut one = Dataspaces {
+                        source: self.cfg.spaces.source.clone(),
+                        spaces: BTreeMap::new(),
+                    };
+                    one.spaces.insert(name.clone(), space.clone());
+                    init_registries(&one);
+                }
                 Ok(json!({"ok": true}))
             }
             Request::Unregister { name, .. } => {
@@ -757,12 +726,9 @@ impl Daemon {
             Request::Purge { user, .. } => {
                 need_admin("purge")?;
                 let uid = crate::persist::user_id(user)?;
-                // As the user: the registry's records are the user's to write, so the paths
-                // they name are removed with the user's rights only.
-                let spaces = self.spaces();
-                let removed = as_user(uid, primary_gid(uid), || {
-                    crate::persist::purge(&spaces, uid)
-                })?;
+                // Only the user's own records, only what the user owns, with the user's
+                // file-system identity (crate::persist::purge).
+                let removed = crate::persist::purge(&self.spaces(), uid)?;
                 Ok(json!({"ok": true, "removed": removed}))
             }
         }
@@ -793,6 +759,24 @@ impl Daemon {
         )?;
         let _ = std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644));
         Ok(())
+    }
+}
+
+/// Creates the persist registry of each directory dataspace of `spaces` that lacks one,
+/// logging (not failing on) the ones it cannot.
+fn init_registries(spaces: &Dataspaces) {
+    for (name, d) in &spaces.spaces {
+        if d.dir().is_none() {
+            continue;
+        }
+        let mut one = Dataspaces {
+            source: spaces.source.clone(),
+            spaces: BTreeMap::new(),
+        };
+        one.spaces.insert(name.clone(), d.clone());
+        if let Err(e) = crate::persist::init(&one) {
+            tracing::warn!(dataspace = %name, "no persist registry: {e}");
+        }
     }
 }
 

@@ -12,6 +12,8 @@
 //! - [`write_behind`]: the writeback of a destination on disk paced with its writer.
 //! - [`persist`]: data kept on the node after its job, readable by the users it is shared
 //!   with.
+//! - [`beneath`]: paths inside a dataspace resolved without following links out of it.
+//! - [`identity`]: the file-system identity root takes to act for a user.
 //! - [`daemon`]: the per-node stage service (`haar stage daemon`): users' tasks under their
 //!   own uid, admin operations for root or the admin token, over a Unix socket (design §13.5).
 //! - [`placement`]: a workflow's consumer job placed on its producer's nodes (Slurm).
@@ -50,12 +52,14 @@
 #![warn(missing_docs)]
 
 pub mod bench;
+pub mod beneath;
 pub mod copy;
 pub mod daemon;
 pub mod dataspace;
 pub mod error;
 pub mod eta;
 mod fields;
+pub mod identity;
 pub mod journal;
 pub mod persist;
 pub mod placement;

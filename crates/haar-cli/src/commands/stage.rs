@@ -324,6 +324,9 @@ pub enum PersistOp {
     },
     /// List persisted locations (every user's).
     List,
+    /// Create the persist registry of every posix and shared dataspace (root, or the owner
+    /// of a dataspace's root; the stage service does it when it starts).
+    Init,
 }
 
 fn spaces(cli: &Cli, a: &StageArgs) -> Result<Dataspaces, Failure> {
@@ -854,6 +857,12 @@ fn persist_cmd(st: &Stager, a: &StageArgs, op: &PersistOp) -> Result<(), Failure
                     p.node.as_deref().unwrap_or("?"),
                     p.shared_with
                 )?;
+            }
+            return Ok(());
+        }
+        PersistOp::Init => {
+            for dir in persist::init(&st.spaces).map_err(fail)? {
+                outln!("{}", dir.display())?;
             }
             return Ok(());
         }
