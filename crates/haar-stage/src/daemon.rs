@@ -36,8 +36,35 @@ pub const DEFAULT_STATE: &str = "/var/lib/haar/stage";
 /// Magic word of the registered-dataspaces record.
 pub const SPACES_MAGIC: &str = "haar-stage-spaces";
 const PREFIX: &str = "HAAR-STAGE/";
-/// Longest line either side accepts.
+/// Longest reply line a client accepts.
 pub const MAX_LINE: usize = 1 << 20;
+
+/// What keeps the service up whatever its users do (design §13.5): every connection costs a
+/// thread, a descriptor and its line buffer, so all three are bounded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Connections open at once, every user's.
+    pub connections: usize,
+    /// Connections one uid may hold open at once (root's are not counted against it).
+    pub per_user: usize,
+    /// Longest request line the service reads; a longer one is refused and its connection
+    /// closed.
+    pub request_line: usize,
+    /// Time a request line may take to arrive whole, counted from when the service starts
+    /// waiting for it: an idle or trickling connection is closed after it.
+    pub request_deadline: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            connections: 256,
+            per_user: 32,
+            request_line: 64 << 10,
+            request_deadline: Duration::from_secs(60),
+        }
+    }
+}
 
 /// One request (design §13.5); the `op` field names it.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -177,6 +204,69 @@ pub fn decode_line(line: &str) -> std::result::Result<Value, String> {
     Ok(v)
 }
 
+/// Reads one request line of at most `max` bytes, whole within `deadline`; `None` at the end of
+/// the stream before any byte of it. Holds at most `max` bytes whatever the peer sends.
+fn read_request(
+    r: &mut BufReader<UnixStream>,
+    max: usize,
+    deadline: Duration,
+) -> std::io::Result<Option<String>> {
+    use std::io::ErrorKind;
+    let until = std::time::Instant::now() + deadline;
+    let mut buf = Vec::new();
+    loop {
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        let late = || {
+            std::io::Error::new(
+                ErrorKind::TimedOut,
+                format!(
+                    "no whole request line within {} s: the connection is closed",
+                    deadline.as_secs_f64()
+                ),
+            )
+        };
+        if left.is_zero() {
+            return Err(late());
+        }
+        r.get_ref().set_read_timeout(Some(left))?;
+        let avail = match r.fill_buf() {
+            Ok(b) => b,
+            Err(e) if e.kind() == ErrorKind::Interrupted => continue,
+            Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                return Err(late());
+            }
+            Err(e) => return Err(e),
+        };
+        if avail.is_empty() {
+            return if buf.is_empty() {
+                Ok(None)
+            } else {
+                Err(std::io::Error::new(
+                    ErrorKind::UnexpectedEof,
+                    "the connection ended inside a request line",
+                ))
+            };
+        }
+        let (take, whole) = match avail.iter().position(|&b| b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (avail.len(), false),
+        };
+        if buf.len() + take > max + 1 {
+            return Err(std::io::Error::new(
+                ErrorKind::InvalidData,
+                format!("a request line longer than {max} bytes"),
+            ));
+        }
+        buf.extend_from_slice(&avail[..take]);
+        r.consume(take);
+        if whole {
+            return String::from_utf8(buf).map(Some).map_err(|_| {
+                std::io::Error::new(ErrorKind::InvalidData, "a request line not in UTF-8")
+            });
+        }
+    }
+}
+
 /// Reads one line of at most [`MAX_LINE`] bytes; `None` at end of stream.
 fn read_line(r: &mut impl BufRead) -> std::io::Result<Option<String>> {
     let mut buf = Vec::new();
@@ -280,6 +370,8 @@ pub struct DaemonConfig {
     pub runner: PathBuf,
     /// The admin token, if non-root admins are allowed.
     pub admin_token: Option<String>,
+    /// Connection limits.
+    pub limits: Limits,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -295,6 +387,52 @@ pub struct Daemon {
     /// `(uid, task)` of the runners this daemon started and has not yet reaped: a task asked
     /// for again (a retried Slurm stage-in) must not get a second runner.
     live: Arc<Mutex<std::collections::HashSet<(u32, String)>>>,
+    /// Connections open now: in all, and per uid.
+    open: Mutex<Open>,
+}
+
+/// The connections a daemon has open, and whose refusals were logged since their last
+/// admission (a user over the limit is logged once, not once per connection).
+#[derive(Debug, Default)]
+struct Open {
+    total: usize,
+    per_uid: BTreeMap<u32, usize>,
+    refusal_logged: std::collections::BTreeSet<u32>,
+}
+
+/// The environment of a task's runner, built from nothing (the daemon's own may hold secrets:
+/// tokens, cloud keys, root's HOME; a runner under the user's uid is the user's to read, in
+/// /proc/PID/environ): `PATH` (a plain default when the daemon has none), the locale (`LANG`,
+/// `LANGUAGE`, `LC_*`), `TZ`, `HAAR_LOG`, and the user's own `HOME`, `USER` and `LOGNAME` from
+/// the passwd database (`/` and the uid without an entry). The configuration reaches the
+/// runner as `--config FILE`, or as `FDB5_CONFIG` when that is where the daemon read it.
+pub fn runner_env(
+    uid: u32,
+    daemon_env: impl IntoIterator<Item = (std::ffi::OsString, std::ffi::OsString)>,
+    config: &haar::ConfigSource,
+) -> Vec<(std::ffi::OsString, std::ffi::OsString)> {
+    let mut out: Vec<(std::ffi::OsString, std::ffi::OsString)> = daemon_env
+        .into_iter()
+        .filter(|(k, _)| {
+            let k = k.to_string_lossy();
+            matches!(&*k, "PATH" | "LANG" | "LANGUAGE" | "TZ" | "HAAR_LOG") || k.starts_with("LC_")
+        })
+        .collect();
+    if !out.iter().any(|(k, _)| k == "PATH") {
+        out.push(("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()));
+    }
+    let (home, name) =
+        crate::identity::home_and_name(uid).unwrap_or_else(|| ("/".into(), uid.to_string().into()));
+    out.push(("HOME".into(), home));
+    out.push(("USER".into(), name.clone()));
+    out.push(("LOGNAME".into(), name));
+    if let haar::ConfigSource::Yaml { text, origin } = config
+        && origin == "$FDB5_CONFIG"
+    {
+        out.push(("FDB5_CONFIG".into(), text.into()));
+    }
+    out.sort();
+    out
 }
 
 fn mkdir(path: &Path, mode: u32) -> Result<()> {
@@ -332,6 +470,7 @@ impl Daemon {
             cfg,
             registered: Mutex::new(registered),
             live: Arc::default(),
+            open: Mutex::default(),
         }))
     }
 
@@ -453,7 +592,13 @@ impl Daemon {
         if reg.exists() {
             cmd.arg("--registered").arg(reg);
         }
-        cmd.current_dir("/")
+        cmd.env_clear()
+            .envs(runner_env(
+                uid,
+                std::env::vars_os(),
+                &self.cfg.spaces.source,
+            ))
+            .current_dir("/")
             .stdin(std::process::Stdio::null())
             .stdout(
                 log.try_clone()
@@ -464,10 +609,13 @@ impl Daemon {
             // std clears the supplementary groups when it sets the uid of a root child.
             cmd.uid(uid).gid(gid);
         }
-        // SAFETY: setsid is async-signal-safe; the runner outlives the daemon.
+        // SAFETY: setsid and umask are async-signal-safe; the runner outlives the daemon, and
+        // what it creates beside the modes it keeps (crate::copy) gets the usual 022, not
+        // whatever the daemon was started with.
         unsafe {
             cmd.pre_exec(|| {
                 libc::setsid();
+                libc::umask(0o022);
                 Ok(())
             });
         }
@@ -523,28 +671,121 @@ impl Daemon {
         Ok(out)
     }
 
-    /// Accepts connections until the listener fails, one thread per connection.
+    /// Accepts connections for ever, one thread per connection, within [`Limits`]: a
+    /// connection over them is told so and closed; an accept that fails (out of descriptors,
+    /// say) is logged and retried after a pause that doubles up to a second, never the end of
+    /// the service.
     pub fn serve(self: &Arc<Self>, listener: UnixListener) -> Result<()> {
+        let mut pause = Duration::ZERO;
         for conn in listener.incoming() {
             let conn = match conn {
-                Ok(c) => c,
-                Err(e) => return Err(Error::io("accept on", &self.cfg.socket, e)),
+                Ok(c) => {
+                    pause = Duration::ZERO;
+                    c
+                }
+                Err(e) => {
+                    let scarce = matches!(
+                        e.raw_os_error(),
+                        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+                    );
+                    if scarce {
+                        if pause.is_zero() {
+                            tracing::warn!(
+                                socket = %self.cfg.socket.display(),
+                                "accept failed ({e}): pausing new connections until resources free up"
+                            );
+                        }
+                        pause =
+                            (pause * 2).clamp(Duration::from_millis(10), Duration::from_secs(1));
+                        std::thread::sleep(pause);
+                    } else {
+                        tracing::warn!(socket = %self.cfg.socket.display(), "accept failed: {e}");
+                    }
+                    continue;
+                }
             };
+            let Ok(peer) = peer_of(&conn) else { continue };
+            if let Err((why, first)) = self.admit(peer) {
+                if first {
+                    tracing::warn!(uid = peer.uid, pid = peer.pid, "connection refused: {why}");
+                }
+                let _ = conn.set_nonblocking(true);
+                let _ = (&conn).write_all(encode_line(&refusal("denied", &why)).as_bytes());
+                continue;
+            }
             let me = Arc::clone(self);
-            std::thread::spawn(move || me.connection(conn));
+            let spawned = std::thread::Builder::new()
+                .name(format!("stage-uid{}", peer.uid))
+                .spawn(move || {
+                    me.connection(conn, peer);
+                    me.leave(peer);
+                });
+            if let Err(e) = spawned {
+                tracing::warn!(uid = peer.uid, "no thread for a connection: {e}");
+                self.leave(peer);
+            }
         }
         Ok(())
     }
 
-    fn connection(&self, conn: UnixStream) {
-        let Ok(peer) = peer_of(&conn) else { return };
+    /// Counts a new connection of `peer` in, or says which limit it is over (and whether
+    /// this is the first refusal of `peer` since it was last admitted).
+    fn admit(&self, peer: Peer) -> std::result::Result<(), (String, bool)> {
+        let l = self.cfg.limits;
+        let mut open = self.open.lock().expect("lock");
+        let why = if open.total >= l.connections {
+            Some(format!(
+                "the stage service on {} has {} connections open, its limit: try again later",
+                self.cfg.socket.display(),
+                l.connections
+            ))
+        } else if peer.uid != 0 && open.per_uid.get(&peer.uid).copied().unwrap_or(0) >= l.per_user {
+            Some(format!(
+                "uid {} has {} connections open to the stage service on {}, the limit per \
+                 user: close some (each `haar stage` command needs one)",
+                peer.uid,
+                l.per_user,
+                self.cfg.socket.display()
+            ))
+        } else {
+            None
+        };
+        if let Some(why) = why {
+            let first = open.refusal_logged.insert(peer.uid);
+            return Err((why, first));
+        }
+        open.refusal_logged.remove(&peer.uid);
+        *open.per_uid.entry(peer.uid).or_default() += 1;
+        open.total += 1;
+        Ok(())
+    }
+
+    fn leave(&self, peer: Peer) {
+        let mut open = self.open.lock().expect("lock");
+        open.total = open.total.saturating_sub(1);
+        if let Some(n) = open.per_uid.get_mut(&peer.uid) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                open.per_uid.remove(&peer.uid);
+            }
+        }
+    }
+
+    fn connection(&self, conn: UnixStream, peer: Peer) {
         let Ok(mut w) = conn.try_clone() else { return };
+        // A reply the peer does not read must not hold the thread for ever either.
+        let _ = w.set_write_timeout(Some(self.cfg.limits.request_deadline));
         let mut r = BufReader::new(conn);
         loop {
-            let line = match read_line(&mut r) {
+            let line = match read_request(
+                &mut r,
+                self.cfg.limits.request_line,
+                self.cfg.limits.request_deadline,
+            ) {
                 Ok(Some(l)) => l,
                 Ok(None) => return,
                 Err(e) => {
+                    tracing::debug!(uid = peer.uid, pid = peer.pid, "connection closed: {e}");
                     let _ = w.write_all(encode_line(&refusal("input", &e.to_string())).as_bytes());
                     return;
                 }
@@ -844,12 +1085,15 @@ impl Client {
                 self.socket.display()
             ))
         };
-        self.w
-            .write_all(line.as_bytes())
-            .map_err(|e| gone(format!("send: {e}")))?;
-        let reply = read_line(&mut self.r)
-            .map_err(|e| gone(format!("receive: {e}")))?
-            .ok_or_else(|| gone("it closed the connection".into()))?;
+        // A service that refuses the connection (over its limits) says why and closes it,
+        // maybe before the request is sent: its reply is read even when sending failed.
+        let sent = self.w.write_all(line.as_bytes());
+        let reply = match (read_line(&mut self.r), sent) {
+            (Ok(Some(reply)), _) => reply,
+            (_, Err(e)) => return Err(gone(format!("send: {e}"))),
+            (Err(e), Ok(())) => return Err(gone(format!("receive: {e}"))),
+            (Ok(None), Ok(())) => return Err(gone("it closed the connection".into())),
+        };
         let v = decode_line(&reply).map_err(|m| {
             Error::Service(format!("stage service on {}: {m}", self.socket.display()))
         })?;

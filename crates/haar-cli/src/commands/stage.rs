@@ -190,6 +190,15 @@ pub struct DaemonArgs {
     /// it only root is admin.
     #[arg(long, value_name = "FILE")]
     pub admin_token_file: Option<PathBuf>,
+    /// Connections open at once, every user's.
+    #[arg(long, value_name = "N", default_value_t = daemon::Limits::default().connections)]
+    pub max_connections: usize,
+    /// Connections one user may hold open at once (root's are not counted).
+    #[arg(long, value_name = "N", default_value_t = daemon::Limits::default().per_user)]
+    pub max_connections_per_user: usize,
+    /// Seconds a request line may take to arrive whole (an idle connection is closed then).
+    #[arg(long, value_name = "SECONDS", default_value_t = daemon::Limits::default().request_deadline.as_secs_f64())]
+    pub request_timeout: f64,
 }
 
 /// `haar stage submit` options.
@@ -539,6 +548,17 @@ fn serve(cli: &Cli, a: &StageArgs, d: &DaemonArgs) -> Result<(), Failure> {
         spaces: spaces(cli, a)?,
         runner,
         admin_token,
+        limits: daemon::Limits {
+            connections: d.max_connections.max(1),
+            per_user: d.max_connections_per_user.max(1),
+            request_deadline: Duration::try_from_secs_f64(d.request_timeout)
+                .ok()
+                .filter(|t| !t.is_zero())
+                .ok_or_else(|| {
+                    Failure::usage("--request-timeout takes a positive number of seconds")
+                })?,
+            ..daemon::Limits::default()
+        },
     })
     .map_err(fail)?;
     let listener = daemon::bind(&socket).map_err(fail)?;
