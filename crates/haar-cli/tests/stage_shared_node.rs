@@ -7,7 +7,8 @@
 //! - the registry is root's, not the first caller's, and a user removes only her own records;
 //! - root acting for a user (`persist share|delete` as root) follows no link the user planted;
 //! - the service survives a user who holds a thousand connections and one who trickles
-//!   half-sent lines, and closes a connection whose line never ends.
+//!   half-sent lines, and closes a connection whose line never ends;
+//! - a staged directory and its files keep their sources' modes, whatever the daemon's umask.
 //!
 //! Needs root (users are `setpriv` to other uids); skipped otherwise unless
 //! `HAAR_REQUIRE_ROOT_TESTS` is set (CI sets it). Checks read files directly (std::fs).
@@ -663,4 +664,55 @@ fn the_service_survives_a_user_holding_a_thousand_connections_and_half_sent_line
     s.read_to_string(&mut reply).unwrap();
     assert!(reply.contains("no whole request line"), "{reply}");
     assert!(n.daemon_alive());
+}
+
+#[test]
+fn staged_directories_and_files_keep_their_sources_modes_under_a_daemon_with_umask_000() {
+    if !root_or_skip() {
+        return;
+    }
+    let n = Node::new(&[], "000");
+    let pfs = n.root.join("pfs");
+    ok(&n.sh(
+        BOB,
+        &format!(
+            "umask 000 && mkdir -m 700 {0}/t && mkdir -m 750 {0}/t/sub {0}/t/ro \
+             && echo a > {0}/t/a && chmod 640 {0}/t/a && echo b > {0}/t/sub/b \
+             && chmod 600 {0}/t/sub/b && echo c > {0}/t/ro/c && chmod 644 {0}/t/ro/c \
+             && chmod 555 {0}/t/ro",
+            pfs.display()
+        ),
+    ));
+    ok(&n.haar(BOB, &["in", "shared:t", "local:t", "--quiet"]));
+    let node = n.root.join("node");
+    for (p, mode) in [
+        ("t", 0o700),
+        ("t/sub", 0o750),
+        ("t/ro", 0o555),
+        ("t/a", 0o640),
+        ("t/sub/b", 0o600),
+        ("t/ro/c", 0o644),
+    ] {
+        let m = std::fs::symlink_metadata(node.join(p)).unwrap();
+        assert_eq!(
+            (m.mode() & 0o7777, m.uid()),
+            (mode, BOB),
+            "{p}: mode {:o}",
+            m.mode() & 0o7777
+        );
+    }
+    // The same in-process, under the user's own umask 000.
+    ok(&n.sh(
+        BOB,
+        &format!(
+            "umask 000 && HOME={home} {haar} stage --config {cfg} --no-daemon in shared:t local:t2 --quiet",
+            home = n.root.join(format!("home{BOB}")).display(),
+            haar = HAAR,
+            cfg = n.config.display()
+        ),
+    ));
+    for (p, mode) in [("t2", 0o700), ("t2/sub", 0o750), ("t2/a", 0o640)] {
+        let m = std::fs::symlink_metadata(node.join(p)).unwrap();
+        assert_eq!(m.mode() & 0o7777, mode, "{p}");
+    }
 }

@@ -197,9 +197,17 @@ pub fn copy_to_temp(
         .read(true)
         .write(true)
         .create_new(true)
-        .mode(before.permissions().mode() & 0o777 | 0o600)
+        .mode(0o600)
         .open(&tmp)
         .map_err(|e| Error::io("create", &tmp, e))?;
+    // The source's permission bits exactly, whatever the umask (the descriptor stays
+    // writable: it was opened before).
+    if let Err(e) = out.set_permissions(std::fs::Permissions::from_mode(
+        before.permissions().mode() & 0o777,
+    )) {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(Error::io("chmod", &tmp, e));
+    }
     let result = (|| {
         // A source of at least a chunk is mapped (under the SIGBUS guard, so a truncation
         // meanwhile is noticed, not fatal) and written from the mapping, one copy in all as

@@ -8,6 +8,7 @@
 //! through `haar::FieldStore` and `haar::ingest`.
 
 use std::io::Write;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -698,8 +699,19 @@ impl TaskRun<'_, '_> {
         if let Some(parent) = dst.parent() {
             std::fs::create_dir_all(parent).map_err(|e| Error::io("create", parent, e))?;
         }
-        for d in &dirs {
+        // Each directory (of this user's: one that exists and is another's, a dataspace's
+        // root say, is left as it is) gets room for its owner to fill it; its source's mode is
+        // set once every file below it is in place (a 0500 source stays 0500, a 0700 one
+        // 0700, whatever the umask).
+        let mut own_dirs = Vec::new();
+        for (d, mode) in &dirs {
             std::fs::create_dir_all(d).map_err(|e| Error::io("create", d, e))?;
+            let m = std::fs::symlink_metadata(d).map_err(|e| Error::io("stat", d, e))?;
+            if m.uid() == crate::identity::euid() {
+                std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o700))
+                    .map_err(|e| Error::io("chmod", d, e))?;
+                own_dirs.push((d.clone(), *mode));
+            }
         }
         self.rec.objects_total = files.len() as u64;
         self.rec.bytes_total = files.iter().map(|f| f.2).sum();
@@ -786,6 +798,11 @@ impl TaskRun<'_, '_> {
         })?;
         for d in touched_dirs {
             copy::sync_dir(&d)?;
+        }
+        // Last, once nothing more is written into them (a source's 0500 would refuse it).
+        for (d, mode) in own_dirs.iter().rev() {
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(*mode))
+                .map_err(|e| Error::io("chmod", d, e))?;
         }
         self.tick(true);
         Ok(())
@@ -874,15 +891,21 @@ impl TaskRun<'_, '_> {
     }
 }
 
-/// Lists a directory tree: directories to create and files to copy (symbolic links and
-/// special files are refused: a mover that followed them could leave the dataspace).
+/// Lists a directory tree: directories to create (with their source's permission bits) and
+/// files to copy (symbolic links and special files are refused: a mover that followed them
+/// could leave the dataspace).
 fn walk(
     src: &Path,
     dst: &Path,
-    dirs: &mut Vec<PathBuf>,
+    dirs: &mut Vec<(PathBuf, u32)>,
     files: &mut Vec<(PathBuf, PathBuf, u64)>,
 ) -> Result<()> {
-    dirs.push(dst.to_path_buf());
+    let mode = std::fs::symlink_metadata(src)
+        .map_err(|e| Error::io("stat", src, e))?
+        .permissions()
+        .mode()
+        & 0o1777;
+    dirs.push((dst.to_path_buf(), mode));
     let mut entries: Vec<_> = std::fs::read_dir(src)
         .map_err(|e| Error::io("list", src, e))?
         .collect::<std::io::Result<_>>()
