@@ -72,6 +72,13 @@ pub trait Backend: Send + Sync {
         Ok(Vec::new())
     }
 
+    /// The file that holds the bytes `data` of `db` at `data.offset` (posix: the writer's
+    /// data file; pmem: the pool), as FDB5's list gives a field's location; `None` where no
+    /// file does (memory) or `db` does not exist.
+    fn data_path(&self, _db: &Key, _data: &DataRef) -> Result<Option<PathBuf>> {
+        Ok(None)
+    }
+
     /// Takes exclusive access to an existing `db` for purge; fails with [`crate::Error::Busy`]
     /// while any writer holds it. Access ends when the returned value is dropped.
     fn exclusive(&self, db: &Key) -> Result<Box<dyn Exclusive>>;

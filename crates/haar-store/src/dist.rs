@@ -414,6 +414,16 @@ impl FieldStore for DistStore {
         Ok(out)
     }
 
+    fn data_path(&self, field: &Field) -> Result<Option<std::path::PathBuf>> {
+        // The first lane that holds the field's database; a failed lane is not asked again.
+        for lane in &self.lanes {
+            if let Ok(Some(p)) = lane.store.data_path(field) {
+                return Ok(Some(p));
+            }
+        }
+        Ok(None)
+    }
+
     fn wipe_unsafe_all(&mut self, req: &Request, doit: bool) -> Result<WipeReport> {
         let mut total = WipeReport::default();
         for lane in &mut self.lanes {
@@ -605,6 +615,14 @@ impl FieldStore for SelectStore {
             out.extend(s.unowned_files(req)?);
         }
         Ok(out)
+    }
+    fn data_path(&self, field: &Field) -> Result<Option<std::path::PathBuf>> {
+        for (_, s) in &self.routes {
+            if let Some(p) = s.data_path(field)? {
+                return Ok(Some(p));
+            }
+        }
+        Ok(None)
     }
     fn wipe_unsafe_all(&mut self, req: &Request, doit: bool) -> Result<WipeReport> {
         let mut total = WipeReport::default();

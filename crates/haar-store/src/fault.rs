@@ -110,6 +110,9 @@ impl Backend for FaultyBackend {
     fn unowned_files(&self, db: &Key) -> Result<Vec<std::path::PathBuf>> {
         self.inner.unowned_files(db)
     }
+    fn data_path(&self, db: &Key, data: &DataRef) -> Result<Option<std::path::PathBuf>> {
+        self.inner.data_path(db, data)
+    }
     fn exclusive(&self, db: &Key) -> Result<Box<dyn Exclusive>> {
         self.inner.exclusive(db)
     }

@@ -132,6 +132,13 @@ pub trait FieldStore: Send {
         Ok(Vec::new())
     }
 
+    /// The file holding `field`'s bytes at `field.data.offset` (posix: its data file; pmem:
+    /// the pool), for FDB5's list; `None` where the store has no such file or cannot see it
+    /// (memory, servers).
+    fn data_path(&self, _field: &Field) -> Result<Option<std::path::PathBuf>> {
+        Ok(None)
+    }
+
     /// [`FieldStore::wipe`], also deleting the files the store did not write in the
     /// databases it removes whole (FDB5's `unsafeWipeAll`). Where the store cannot (through
     /// servers), a dry run is the plain wipe's and `doit` is refused, removing nothing.
@@ -262,6 +269,9 @@ impl FieldStore for Store {
     }
     fn unowned_files(&self, req: &Request) -> Result<Vec<std::path::PathBuf>> {
         Store::unowned_files(self, req)
+    }
+    fn data_path(&self, field: &Field) -> Result<Option<std::path::PathBuf>> {
+        self.backend().data_path(&field.db, &field.data)
     }
     fn wipe_unsafe_all(&mut self, req: &Request, doit: bool) -> Result<WipeReport> {
         Store::wipe_unsafe_all(self, req, doit)

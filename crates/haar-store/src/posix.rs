@@ -422,6 +422,12 @@ impl Backend for PosixBackend {
         Ok(())
     }
 
+    fn data_path(&self, db: &Key, data: &DataRef) -> Result<Option<PathBuf>> {
+        Ok(self
+            .find(db)?
+            .map(|dir| dir.join(format!("{:016x}.data", data.object))))
+    }
+
     fn unowned_files(&self, db: &Key) -> Result<Vec<PathBuf>> {
         let Some(dir) = self.find(db)? else {
             return Ok(Vec::new());

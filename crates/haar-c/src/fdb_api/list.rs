@@ -3,7 +3,7 @@
 //!
 //! Owns the iterator over what `FieldStore::list` returned and the depth FDB5 lists to.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap};
 use std::ffi::{CString, c_char, c_int};
 
 use haar_core::request::Request;
@@ -19,8 +19,8 @@ pub struct Element {
     /// The key, split into database, index and datum levels (the levels beyond the listing
     /// depth empty).
     pub split: SplitKey,
-    /// Where the bytes are: `haar:{DATABASE}/OBJECT` (posix: the file `OBJECT.data` of that
-    /// database's directory; pmem: the pool).
+    /// Where the bytes are: the file's path (posix: the writer's data file in the
+    /// database's directory; pmem: the pool), else (through servers) `haar:{DATABASE}/OBJECT`.
     pub uri: CString,
     /// Byte offset in that object.
     pub offset: usize,
@@ -92,7 +92,28 @@ pub fn elements(
     let fields = store.list(req.unwrap_or(&all))?;
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
+    // One look-up per data object, not per field (posix finds the database's directory).
+    let mut uris: HashMap<(haar_core::Key, u64), CString> = HashMap::new();
     for f in fields {
+        let uri = if depth >= 3 {
+            // As FDB5 ("URI describing the resource (i.e. file path)"): the file the bytes are
+            // in, where the store has one (posix data file, pmem pool); through servers,
+            // which hold it elsewhere, haar's name for it.
+            let id = (f.db.clone(), f.data.object);
+            match uris.get(&id) {
+                Some(u) => u.clone(),
+                None => {
+                    let u = c_string(&match store.data_path(&f)? {
+                        Some(path) => path.display().to_string(),
+                        None => format!("haar:{{{}}}/{:016x}", f.db, f.data.object),
+                    });
+                    uris.insert(id, u.clone());
+                    u
+                }
+            }
+        } else {
+            c_string(&format!("haar:{{{}}}", f.db))
+        };
         let split = SplitKey {
             db: f.db,
             index: if depth >= 2 {
@@ -109,14 +130,10 @@ pub fn elements(
         if depth < 3 && !seen.insert((split.db.clone(), split.index.clone())) {
             continue;
         }
-        let (uri, offset, length) = if depth >= 3 {
-            (
-                c_string(&format!("haar:{{{}}}/{:016x}", split.db, f.data.object)),
-                f.data.offset as usize,
-                f.data.length as usize,
-            )
+        let (offset, length) = if depth >= 3 {
+            (f.data.offset as usize, f.data.length as usize)
         } else {
-            (c_string(&format!("haar:{{{}}}", split.db)), 0, 0)
+            (0, 0)
         };
         out.push(Element {
             split,

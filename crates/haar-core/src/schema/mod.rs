@@ -460,6 +460,33 @@ mod tests {
         );
     }
 
+    /// FDB5's own test schema types `param` as `ParamID` (FDB5's strict Param): accepted, and
+    /// normalised as `Param` (`t` and `130.128` are 130).
+    #[test]
+    fn param_id_is_fdb5s_strict_param() {
+        let s = Schema::parse(
+            "[ class, expver, stream, date, time, domain?g
+                [ type, levtype, timespan?none
+                    [ step, levelist?, param:ParamID ]]]",
+        )
+        .unwrap();
+        let mut table = crate::param::ParamTable::new();
+        table.insert("t", 130);
+        let ctx = Context::at(2024, 3, 1).with_params(std::sync::Arc::new(table));
+        for p in ["t", "130.128", "130"] {
+            let key = Key::parse(&format!(
+                "class=od,expver=1,stream=oper,date=20240101,time=12,type=fc,levtype=sfc,step=6,param={p}"
+            ))
+            .unwrap();
+            assert_eq!(
+                s.split(&key, &ctx).unwrap().datum.get("param"),
+                Some("130"),
+                "{p}"
+            );
+        }
+        assert!(err("a: ParamId;").contains("unknown type"));
+    }
+
     #[test]
     fn split_uses_rule_types_and_drops_ignored() {
         let s = Schema::parse(SMALL).unwrap();

@@ -168,6 +168,7 @@ pub const TYPE_NAMES: &[&str] = &[
     "Default",
     "Ignore",
     "Param",
+    "ParamID",
     "Step",
     "Date",
     "Time",
@@ -193,7 +194,10 @@ impl FromStr for ValueType {
         Ok(match name {
             "Default" => ValueType::Default,
             "Ignore" => ValueType::Ignore,
-            "Param" => ValueType::Param,
+            // FDB5's strict variant of Param (metkit's ParamID normalisation without its
+            // fuzzy fall-backs, used by FDB5's own test schema): haar's Param matching has
+            // no such fall-backs, so both are one type.
+            "Param" | "ParamID" => ValueType::Param,
             "Step" => ValueType::Step,
             "Date" => ValueType::Date,
             "Time" => ValueType::Time,

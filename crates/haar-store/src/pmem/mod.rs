@@ -444,6 +444,10 @@ impl Backend for PmemBackend {
         reclaimed.map(|_| ())
     }
 
+    fn data_path(&self, db: &Key, _data: &crate::format::DataRef) -> Result<Option<PathBuf>> {
+        Ok(self.known(db)?.then(|| self.pool.path.clone()))
+    }
+
     fn unowned_files(&self, db: &Key) -> Result<Vec<PathBuf>> {
         // The pool's bytes are haar's alone; a user can only put files beside a database's
         // catalogue, which the wipe removes with it.
