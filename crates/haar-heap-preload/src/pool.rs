@@ -125,6 +125,36 @@ fn fatal(what: &str, e: i32) -> ! {
     unsafe { libc::_exit(SETUP_FAILED) }
 }
 
+/// mimalloc's largest arena, as `haar_heap::MAX_SIZE` says (its bookkeeping must fit in the
+/// arena's first 32 MiB chunk): 502 chunks of 32 MiB.
+const MAX_ARENA: usize = 502 * (32 << 20);
+/// mimalloc's smallest arena (32 MiB) with its bitmaps, as `haar_heap::MIN_SIZE` says.
+const MIN_ARENA: usize = 64 << 20;
+
+/// Prints the one line saying why mimalloc refused a pool of `size` bytes, and ends the
+/// process.
+fn refused(size: usize) -> ! {
+    let why = if size > MAX_ARENA {
+        "larger than mimalloc's largest arena"
+    } else if size < MIN_ARENA {
+        "smaller than mimalloc's smallest arena"
+    } else {
+        "refused by mimalloc"
+    };
+    let mut l = Line::new();
+    let _ = write!(
+        l,
+        "haar heap: cannot set up the heap pool {} of {} MiB: {why} (it takes pools of {} to {} MiB); give haar run --heap DIR:SIZE within that",
+        CText(path()),
+        size >> 20,
+        MIN_ARENA >> 20,
+        MAX_ARENA >> 20
+    );
+    l.emit();
+    // SAFETY: ends the process without running handlers that could allocate.
+    unsafe { libc::_exit(SETUP_FAILED) }
+}
+
 /// Sets the pool up; returns the state to enter.
 fn set_up() -> u8 {
     next::resolve();
@@ -186,7 +216,7 @@ fn set_up() -> u8 {
         // committed, pinned (never decommit or reset: no use on a shared file mapping), zero,
         // any NUMA node, not exclusive (the default heap allocates from it).
         if !mi::mi_manage_os_memory_ex(base.cast(), size, true, true, true, -1, false, &mut id) {
-            fatal("mimalloc refused the pool (too small?)", libc::EINVAL);
+            refused(size);
         }
         LEN.store(size, Ordering::Release);
         BASE.store(base as usize, Ordering::Release);

@@ -341,3 +341,50 @@ fn sigterm_to_the_launcher_reaches_the_command_and_the_file_goes() {
     assert!(!ran.file.exists());
     assert!(entries(dir.path()).is_empty());
 }
+
+/// Issue 27: `haar run --heap DIR` without SIZE took all the space available in DIR, and
+/// mimalloc refuses an arena of 16,096 MiB or more (its bookkeeping must fit in the arena's
+/// first 32 MiB), so on a 24 GiB /dev/shm every program failed at its first malloc with
+/// "mimalloc refused the pool (too small?)". The default now stops at mimalloc's largest arena
+/// (`haar_heap::MAX_SIZE`, 16,064 MiB): a program that allocates runs, in a directory with
+/// more room than that (the test's temporary directory; the pool file is sparse).
+#[test]
+fn without_a_size_the_pool_is_one_mimalloc_takes_however_large_the_directory() {
+    let _g = serial();
+    let work = tempfile::tempdir().unwrap();
+    let available = {
+        use std::os::unix::ffi::OsStrExt;
+        let c = std::ffi::CString::new(work.path().as_os_str().as_bytes()).unwrap();
+        // SAFETY: a valid C string and a zeroed statvfs.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        assert_eq!(unsafe { libc::statvfs(c.as_ptr(), &mut st) }, 0);
+        st.f_bavail * st.f_frsize
+    };
+    let spec = HeapSpec {
+        dir: work.path().into(),
+        size: None,
+    };
+    let argv: Vec<OsString> = ["sh", "-c", "x=$(printf '%s' heap); test \"$x\" = heap"]
+        .iter()
+        .map(OsString::from)
+        .collect();
+    let ran = haar_heap::run(&spec, Some(&library()), &argv).unwrap();
+    assert_eq!(
+        ran.shell_status(),
+        0,
+        "a pool of {} MiB (DIR has {} MiB available)",
+        ran.size >> 20,
+        available >> 20
+    );
+    assert!(ran.size <= haar_heap::MAX_SIZE);
+    if available > haar_heap::MAX_SIZE + (1 << 30) {
+        assert_eq!(ran.size, haar_heap::MAX_SIZE);
+    } else {
+        eprintln!(
+            "note: {} has only {} MiB available, less than mimalloc's largest arena",
+            work.path().display(),
+            available >> 20
+        );
+    }
+    assert!(entries(work.path()).is_empty());
+}

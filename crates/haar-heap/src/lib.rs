@@ -27,7 +27,7 @@ mod spec;
 
 pub use launch::{LIB_ENV, LIB_NAME, Ran, find_library, run};
 pub use pool_file::{FILE_ENV, PoolFile};
-pub use spec::{HeapSpec, MIN_SIZE};
+pub use spec::{HeapSpec, MAX_SIZE, MIN_SIZE};
 
 use std::path::PathBuf;
 
@@ -98,6 +98,17 @@ pub enum HeapError {
         human(*size), human(MIN_SIZE)
     )]
     TooSmall {
+        /// The size given.
+        size: u64,
+    },
+    /// SIZE is above what the allocator can use as one arena.
+    #[error(
+        "heap size {} is larger than mimalloc's largest arena, {} ({}M): give at most that \
+         (--heap DIR:{}M), or leave SIZE out (the default is the space available in DIR, up to \
+         that)",
+        human(*size), human(MAX_SIZE), MAX_SIZE >> 20, MAX_SIZE >> 20
+    )]
+    TooLarge {
         /// The size given.
         size: u64,
     },

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::HeapError;
-use crate::spec::{HeapSpec, MIN_SIZE};
+use crate::spec::{HeapSpec, MAX_SIZE, MIN_SIZE};
 
 /// The environment variable that names the pool file to the preloaded library.
 pub const FILE_ENV: &str = "HAAR_HEAP_FILE";
@@ -50,8 +50,8 @@ impl PoolFile {
             })?;
         let size = match spec.size {
             Some(s) => s,
-            // All that is available, in whole MiB.
-            None => available & !((1 << 20) - 1),
+            // All that is available, in whole MiB, up to mimalloc's largest arena.
+            None => (available & !((1 << 20) - 1)).min(MAX_SIZE),
         };
         if size < MIN_SIZE && spec.size.is_some() {
             return Err(HeapError::TooSmall { size });
@@ -62,6 +62,9 @@ impl PoolFile {
                 size: size.max(MIN_SIZE),
                 available,
             });
+        }
+        if size > MAX_SIZE {
+            return Err(HeapError::TooLarge { size });
         }
         static RUN: AtomicU32 = AtomicU32::new(0);
         let (path, file) = loop {
@@ -171,6 +174,18 @@ mod tests {
         .unwrap_err();
         assert!(matches!(e, HeapError::NoSpace { .. }), "{e}");
         assert!(e.to_string().contains("smaller SIZE"), "{e}");
+        // Above mimalloc's largest arena (where the directory has room for it: the file is
+        // sparse), refused saying what to give.
+        if haar_persist::available_bytes(dir.path()).unwrap() > MAX_SIZE + (32 << 20) {
+            let e = PoolFile::create(&HeapSpec {
+                dir: dir.path().into(),
+                size: Some(MAX_SIZE + (32 << 20)),
+            })
+            .unwrap_err();
+            assert!(matches!(e, HeapError::TooLarge { .. }), "{e}");
+            assert!(e.to_string().contains("largest arena"), "{e}");
+            assert!(e.to_string().contains("DIR:16064M"), "{e}");
+        }
         // Nothing was left behind by the refusals.
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
     }
@@ -183,9 +198,12 @@ mod tests {
             size: None,
         })
         .unwrap();
-        let avail = haar_persist::available_bytes(dir.path()).unwrap();
+        let avail = haar_persist::available_bytes(dir.path())
+            .unwrap()
+            .min(MAX_SIZE);
         // Other writers on the file system may move `available` a little between the two looks.
         assert!(p.size() <= avail + (16 << 20) && avail - p.size().min(avail) < 16 << 20);
         assert_eq!(p.size() % (1 << 20), 0);
+        assert!(p.size() <= MAX_SIZE);
     }
 }

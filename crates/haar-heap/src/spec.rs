@@ -9,6 +9,15 @@ use crate::HeapError;
 /// and the alignment of the mapping.
 pub const MIN_SIZE: u64 = 64 << 20;
 
+/// The largest heap mimalloc takes as one arena: 502 × 32 MiB = 15.7 GiB (16,064 MiB).
+/// mimalloc 3 (libmimalloc-sys 0.1.49) keeps an arena's bookkeeping (its bitmaps and a page
+/// record per 64 KiB slice) within the arena's first 32 MiB chunk, and refuses the whole
+/// area when that does not fit: a pool of 16,064 MiB is used, one of 16,096 MiB (503 chunks)
+/// or more is refused, 16 GiB and 24 GiB included (issue 27). A pool size is used in whole
+/// 32 MiB chunks, so this is also the largest size worth giving. `haar run --heap DIR`
+/// without SIZE takes the space available in DIR up to this.
+pub const MAX_SIZE: u64 = 502 * (32 << 20);
+
 /// Where the heap goes: a directory and, optionally, the pool's size.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HeapSpec {
@@ -49,6 +58,7 @@ impl FromStr for HeapSpec {
         {
             return Err(HeapError::TooSmall { size: n });
         }
+
         Ok(HeapSpec {
             dir: PathBuf::from(dir),
             size,

@@ -15,7 +15,8 @@ pub struct RunArgs {
     /// Place COMMAND's heap in a file mapped from DIR (a DAX file system on persistent
     /// memory; any directory, e.g. /dev/shm, elsewhere). SIZE is the pool's size per process,
     /// in bytes or with a suffix K, M, G, T (binary); default: all the space available in DIR
-    /// (the file is sparse). At least 64M.
+    /// (the file is sparse), up to 16064M. At least 64M, at most 16064M (15.7 GiB: mimalloc's
+    /// largest arena; its bookkeeping must fit in the arena's first 32 MiB).
     #[arg(long, value_name = "DIR[:SIZE]", required = true)]
     pub heap: HeapSpec,
     /// The program to run and its arguments (after `--`).
