@@ -7,7 +7,7 @@ PREFIX ?= /usr/local
 MANDIR ?= $(PREFIX)/share/man
 DOCS   := target/docs
 
-.PHONY: setup build peer run test lint unit crash fuzz bench install-docs clean c python pytest slurm-stage cluster-test
+.PHONY: setup build peer run test lint unit crash fuzz bench install-docs clean c python pytest slurm-stage cluster-test fdb5-suites
 
 setup:
 	@scripts/setup.sh
@@ -80,7 +80,12 @@ cluster-test: setup
 	$(CARGO) build --release -p haar-cli
 	scripts/cluster-test.sh --haar $(HAAR)
 
-test: setup lint unit pytest fuzz slurm-stage cluster-test
+# pyfdb 0.1.3's own test suite (fetched from PyPI at test time) on FDB5 5.25's libfdb5.so and
+# on haar's, printing both counts.
+fdb5-suites: c
+	scripts/pyfdb-suite.sh $(abspath $(C_OUT))/lib
+
+test: setup lint unit pytest fuzz slurm-stage cluster-test fdb5-suites
 
 # The full benchmark, writing docs/benchmarks.md.
 bench: build peer
