@@ -89,7 +89,7 @@ pub fn remove_at(dir: &impl AsRawFd, rel: &Path) -> std::io::Result<()> {
     }
 }
 
-/// What `err` from [`open_at`] means to a user, for the path `shown`.
+/// What `err` from [`open_at`] means to a user (empty when it says it itself).
 pub fn explain(err: &std::io::Error) -> &'static str {
     match err.raw_os_error() {
         Some(libc::ELOOP) => "a symbolic link is on the way (links are not followed here)",
