@@ -1105,3 +1105,152 @@ fn slurm_mount_script_gives_every_node_one_namespace() {
     assert_eq!(fs::read(m.p("from2/f")).unwrap(), b"two\n");
     m.terminate();
 }
+
+/// A small tmpfs mounted for one test, unmounted when dropped.
+struct SmallFs {
+    dir: tempfile::TempDir,
+}
+
+impl SmallFs {
+    /// `None` when this process may not mount (not root): the test then says so and passes
+    /// only if `HAAR_REQUIRE_ROOT_TESTS` is unset (CI sets it).
+    fn mount(size: &str) -> Option<SmallFs> {
+        let dir = tempfile::tempdir().unwrap();
+        let ok = Command::new("mount")
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={size},mode=0700"),
+                "tmpfs",
+            ])
+            .arg(dir.path())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !ok {
+            assert!(
+                std::env::var_os("HAAR_REQUIRE_ROOT_TESTS").is_none(),
+                "cannot mount a tmpfs (HAAR_REQUIRE_ROOT_TESTS is set): run as root"
+            );
+            eprintln!("skipped: mounting a tmpfs needs root");
+            return None;
+        }
+        Some(SmallFs { dir })
+    }
+
+    fn path(&self) -> &Path {
+        self.dir.path()
+    }
+}
+
+impl Drop for SmallFs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+/// Full storage through the mount (issue 27), both backends on a small tmpfs: a write that
+/// fills the store's file system fails with ENOSPC (was EIO); a file written before reads
+/// back intact; `rm` of the file that filled it works while the file system is still full
+/// (was EIO: the mount keeps a reserve for removals); creating fails with ENOSPC or works,
+/// never EIO; once space is freed outside the mount, files are created, written and read
+/// again without a remount, and everything closed survives one.
+#[test]
+fn a_full_store_gives_enospc_and_the_mount_recovers_when_space_is_freed() {
+    for (backend, size, big_mib) in [("posix", "8m", 16), ("pmem", "32m", 40)] {
+        let Some(small) = SmallFs::mount(size) else {
+            return;
+        };
+        let tmp = tempfile::tempdir().unwrap();
+        let root = small.path().join("store");
+        // Space that is freed later, outside the mount.
+        let filler = small.path().join("filler");
+        fs::write(&filler, vec![1u8; 1 << 20]).unwrap();
+        // A pool that starts small and grows by 1 MiB into the file system.
+        let config = tmp.path().join("haar.yaml");
+        fs::write(
+            &config,
+            format!(
+                "backend: {backend}\nroots: [{}]\npool_size: 20971520\npool_chunk: 1048576\n",
+                root.display()
+            ),
+        )
+        .unwrap();
+        let mnt = tmp.path().join("mnt");
+        let mut cmd = Command::new(HAAR);
+        cmd.arg("--config")
+            .arg(&config)
+            .env_remove("HAAR_CONFIG")
+            .arg("mount")
+            .arg(&mnt);
+        let m = Mounted::spawn(cmd, &mnt);
+        let intact = pattern(300_000, 1);
+        fs::write(m.p("intact"), &intact).unwrap();
+        // Fill it.
+        let chunk = pattern(1 << 20, 2);
+        let mut f = fs::File::create(m.p("big")).unwrap();
+        let mut failed = None;
+        for _ in 0..big_mib {
+            if let Err(e) = f.write_all(&chunk) {
+                failed = Some(e);
+                break;
+            }
+        }
+        let failed = failed.or_else(|| f.sync_all().err());
+        drop(f);
+        let failed = failed.unwrap_or_else(|| panic!("{backend}: {big_mib} MiB fitted in {size}"));
+        assert_eq!(
+            failed.raw_os_error(),
+            Some(libc::ENOSPC),
+            "{backend}: filling the store failed with {failed}, not ENOSPC; {}",
+            m.errors()
+        );
+        assert!(fs::read(m.p("intact")).unwrap() == intact, "{backend}");
+        // The file system is still full: rm through the mount works.
+        fs::remove_file(m.p("big"))
+            .unwrap_or_else(|e| panic!("{backend}: rm on a full store: {e}; {}", m.errors()));
+        let e = errno_of(fs::write(m.p("while-full"), b"x"));
+        assert!(
+            e == 0 || e == libc::ENOSPC,
+            "{backend}: a create on a full store failed with errno {e}"
+        );
+        // Space is freed outside the mount: the mount works again, no remount.
+        fs::remove_file(&filler).unwrap();
+        let after = pattern(200_000, 3);
+        fs::write(m.p("after"), &after).unwrap_or_else(|e| {
+            panic!(
+                "{backend}: write after space was freed: {e}; {}",
+                m.errors()
+            )
+        });
+        assert!(fs::read(m.p("after")).unwrap() == after, "{backend}");
+        assert!(fs::read(m.p("intact")).unwrap() == intact, "{backend}");
+        fs::create_dir(m.p("dir")).unwrap();
+        fs::remove_dir(m.p("dir")).unwrap();
+        let log = m.errors();
+        assert!(!log.contains("Input/output"), "{backend}: {log}");
+        assert!(log.contains("storage is full"), "{backend}: {log}");
+        m.terminate();
+        // Everything closed survived.
+        let m = Mounted::spawn(
+            {
+                let mut c = Command::new(HAAR);
+                c.arg("--config")
+                    .arg(&config)
+                    .env_remove("HAAR_CONFIG")
+                    .arg("mount")
+                    .arg(&mnt);
+                c
+            },
+            &mnt,
+        );
+        assert!(fs::read(m.p("intact")).unwrap() == intact, "{backend}");
+        assert!(fs::read(m.p("after")).unwrap() == after, "{backend}");
+        assert!(!m.p("big").exists(), "{backend}");
+        m.terminate();
+    }
+}

@@ -148,11 +148,128 @@ pub struct Files {
     pending: HashSet<u64>,
     /// Anything archived since the last flush.
     unflushed: bool,
+    /// Space kept on the store's file system for removals when it is full ([`Reserve`]).
+    reserve: Option<Reserve>,
+    /// The store said its storage is full (ENOSPC, EDQUOT, a pool that cannot grow) and no
+    /// barrier has succeeded with the reserve held again since: said once, not per call.
+    full: bool,
 }
 
 fn io_err(what: &str, e: impl std::fmt::Display) -> Errno {
     eprintln!("haar mount: {what}: {e}");
     libc::EIO
+}
+
+/// The errno a store error stands for: ENOSPC for full storage (the file system's, or a pmem
+/// pool that cannot grow), EDQUOT for a quota, else EIO.
+pub fn errno_of(e: &haar_store::Error) -> Errno {
+    use haar_store::Error;
+    let of_io = |io: &std::io::Error| {
+        let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(io);
+        while let Some(c) = cur {
+            if let Some(code) = c
+                .downcast_ref::<std::io::Error>()
+                .and_then(std::io::Error::raw_os_error)
+                .filter(|c| [libc::ENOSPC, libc::EDQUOT].contains(c))
+            {
+                return Some(code);
+            }
+            cur = c.source();
+        }
+        None
+    };
+    let found = match e {
+        Error::PoolFull { .. } => Some(libc::ENOSPC),
+        Error::Io { source, .. } | Error::Net { source, .. } => of_io(source),
+        Error::Lanes { failures, .. } => failures.0.first().map(|(_, e)| errno_of(e)),
+        _ => None,
+    };
+    // A server's own full storage arrives as its message.
+    let text = e.to_string();
+    found.unwrap_or(
+        if text.contains("No space left on device") || text.contains("is full") {
+            libc::ENOSPC
+        } else if text.contains("Disk quota exceeded") {
+            libc::EDQUOT
+        } else {
+            libc::EIO
+        },
+    )
+}
+
+/// Space held on the store's file system (a file of its own, allocated) so that removals
+/// through the mount still succeed when that file system is full: a removal's records need a
+/// little room, and on a full file system every other way to free space would fail
+/// (issue 27). Given back for a removal once the store has said it is full; taken again by
+/// the first barrier that finds the room.
+#[derive(Debug)]
+pub struct Reserve {
+    path: std::path::PathBuf,
+    size: u64,
+    held: bool,
+}
+
+impl Reserve {
+    /// Bytes a mount keeps by default: room for the records of many removals.
+    pub const SIZE: u64 = 1 << 20;
+
+    /// A reserve of `size` bytes in file `path` (not taken yet: [`Reserve::take`]).
+    pub fn new(path: std::path::PathBuf, size: u64) -> Reserve {
+        Reserve {
+            path,
+            size,
+            held: false,
+        }
+    }
+
+    /// The file.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+
+    /// Allocates the file's bytes (again); false when there is no room (or the file cannot
+    /// be made): the reserve is then not held.
+    pub fn take(&mut self) -> bool {
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::OpenOptionsExt;
+        if self.held {
+            return true;
+        }
+        let Ok(f) = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .mode(0o600)
+            .open(&self.path)
+        else {
+            return false;
+        };
+        // SAFETY: fallocate on a descriptor we own.
+        let r = unsafe { libc::fallocate(f.as_raw_fd(), 0, 0, self.size as libc::off_t) };
+        self.held = r == 0;
+        if !self.held {
+            let _ = std::fs::remove_file(&self.path);
+        }
+        self.held
+    }
+
+    /// Gives the bytes back to the file system.
+    pub fn give_back(&mut self) {
+        if std::mem::take(&mut self.held) {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+
+    /// True while the bytes are held.
+    pub fn held(&self) -> bool {
+        self.held
+    }
+}
+
+impl Drop for Reserve {
+    fn drop(&mut self) {
+        self.give_back();
+    }
 }
 
 impl Files {
@@ -273,6 +390,8 @@ impl Files {
             with_dirty: HashSet::new(),
             pending: HashSet::new(),
             unflushed: false,
+            reserve: None,
+            full: false,
         };
         if let std::collections::hash_map::Entry::Vacant(e) = files.nodes.entry(ROOT) {
             e.insert(Node::new(new_record(Kind::Dir, 0o755, uid, gid)));
@@ -283,6 +402,51 @@ impl Files {
         }
         files.drop_unreachable();
         Ok(files)
+    }
+
+    /// Keeps `reserve` (taken now if there is room) for removals on a full file system.
+    pub fn set_reserve(&mut self, mut reserve: Reserve) {
+        reserve.take();
+        self.reserve = Some(reserve);
+    }
+
+    /// A store error as an errno; full storage is said once (until a barrier finds room
+    /// again), anything else every time.
+    fn store_errno(&mut self, what: &str, e: &haar_store::Error) -> Errno {
+        let code = errno_of(e);
+        if code == libc::EIO {
+            return io_err(what, e);
+        }
+        if !self.full {
+            self.full = true;
+            eprintln!(
+                "haar mount: {what}: {e}; the store's storage is full: writes and creations fail with {} until space is freed there (removals through the mount still work)",
+                if code == libc::EDQUOT {
+                    "EDQUOT"
+                } else {
+                    "ENOSPC"
+                }
+            );
+        }
+        code
+    }
+
+    /// Before a removal: on full storage, the reserve's bytes are given back for its records.
+    fn room_for_removal(&mut self) {
+        if self.full
+            && let Some(r) = &mut self.reserve
+        {
+            r.give_back();
+        }
+    }
+
+    /// After a successful barrier: storage that was full has room again once the reserve can
+    /// be taken back.
+    fn recovered(&mut self) {
+        if self.full && self.reserve.as_mut().is_none_or(Reserve::take) {
+            self.full = false;
+            eprintln!("haar mount: the store has room again");
+        }
     }
 
     /// Forgets inodes no entry reaches from the root (design §15.2).
@@ -469,9 +633,10 @@ impl Files {
 
     fn archive(&mut self, key: &Key, bytes: &[u8]) -> Result<(), Errno> {
         self.unflushed = true;
-        self.store
-            .archive(key, bytes)
-            .map_err(|e| io_err(&format!("cannot store {key}"), e))
+        match self.store.archive(key, bytes) {
+            Ok(()) => Ok(()),
+            Err(e) => Err(self.store_errno(&format!("cannot store {key}"), &e)),
+        }
     }
 
     fn link_entry(&mut self, parent: u64, name: &[u8], ino: u64, kind: Kind) -> Result<(), Errno> {
@@ -538,7 +703,12 @@ impl Files {
         }
         self.nodes.insert(ino, Node::new(rec));
         self.dirty_records.insert(ino);
-        self.link_entry(parent, name, ino, kind)?;
+        if let Err(e) = self.link_entry(parent, name, ino, kind) {
+            // Nothing of it is left behind (its entry was not stored).
+            self.nodes.remove(&ino);
+            self.dirty_records.remove(&ino);
+            return Err(e);
+        }
         if kind != Kind::File {
             self.barrier()?;
         }
@@ -557,6 +727,7 @@ impl Files {
     /// Removes the entry `name` of `parent`: a file or link (`dir == false`) or an empty
     /// directory (`dir == true`). A barrier.
     pub fn remove(&mut self, parent: u64, name: &[u8], dir: bool) -> Result<(), Errno> {
+        self.room_for_removal();
         let ino = *self.node(parent)?.children.get(name).ok_or(libc::ENOENT)?;
         let n = self.node(ino)?;
         match (dir, n.rec.kind == Kind::Dir) {
@@ -609,6 +780,7 @@ impl Files {
         newname: &[u8],
         noreplace: bool,
     ) -> Result<(), Errno> {
+        self.room_for_removal();
         let ino = *self.node(parent)?.children.get(name).ok_or(libc::ENOENT)?;
         let np = self.node(newparent)?;
         if np.rec.kind != Kind::Dir {
@@ -745,6 +917,7 @@ impl Files {
         if n.open == 0 {
             n.cache = None;
             if n.unlinked {
+                self.room_for_removal();
                 self.destroy(ino)?;
                 return self.barrier();
             }
@@ -942,7 +1115,12 @@ impl Files {
             return Ok(());
         }
         for (c, buf) in &dirty {
-            self.archive(&chunk_key(&self.fs, ino, *c), buf)?;
+            if let Err(e) = self.archive(&chunk_key(&self.fs, ino, *c), buf) {
+                // Still dirty: the next barrier tries them again (full storage may have room
+                // by then), and reads still see them.
+                self.node_mut(ino)?.dirty = dirty;
+                return Err(e);
+            }
         }
         let n = self.node_mut(ino)?;
         n.cache = None;
@@ -959,12 +1137,13 @@ impl Files {
 
     fn flush_store(&mut self) -> Result<(), Errno> {
         if self.unflushed {
-            self.store
-                .flush()
-                .map_err(|e| io_err("cannot flush the store", e))?;
+            if let Err(e) = self.store.flush() {
+                return Err(self.store_errno("cannot flush the store", &e));
+            }
             self.unflushed = false;
         }
         self.pending.clear();
+        self.recovered();
         Ok(())
     }
 

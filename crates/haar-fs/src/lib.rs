@@ -117,8 +117,23 @@ pub fn build(opts: &MountOptions) -> Result<HaarFs, MountError> {
         Box::new(Store::with_options(Arc::clone(&backend), store_opts)),
         FIELDS_BASE,
     );
-    let files = files::Files::load_with(Box::new(files_store(backend)?), &load)?;
+    let mut files = files::Files::load_with(Box::new(files_store(backend)?), &load)?;
+    if let Some(root) = &root {
+        files.set_reserve(files::Reserve::new(
+            reserve_path(root, &opts.fs_name, opts.mount_id),
+            files::Reserve::SIZE,
+        ));
+    }
     Ok(HaarFs::new(Some(files), fields, root))
+}
+
+/// The file a mount of file system `fs` with id `mount_id` keeps its [`files::Reserve`] in:
+/// `ROOT/.haar-mount-reserve.FS.ID` (a dot file: no backend takes it for a database).
+pub fn reserve_path(root: &Path, fs: &str, mount_id: u32) -> PathBuf {
+    let fs: String = (fs.chars())
+        .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+        .collect();
+    root.join(format!(".haar-mount-reserve.{fs}.{mount_id}"))
 }
 
 /// The file system's own schema (design §15.2) as store options: what the writable part
