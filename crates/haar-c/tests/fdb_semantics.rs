@@ -102,4 +102,32 @@ fn fdb5s_c_api_semantics_hold_on_fdb5_and_on_haar() {
     let cases = |s: &str| s.lines().filter(|l| l.starts_with("case ")).count();
     assert_eq!(cases(&fdb5), 7, "{fdb5}");
     assert_eq!(cases(&haar), cases(&fdb5));
+
+    // haar's library on the root FDB5 wrote (its xxxy database is left): a listing says so,
+    // naming the directory and `haar import-fdb5`, instead of listing nothing.
+    let config = std::fs::read_to_string(dir.path().join("fdb5/config.yaml")).unwrap();
+    let config = std::ffi::CString::new(config).unwrap();
+    let mut fdb = std::ptr::null_mut();
+    unsafe {
+        use haar_c::fdb_api::handle::{fdb_delete_handle, fdb_new_handle_from_yaml};
+        use haar_c::fdb_api::list::fdb_list;
+        use haar_c::fdb_api::{FDB_ERROR_GENERAL_EXCEPTION, FDB_SUCCESS, fdb_error_string};
+        assert_eq!(
+            fdb_new_handle_from_yaml(&mut fdb, config.as_ptr(), std::ptr::null()),
+            FDB_SUCCESS
+        );
+        let mut it = std::ptr::null_mut();
+        assert_eq!(
+            fdb_list(fdb, std::ptr::null(), &mut it, true, 3),
+            FDB_ERROR_GENERAL_EXCEPTION
+        );
+        let m = std::ffi::CStr::from_ptr(fdb_error_string(FDB_ERROR_GENERAL_EXCEPTION))
+            .to_string_lossy()
+            .into_owned();
+        assert!(
+            m.contains("FDB5 wrote") && m.contains("haar import-fdb5") && m.contains("xxxy"),
+            "{m}"
+        );
+        assert_eq!(fdb_delete_handle(fdb), FDB_SUCCESS);
+    }
 }

@@ -54,9 +54,10 @@ pub trait Backend: Send + Sync {
     /// Every database present, in no particular order.
     fn databases(&self) -> Result<Vec<Key>>;
 
-    /// Databases whose `db.key` is there but cannot be read or decoded (damage), each as
-    /// "PATH: reason": they are missing from [`Backend::databases`], and since their key is
-    /// unknown every listing reports them (corruption is never absence).
+    /// Databases whose `db.key` is there but cannot be read or decoded (damage), and
+    /// databases another program wrote under the store's roots (posix: FDB5's TOC
+    /// databases), each as "PATH: reason": they are missing from [`Backend::databases`], and
+    /// since their key is unknown every listing reports them (corruption is never absence).
     fn damaged_databases(&self) -> Vec<String> {
         Vec::new()
     }

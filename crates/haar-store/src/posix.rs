@@ -201,6 +201,10 @@ impl PosixBackend {
         }
         let name = format::db_dir_name(db);
         let root = self.ranked_roots(&name)[0];
+        // FDB5 names a database's directory as haar does: one it wrote is not haar's to use.
+        if is_fdb5_database(&root.join(&name)) {
+            return Err(Error::Config(fdb5_database_message(&root.join(&name))));
+        }
         let tmp = root.join(format!(".tmp-{:016x}", random_u64()));
         let key_bytes = format::encode_db_key_file(db).map_err(|reason| Error::BadKey {
             key: db.to_string(),
@@ -258,6 +262,22 @@ pub(crate) enum DbDir {
     Other,
     /// A `db.key` that cannot be read or decoded: "PATH: reason".
     Damaged(String),
+}
+
+/// Whether `dir` is a database FDB5 wrote (its TOC layout: a `toc` and no `db.key`; haar
+/// creates `db.key` before a database directory gets its name, §4.1).
+pub(crate) fn is_fdb5_database(dir: &Path) -> bool {
+    dir.join("toc").is_file() && !dir.join("db.key").exists()
+}
+
+/// What to say of a database FDB5 wrote under a haar root.
+pub(crate) fn fdb5_database_message(dir: &Path) -> String {
+    format!(
+        "{} is a database FDB5 wrote (its TOC layout), not haar's: haar neither reads nor \
+         writes it; copy it into a haar store with `haar import-fdb5`, or give haar (or FDB5) \
+         another root",
+        dir.display()
+    )
 }
 
 /// Reads the `db.key` of the directory `dir`.
@@ -381,8 +401,14 @@ impl Backend for PosixBackend {
         let mut out = Vec::new();
         for root in &self.roots {
             for ent in fs::read_dir(root).into_iter().flatten().flatten() {
-                if let DbDir::Damaged(why) = read_db_dir(&ent.path()) {
-                    out.push(why);
+                match read_db_dir(&ent.path()) {
+                    DbDir::Damaged(why) => out.push(why),
+                    // Not damage, but never silently absent either: FDB5's databases under
+                    // haar's root are named, with what to do.
+                    DbDir::Other if is_fdb5_database(&ent.path()) => {
+                        out.push(fdb5_database_message(&ent.path()))
+                    }
+                    _ => {}
                 }
             }
         }

@@ -317,3 +317,45 @@ fn posix_wipe_refuses_a_database_directory_holding_foreign_files() {
     assert!(!db_dir.exists());
     assert!(s.get_copy(&k).unwrap().is_none());
 }
+
+/// Issue 26: under a root where FDB5 already wrote a database (its TOC layout, same directory
+/// name as haar's), archiving into that database failed with "directory vanished right after
+/// creation (concurrent wipe?)" and listings said nothing. Now the archive names the
+/// directory and `haar import-fdb5`, and the store's problems name it too.
+#[test]
+fn a_database_fdb5_wrote_under_the_root_is_named_not_vanished() {
+    use haar_store::conformance::{field_key, payload};
+    let dir = tempfile::tempdir().unwrap();
+    let backend: Arc<dyn Backend> =
+        Arc::new(PosixBackend::new(vec![dir.path().to_path_buf()], FsyncPolicy::Never).unwrap());
+    let mut s = haar_store::Store::with_options(backend, Default::default());
+    let k = field_key("20260108", 0, 500, "130");
+    let split = s.options().schema.split(&k, &s.options().context).unwrap();
+    let fdb5 = dir.path().join(haar_store::format::db_dir_name(&split.db));
+    std::fs::create_dir(&fdb5).unwrap();
+    std::fs::write(fdb5.join("toc"), b"FDB5's table of contents").unwrap();
+    std::fs::write(fdb5.join("schema"), b"[ class ]").unwrap();
+    let err = match s.archive(&k, &payload(&k, 0, 64)).and_then(|_| s.flush()) {
+        Ok(()) => panic!("archived into FDB5's database"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains(&fdb5.display().to_string())
+            && err.contains("FDB5 wrote")
+            && err.contains("haar import-fdb5")
+            && !err.contains("vanished"),
+        "{err}"
+    );
+    let problems = s.problems(&haar_core::Request::default()).unwrap();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("FDB5 wrote") && p.contains(&fdb5.display().to_string())),
+        "{problems:?}"
+    );
+    // FDB5's files are untouched.
+    assert_eq!(
+        std::fs::read(fdb5.join("toc")).unwrap(),
+        b"FDB5's table of contents"
+    );
+}

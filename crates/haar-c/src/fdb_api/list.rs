@@ -89,7 +89,20 @@ pub fn elements(
     depth: usize,
 ) -> FfiResult<Vec<Element>> {
     let all = Request::default();
-    let fields = store.list(req.unwrap_or(&all))?;
+    let req = req.unwrap_or(&all);
+    let fields = store.list(req)?;
+    if fields.is_empty() {
+        // Nothing listed where the store knows of damage or of databases it cannot read (one
+        // FDB5 wrote under the same root): say so rather than list nothing.
+        let problems = store.problems(req)?;
+        if !problems.is_empty() {
+            return Err(Failure::input(format!(
+                "fdb_list: nothing listed in {}, which reports: {}",
+                store.describe(),
+                problems.join("; ")
+            )));
+        }
+    }
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
     // One look-up per data object, not per field (posix finds the database's directory).
@@ -206,6 +219,9 @@ pub unsafe extern "C" fn fdb_delete_listiterator(it: *mut fdb_listiterator_t) ->
 
 /// FDB5 5.25's `fdb_list` and `fdb_listiterator_next` (replaced by `v5_10`'s with the
 /// feature `fdb5-5_10`: same names, other signatures).
+#[cfg(not(feature = "fdb5-5_10"))]
+pub use api_5_25::{fdb_list, fdb_listiterator_next};
+
 #[cfg(not(feature = "fdb5-5_10"))]
 mod api_5_25 {
     use std::ffi::c_int;
