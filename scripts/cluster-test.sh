@@ -209,6 +209,20 @@ JOB
 set -uo pipefail
 D=$1
 echo "SERVERS-UP $HAAR_SERVERS"
+# The previous run's databases (verified by that run) are wiped now that the servers have
+# restarted over them: without this a long run fills the node-local tier of n1, the node never
+# killed (run 63 of the first 100-kill run: ENOSPC in a 1 GiB /mnt/pmem0).
+run=${D##*-}
+if [ "$run" -gt 1 ]; then
+    prev=$(printf %04d $((run - 1)))
+    if haar --config "$HAAR_CONFIG" --token-file "$(dirname "$D")/token" wipe --doit \
+        "class=od,expver=$prev,stream=oper,date=20270101/20270102/20270103/20270104,time=0000,domain=g" \
+        >/dev/null 2>/tmp/wipe-err; then
+        echo "WIPED $prev"
+    else
+        echo "WIPE-FAILED $prev: $(tr '\n' ' ' < /tmp/wipe-err)"
+    fi
+fi
 # --no-kill: the step goes on when a node of it fails (the producer there dies with it).
 srun --overlap --no-kill -N4 --ntasks-per-node=1 bash "$(dirname "$D")/fail-producer.sh" "$D"
 echo "PRODUCERS-EXIT $?"
