@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::os::unix::process::CommandExt;
+use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -25,6 +25,7 @@ use crate::dataspace::{Dataspace, Dataspaces, valid_name};
 use crate::error::{Error, Result};
 use crate::identity::{as_user, euid};
 use crate::journal::{self, Journal};
+use crate::launch::{self, Runner, RunnerArgv, RunnerCall};
 use crate::task::{Stager, State, TaskRecord, TaskSpec};
 
 /// The protocol version this code speaks.
@@ -366,7 +367,8 @@ pub struct DaemonConfig {
     pub state: PathBuf,
     /// The configuration's dataspaces (registered ones are added).
     pub spaces: Dataspaces,
-    /// The `haar` executable started as each task's runner (`haar stage run ID`).
+    /// The executable started as each task's runner, called as the [`RunnerArgv`] given to
+    /// [`Daemon::open_with`] says (the CLI's: `haar stage run ID …`).
     pub runner: PathBuf,
     /// The admin token, if non-root admins are allowed.
     pub admin_token: Option<String>,
@@ -383,6 +385,8 @@ struct Registered {
 #[derive(Debug)]
 pub struct Daemon {
     cfg: DaemonConfig,
+    /// `cfg.runner` and how it is called.
+    runner: Runner,
     registered: Mutex<BTreeMap<String, Dataspace>>,
     /// `(uid, task)` of the runners this daemon started and has not yet reaped: a task asked
     /// for again (a retried Slurm stage-in) must not get a second runner.
@@ -447,8 +451,15 @@ fn mkdir(path: &Path, mode: u32) -> Result<()> {
 }
 
 impl Daemon {
-    /// Opens (creating) the state directory and loads the registered dataspaces.
+    /// [`Daemon::open_with`] a runner that takes no arguments (a stand-in runner that finds
+    /// its task by other means, as in tests).
     pub fn open(cfg: DaemonConfig) -> Result<Arc<Daemon>> {
+        Daemon::open_with(cfg, |_| Vec::new())
+    }
+
+    /// Opens (creating) the state directory and loads the registered dataspaces. Each task's
+    /// runner is `cfg.runner` called with `argv`.
+    pub fn open_with(cfg: DaemonConfig, argv: RunnerArgv) -> Result<Arc<Daemon>> {
         mkdir(&cfg.state.join("users"), 0o755)?;
         let reg = cfg.state.join("dataspaces");
         let registered = match Journal::read::<Registered>(&reg, SPACES_MAGIC) {
@@ -467,6 +478,10 @@ impl Daemon {
             init_registries(&spaces);
         }
         Ok(Arc::new(Daemon {
+            runner: Runner {
+                exe: cfg.runner.clone(),
+                argv,
+            },
             cfg,
             registered: Mutex::new(registered),
             live: Arc::default(),
@@ -582,45 +597,31 @@ impl Daemon {
             .mode(0o600)
             .open(&log_path)
             .map_err(|e| Error::io("create", &log_path, e))?;
-        let mut cmd = std::process::Command::new(&self.cfg.runner);
-        cmd.arg("stage").arg("run").arg(id);
-        cmd.arg("--journal").arg(st.journal.dir());
-        if let haar::ConfigSource::File(c) = &self.cfg.spaces.source {
-            cmd.arg("--config").arg(c);
-        }
         let reg = self.cfg.state.join("dataspaces");
-        if reg.exists() {
-            cmd.arg("--registered").arg(reg);
-        }
+        let config = match &self.cfg.spaces.source {
+            haar::ConfigSource::File(c) => Some(c.as_path()),
+            _ => None,
+        };
+        let mut cmd = self.runner.command(&RunnerCall {
+            task: id,
+            journal: st.journal.dir(),
+            config,
+            registered: reg.exists().then_some(reg.as_path()),
+        });
         cmd.env_clear()
             .envs(runner_env(
                 uid,
                 std::env::vars_os(),
                 &self.cfg.spaces.source,
             ))
-            .current_dir("/")
-            .stdin(std::process::Stdio::null())
-            .stdout(
-                log.try_clone()
-                    .map_err(|e| Error::io("dup", &log_path, e))?,
-            )
-            .stderr(log);
+            .current_dir("/");
         if euid() == 0 {
             // std clears the supplementary groups when it sets the uid of a root child.
             cmd.uid(uid).gid(gid);
         }
-        // SAFETY: setsid and umask are async-signal-safe; the runner outlives the daemon, and
-        // what it creates beside the modes it keeps (crate::copy) gets the usual 022, not
-        // whatever the daemon was started with.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::setsid();
-                libc::umask(0o022);
-                Ok(())
-            });
-        }
-        let mut child = cmd
-            .spawn()
+        // The umask: what the runner creates beside the modes it keeps (crate::copy) gets the
+        // usual 022, not whatever the daemon was started with.
+        let mut child = launch::spawn_detached(cmd, log, Some(0o022))
             .map_err(|e| Error::io("start the runner", &self.cfg.runner, e))?;
         // Reaps the runner; a task it never started would stay queued for ever: fail it,
         // pointing at the runner's output.

@@ -14,6 +14,7 @@
 //!   with.
 //! - [`beneath`]: paths inside a dataspace resolved without following links out of it.
 //! - [`identity`]: the file-system identity root takes to act for a user.
+//! - [`launch`]: a task's runner started in its own session, its output in the task's log.
 //! - [`daemon`]: the per-node stage service (`haar stage daemon`): users' tasks under their
 //!   own uid, admin operations for root or the admin token, over a Unix socket (design §13.5).
 //! - [`placement`]: a workflow's consumer job placed on its producer's nodes (Slurm).
@@ -61,6 +62,7 @@ pub mod eta;
 mod fields;
 pub mod identity;
 pub mod journal;
+pub mod launch;
 pub mod persist;
 pub mod placement;
 pub mod task;

@@ -1,11 +1,13 @@
 //! `haar stage`: the data mover's face. Every decision is `haar_stage`'s; this module maps
 //! arguments onto a `Stager`, draws the progress bar and prints records.
 
+use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use haar_stage::daemon::{self, Client, Daemon, DaemonConfig, Request};
+use haar_stage::launch::{Runner, RunnerCall};
 use haar_stage::persist::{self, Op};
 use haar_stage::{
     Dataspace, Dataspaces, Direction, Journal, Mapping, Stager, State, TaskRecord, TaskSpec,
@@ -175,9 +177,29 @@ pub enum StageAction {
     /// Measure staging against `cp` between two directories in the same run (files, and
     /// fields by request out of a haar store), with the ETA error at 10%; prints JSON.
     Bench(BenchArgs),
-    /// Internal: the background runner of `--detach` and of the stage service.
+    /// Internal: the background runner of `--detach` and of the stage service; called as
+    /// [`runner_argv`] says.
     #[command(hide = true)]
     Run(TaskArg),
+}
+
+/// The command line of the hidden `haar stage run` for a call: the one place it is written,
+/// handed to `haar_stage`'s launcher (`--detach`, the stage service's runners).
+pub fn runner_argv(call: &RunnerCall<'_>) -> Vec<OsString> {
+    let mut v: Vec<OsString> = vec!["stage".into(), "run".into(), call.task.into()];
+    v.extend(["--journal".into(), call.journal.into()]);
+    if let Some(c) = call.config {
+        v.extend(["--config".into(), c.into()]);
+    }
+    if let Some(r) = call.registered {
+        v.extend(["--registered".into(), r.into()]);
+    }
+    v
+}
+
+/// This program as the runner of tasks.
+fn runner() -> Result<Runner, Failure> {
+    Runner::this_program(runner_argv).map_err(|e| Failure::io(format!("haar's path: {e}")))
 }
 
 /// `haar stage daemon` options.
@@ -541,25 +563,28 @@ fn serve(cli: &Cli, a: &StageArgs, d: &DaemonArgs) -> Result<(), Failure> {
         .map(daemon::read_token_file)
         .transpose()
         .map_err(fail)?;
-    let runner = std::env::current_exe().map_err(|e| Failure::io(format!("haar's path: {e}")))?;
-    let service = Daemon::open(DaemonConfig {
-        socket: socket.clone(),
-        state: d.state.clone(),
-        spaces: spaces(cli, a)?,
-        runner,
-        admin_token,
-        limits: daemon::Limits {
-            connections: d.max_connections.max(1),
-            per_user: d.max_connections_per_user.max(1),
-            request_deadline: Duration::try_from_secs_f64(d.request_timeout)
-                .ok()
-                .filter(|t| !t.is_zero())
-                .ok_or_else(|| {
-                    Failure::usage("--request-timeout takes a positive number of seconds")
-                })?,
-            ..daemon::Limits::default()
+    let runner = runner()?;
+    let service = Daemon::open_with(
+        DaemonConfig {
+            socket: socket.clone(),
+            state: d.state.clone(),
+            spaces: spaces(cli, a)?,
+            runner: runner.exe,
+            admin_token,
+            limits: daemon::Limits {
+                connections: d.max_connections.max(1),
+                per_user: d.max_connections_per_user.max(1),
+                request_deadline: Duration::try_from_secs_f64(d.request_timeout)
+                    .ok()
+                    .filter(|t| !t.is_zero())
+                    .ok_or_else(|| {
+                        Failure::usage("--request-timeout takes a positive number of seconds")
+                    })?,
+                ..daemon::Limits::default()
+            },
         },
-    })
+        runner.argv,
+    )
     .map_err(fail)?;
     let listener = daemon::bind(&socket).map_err(fail)?;
     let resumed = service.recover().map_err(fail)?;
@@ -705,32 +730,9 @@ fn start(st: &Stager, a: &StageArgs, m: &MoveArgs, direction: Direction) -> Resu
     execute(st, a, &rec.id, m.quiet)
 }
 
-/// Starts `haar stage run ID` in a new session, its output in the task's `log`.
+/// Runs the task in a background runner and prints its id.
 fn detach(st: &Stager, a: &StageArgs, rec: &TaskRecord) -> Result<(), Failure> {
-    use std::os::unix::process::CommandExt;
-    let exe = std::env::current_exe().map_err(|e| Failure::io(format!("haar's path: {e}")))?;
-    let log_path = st.journal.task_dir(&rec.id).join("log");
-    let log = std::fs::File::create(&log_path)
-        .map_err(|e| Failure::io(format!("{}: {e}", log_path.display())))?;
-    let mut cmd = std::process::Command::new(exe);
-    cmd.arg("stage").arg("run").arg(&rec.id);
-    cmd.arg("--journal").arg(st.journal.dir());
-    if let haar::ConfigSource::File(c) = &st.spaces.source {
-        cmd.arg("--config").arg(c);
-    }
-    let _ = a;
-    cmd.stdin(std::process::Stdio::null())
-        .stdout(log.try_clone().map_err(|e| Failure::io(e.to_string()))?)
-        .stderr(log);
-    // SAFETY: setsid is async-signal-safe; the runner outlives this shell's job control.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::setsid();
-            Ok(())
-        });
-    }
-    cmd.spawn()
-        .map_err(|e| Failure::io(format!("cannot start the runner: {e}")))?;
+    st.detach(&runner()?, &rec.id).map_err(fail)?;
     if a.json {
         outln!("{}", serde_json::json!({"id": rec.id, "state": "queued"}))
     } else {
