@@ -82,16 +82,17 @@ impl Error {
         }
     }
 
-    /// The failure's class as task records name it: `missing`, `input`, `denied` or `io`.
-    pub fn class(&self) -> &'static str {
+    /// The failure's class (task records and the stage service's refusals carry its
+    /// [`name`](ErrorClass::name)).
+    pub fn class(&self) -> ErrorClass {
         if self.is_missing() {
-            return "missing";
+            return ErrorClass::Missing;
         }
         match self {
-            Error::Config(_) | Error::Usage(_) => "input",
-            Error::Store(e) if e.class() == haar_store::Class::Input => "input",
-            Error::Denied(_) => "denied",
-            _ => "io",
+            Error::Config(_) | Error::Usage(_) => ErrorClass::Input,
+            Error::Store(e) if e.class() == haar_store::Class::Input => ErrorClass::Input,
+            Error::Denied(_) => ErrorClass::Denied,
+            _ => ErrorClass::Io,
         }
     }
 
@@ -102,6 +103,43 @@ impl Error {
             Error::Io { source, .. } => source.kind() == std::io::ErrorKind::NotFound,
             Error::Store(e) => e.class() == haar_store::Class::Missing,
             _ => false,
+        }
+    }
+}
+
+/// What kind of failure an [`Error`] is: what a face tells its user to do next (the CLI's exit
+/// status). Task records and the stage service's wire carry it by [`name`](ErrorClass::name).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorClass {
+    /// What was to be staged does not exist (`missing`).
+    Missing,
+    /// The caller's endpoint, option, task name or configuration is wrong (`input`).
+    Input,
+    /// Not allowed (`denied`).
+    Denied,
+    /// Anything else: I/O, checksums, the service, a cancelled task (`io`).
+    Io,
+}
+
+impl ErrorClass {
+    /// The class's name in task records and on the wire.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorClass::Missing => "missing",
+            ErrorClass::Input => "input",
+            ErrorClass::Denied => "denied",
+            ErrorClass::Io => "io",
+        }
+    }
+
+    /// The class a name stands for; a name this code does not know is [`ErrorClass::Io`].
+    pub fn of_name(name: &str) -> ErrorClass {
+        match name {
+            "missing" => ErrorClass::Missing,
+            "input" => ErrorClass::Input,
+            "denied" => ErrorClass::Denied,
+            _ => ErrorClass::Io,
         }
     }
 }

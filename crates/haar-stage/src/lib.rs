@@ -7,6 +7,8 @@
 //! - [`dataspace`]: the `dataspaces:` section of the one configuration file, and endpoints.
 //! - [`task`]: tasks, their states, and the [`Stager`] that submits, runs, resumes, waits for
 //!   and cancels them.
+//! - [`tasks`]: the verbs over tasks as one interface, [`tasks::Tasks`], in this process or
+//!   through the stage service; [`tasks::connect`] picks which.
 //! - [`journal`]: the task journal and the per-pair bandwidth record (design §13.2).
 //! - [`copy`]: the crash-safe copy of one file (design §13.3).
 //! - [`write_behind`]: the writeback of a destination on disk paced with its writer.
@@ -66,9 +68,10 @@ pub mod launch;
 pub mod persist;
 pub mod placement;
 pub mod task;
+pub mod tasks;
 pub mod write_behind;
 
 pub use dataspace::{Dataspace, Dataspaces, Endpoint, Object};
-pub use error::{Error, Result};
+pub use error::{Error, ErrorClass, Result};
 pub use journal::Journal;
 pub use task::{Direction, Mapping, Stager, State, TaskRecord, TaskSpec, Teardown};

@@ -458,7 +458,7 @@ impl Stager {
             }
             Err(e) => {
                 rec.state = State::Failed;
-                rec.error_class = Some(e.class().into());
+                rec.error_class = Some(e.class().name().into());
                 rec.error = Some(e.to_string());
             }
         }

@@ -9,8 +9,10 @@ use clap::{Args, Subcommand};
 use haar_stage::daemon::{self, Client, Daemon, DaemonConfig, Request};
 use haar_stage::launch::{Runner, RunnerCall};
 use haar_stage::persist::{self, Op};
+use haar_stage::tasks::{self, Connect, Local};
 use haar_stage::{
-    Dataspace, Dataspaces, Direction, Journal, Mapping, Stager, State, TaskRecord, TaskSpec,
+    Dataspace, Dataspaces, Direction, ErrorClass, Journal, Mapping, Stager, State, TaskRecord,
+    TaskSpec,
 };
 
 use crate::Failure;
@@ -360,52 +362,37 @@ pub enum PersistOp {
     Init,
 }
 
-fn spaces(cli: &Cli, a: &StageArgs) -> Result<Dataspaces, Failure> {
+fn spaces(cli: &Cli, a: &StageArgs) -> haar_stage::Result<Dataspaces> {
     let mut opts = crate::open::open_options(cli);
     if let Some(c) = &a.config {
         opts.config = haar::ConfigSource::File(c.clone());
     }
-    let mut spaces = Dataspaces::load(opts.config).map_err(fail)?;
+    let mut spaces = Dataspaces::load(opts.config)?;
     if let Some(r) = &a.registered {
-        daemon::add_registered(&mut spaces, r).map_err(fail)?;
+        daemon::add_registered(&mut spaces, r)?;
     }
     Ok(spaces)
 }
 
-fn stager(cli: &Cli, a: &StageArgs) -> Result<Stager, Failure> {
+fn stager(cli: &Cli, a: &StageArgs) -> haar_stage::Result<Stager> {
     let spaces = spaces(cli, a)?;
     let dir = a.journal.clone().unwrap_or_else(Journal::default_dir);
     Ok(Stager {
         spaces,
-        journal: Journal::open(&dir).map_err(fail)?,
+        journal: Journal::open(&dir)?,
     })
 }
 
 fn fail(e: haar_stage::Error) -> Failure {
-    match e.class() {
-        "missing" => Failure::missing(e.to_string()),
-        "input" | "denied" => Failure::usage(e.to_string()),
-        _ => Failure::io(e.to_string()),
-    }
+    by_class(e.class(), e.to_string())
 }
 
-/// The stage service to use, if any: none with --no-daemon or --journal; the one on
-/// --socket (which must answer), else the one on the default socket if it answers.
-fn service(a: &StageArgs) -> Result<Option<Client>, Failure> {
-    if a.no_daemon || a.journal.is_some() {
-        return Ok(None);
-    }
-    let socket = socket_of(a);
-    match Client::connect(&socket) {
-        Ok(mut c) => {
-            c.token = token(a)?;
-            Ok(Some(c))
-        }
-        Err(e) if a.socket.is_some() => Err(Failure::io(format!(
-            "{e}: is `haar stage daemon --socket {}` running? (--no-daemon runs tasks here)",
-            socket.display()
-        ))),
-        Err(_) => Ok(None),
+/// The CLI's failure for an error class (exit 2 missing, 1 input or denied, 3 the rest).
+fn by_class(class: ErrorClass, message: String) -> Failure {
+    match class {
+        ErrorClass::Missing => Failure::missing(message),
+        ErrorClass::Input | ErrorClass::Denied => Failure::usage(message),
+        _ => Failure::io(message),
     }
 }
 
@@ -414,15 +401,6 @@ fn socket_of(a: &StageArgs) -> std::path::PathBuf {
     a.socket
         .clone()
         .unwrap_or_else(|| daemon::DEFAULT_SOCKET.into())
-}
-
-fn token(a: &StageArgs) -> Result<Option<String>, Failure> {
-    let Some(f) = &a.token_file else {
-        return Ok(None);
-    };
-    let text = std::fs::read_to_string(f)
-        .map_err(|e| Failure::usage(format!("admin token file {}: {e}", f.display())))?;
-    Ok(Some(daemon::token_of(&text)))
 }
 
 /// Runs `haar stage`.
@@ -437,40 +415,11 @@ pub fn run(cli: &Cli, a: &StageArgs) -> Result<(), Failure> {
         | StageAction::Copy(_)
         | StageAction::Status { .. }
         | StageAction::Wait { .. }
-        | StageAction::Cancel(_) => {
-            if let Some(c) = service(a)? {
-                return through_service(c, a);
-            }
-        }
+        | StageAction::Cancel(_) => return task_verb(cli, a),
         _ => {}
     }
-    let st = stager(cli, a)?;
+    let st = stager(cli, a).map_err(fail)?;
     match &a.action {
-        StageAction::In(m) => start(&st, a, m, Direction::In),
-        StageAction::Out(m) => start(&st, a, m, Direction::Out),
-        StageAction::Copy(m) => start(&st, a, m, Direction::Copy),
-        StageAction::Status { task: Some(t) } => {
-            let rec = st.status(t).map_err(fail)?;
-            print_record(&rec, a.json)
-        }
-        StageAction::Status { task: None } => print_records(&st.list().map_err(fail)?, a.json),
-        StageAction::Wait { task, timeout } => {
-            let rec = st
-                .wait(task, timeout.map(Duration::from_secs_f64))
-                .map_err(fail)?;
-            print_record(&rec, a.json)?;
-            if !rec.state.is_final() {
-                return Err(Failure {
-                    code: 4,
-                    message: format!("task {task} is still {:?} after the timeout", rec.state),
-                });
-            }
-            outcome(&rec)
-        }
-        StageAction::Cancel(t) => {
-            let rec = st.cancel(&t.task, Duration::from_secs(30)).map_err(fail)?;
-            print_record(&rec, a.json)
-        }
         StageAction::Resume(r) => execute(&st, a, &r.task, r.quiet),
         StageAction::Run(t) => execute(&st, a, &t.task, true),
         StageAction::Teardown { tasks } => teardown(&st, a, tasks),
@@ -495,10 +444,7 @@ pub fn run(cli: &Cli, a: &StageArgs) -> Result<(), Failure> {
             Ok(())
         }
         StageAction::Persist { op } => persist_cmd(&st, a, op),
-        StageAction::Daemon(_)
-        | StageAction::Admin { .. }
-        | StageAction::Submit(_)
-        | StageAction::Bench(_) => {
+        _ => {
             unreachable!("handled above")
         }
     }
@@ -568,7 +514,7 @@ fn serve(cli: &Cli, a: &StageArgs, d: &DaemonArgs) -> Result<(), Failure> {
         DaemonConfig {
             socket: socket.clone(),
             state: d.state.clone(),
-            spaces: spaces(cli, a)?,
+            spaces: spaces(cli, a).map_err(fail)?,
             runner: runner.exe,
             admin_token,
             limits: daemon::Limits {
@@ -610,7 +556,12 @@ fn admin(a: &StageArgs, op: &AdminOp) -> Result<(), Failure> {
             socket.display()
         ))
     })?;
-    c.token = token(a)?;
+    c.token = a
+        .token_file
+        .as_deref()
+        .map(tasks::read_token)
+        .transpose()
+        .map_err(fail)?;
     let req = match op {
         AdminOp::Register { name, kind, path } => Request::Register {
             name: name.clone(),
@@ -645,31 +596,34 @@ fn admin(a: &StageArgs, op: &AdminOp) -> Result<(), Failure> {
     outln!("{v}")
 }
 
-/// in/out/copy/status/wait/cancel through the stage service.
-fn through_service(mut c: Client, a: &StageArgs) -> Result<(), Failure> {
-    let submit = |c: &mut Client, m: &MoveArgs, direction: Direction| {
-        c.submit(&TaskSpec {
-            id: m.id.clone(),
-            direction,
-            src: m.src.clone(),
-            dst: m.dst.clone(),
-            mapping: m.mapping,
-        })
-        .map_err(fail)
+/// in/out/copy/status/wait/cancel: the same verbs wherever the tasks run (the library
+/// picks: the stage service when it answers, else this process).
+fn task_verb(cli: &Cli, a: &StageArgs) -> Result<(), Failure> {
+    let to = Connect {
+        in_process: a.no_daemon || a.journal.is_some(),
+        socket: a.socket.clone(),
+        token_file: a.token_file.clone(),
     };
+    let mut tasks = tasks::connect(&to, || {
+        Ok(Local {
+            stager: stager(cli, a)?,
+            argv: runner_argv,
+        })
+    })
+    .map_err(fail)?;
     let (m, direction) = match &a.action {
         StageAction::In(m) => (m, Direction::In),
         StageAction::Out(m) => (m, Direction::Out),
         StageAction::Copy(m) => (m, Direction::Copy),
         StageAction::Status { task: Some(t) } => {
-            return print_record(&c.status(t).map_err(fail)?, a.json);
+            return print_record(&tasks.status(t).map_err(fail)?, a.json);
         }
         StageAction::Status { task: None } => {
-            return print_records(&c.list(None).map_err(fail)?, a.json);
+            return print_records(&tasks.list().map_err(fail)?, a.json);
         }
         StageAction::Wait { task, timeout } => {
-            let rec = c
-                .wait(task, timeout.map(Duration::from_secs_f64), &mut |_| {})
+            let rec = tasks
+                .wait(task, timeout.map(Duration::from_secs_f64))
                 .map_err(fail)?;
             print_record(&rec, a.json)?;
             if !rec.state.is_final() {
@@ -681,21 +635,28 @@ fn through_service(mut c: Client, a: &StageArgs) -> Result<(), Failure> {
             return outcome(&rec);
         }
         StageAction::Cancel(t) => {
-            return print_record(&c.cancel(&t.task, None).map_err(fail)?, a.json);
+            return print_record(&tasks.cancel(&t.task).map_err(fail)?, a.json);
         }
-        _ => unreachable!("only these go through the service"),
+        _ => unreachable!("not a task verb"),
     };
-    let rec = submit(&mut c, m, direction)?;
+    let spec = TaskSpec {
+        id: m.id.clone(),
+        direction,
+        src: m.src.clone(),
+        dst: m.dst.clone(),
+        mapping: m.mapping,
+    };
     if m.detach {
+        let rec = tasks.submit(&spec).map_err(fail)?;
         return if a.json {
             outln!("{}", serde_json::json!({"id": rec.id, "state": "queued"}))
         } else {
             outln!("{}", rec.id)
         };
     }
-    let bar = progress_bar(&rec.id, m.quiet);
-    let rec = c
-        .wait(&rec.id, None, &mut |r| show_progress(&bar, r))
+    let bar = progress_bar(m.quiet);
+    let rec = tasks
+        .run(&spec, &mut |r| show_progress(&bar, r))
         .map_err(fail)?;
     bar.finish_and_clear();
     print_record(&rec, a.json)?;
@@ -715,32 +676,7 @@ fn print_records(all: &[TaskRecord], json: bool) -> Result<(), Failure> {
     Ok(())
 }
 
-fn start(st: &Stager, a: &StageArgs, m: &MoveArgs, direction: Direction) -> Result<(), Failure> {
-    let spec = TaskSpec {
-        id: m.id.clone(),
-        direction,
-        src: m.src.clone(),
-        dst: m.dst.clone(),
-        mapping: m.mapping,
-    };
-    let rec = st.submit(&spec).map_err(fail)?;
-    if m.detach {
-        return detach(st, a, &rec);
-    }
-    execute(st, a, &rec.id, m.quiet)
-}
-
-/// Runs the task in a background runner and prints its id.
-fn detach(st: &Stager, a: &StageArgs, rec: &TaskRecord) -> Result<(), Failure> {
-    st.detach(&runner()?, &rec.id).map_err(fail)?;
-    if a.json {
-        outln!("{}", serde_json::json!({"id": rec.id, "state": "queued"}))
-    } else {
-        outln!("{}", rec.id)
-    }
-}
-
-fn progress_bar(id: &str, quiet: bool) -> indicatif::ProgressBar {
+fn progress_bar(quiet: bool) -> indicatif::ProgressBar {
     use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
     use std::io::IsTerminal;
     let bar = ProgressBar::with_draw_target(
@@ -758,11 +694,11 @@ fn progress_bar(id: &str, quiet: bool) -> indicatif::ProgressBar {
         .expect("template")
         .progress_chars("=> "),
     );
-    bar.set_prefix(id.to_string());
     bar
 }
 
 fn show_progress(bar: &indicatif::ProgressBar, r: &TaskRecord) {
+    bar.set_prefix(r.id.clone());
     bar.set_length(r.bytes_total);
     bar.set_position(r.bytes_done);
     bar.set_message(match r.eta_seconds {
@@ -772,7 +708,7 @@ fn show_progress(bar: &indicatif::ProgressBar, r: &TaskRecord) {
 }
 
 fn execute(st: &Stager, a: &StageArgs, id: &str, quiet: bool) -> Result<(), Failure> {
-    let bar = progress_bar(id, quiet);
+    let bar = progress_bar(quiet);
     let rec = st.run(id, &mut |r| show_progress(&bar, r)).map_err(fail)?;
     bar.finish_and_clear();
     print_record(&rec, a.json)?;
@@ -792,11 +728,10 @@ fn outcome(rec: &TaskRecord) -> Result<(), Failure> {
     };
     match rec.state {
         State::Done => Ok(()),
-        State::Failed => Err(match rec.error_class.as_deref() {
-            Some("missing") => Failure::missing(msg()),
-            Some("input") | Some("denied") => Failure::usage(msg()),
-            _ => Failure::io(msg()),
-        }),
+        State::Failed => Err(by_class(
+            ErrorClass::of_name(rec.error_class.as_deref().unwrap_or_default()),
+            msg(),
+        )),
         State::Interrupted => Err(Failure::io(format!(
             "task {} was interrupted (its runner died): `haar stage resume {}`",
             rec.id, rec.id

@@ -9,7 +9,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 use super::codec::{Request, decode_line, encode_line, read_line};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorClass, Result};
 use crate::task::{TaskRecord, TaskSpec};
 
 /// A connection to a stage service.
@@ -67,10 +67,10 @@ impl Client {
             return Ok(v);
         }
         let msg = v["error"].as_str().unwrap_or("refused").to_string();
-        Err(match v["class"].as_str() {
-            Some("missing") => Error::Missing(msg),
-            Some("input") => Error::Usage(msg),
-            Some("denied") => Error::Denied(msg),
+        Err(match v["class"].as_str().map(ErrorClass::of_name) {
+            Some(ErrorClass::Missing) => Error::Missing(msg),
+            Some(ErrorClass::Input) => Error::Usage(msg),
+            Some(ErrorClass::Denied) => Error::Denied(msg),
             _ => Error::Service(msg),
         })
     }

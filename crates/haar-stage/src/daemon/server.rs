@@ -18,7 +18,7 @@ use super::codec::{PROTOCOL_VERSION, Request, decode_line, encode_line, read_req
 use super::peer::{Peer, peer_of};
 use super::tokens::same_secret;
 use crate::dataspace::{Dataspace, Dataspaces, valid_name};
-use crate::error::{Error, Result};
+use crate::error::{Error, ErrorClass, Result};
 use crate::identity::{as_user, euid};
 use crate::journal::{self, Journal};
 use crate::launch::{self, Runner, RunnerArgv, RunnerCall};
@@ -407,7 +407,8 @@ impl Daemon {
                     tracing::warn!(uid = peer.uid, pid = peer.pid, "connection refused: {why}");
                 }
                 let _ = conn.set_nonblocking(true);
-                let _ = (&conn).write_all(encode_line(&refusal("denied", &why)).as_bytes());
+                let _ =
+                    (&conn).write_all(encode_line(&refusal(ErrorClass::Denied, &why)).as_bytes());
                 continue;
             }
             let me = Arc::clone(self);
@@ -483,14 +484,19 @@ impl Daemon {
                 Ok(None) => return,
                 Err(e) => {
                     tracing::debug!(uid = peer.uid, pid = peer.pid, "connection closed: {e}");
-                    let _ = w.write_all(encode_line(&refusal("input", &e.to_string())).as_bytes());
+                    let _ = w.write_all(
+                        encode_line(&refusal(ErrorClass::Input, &e.to_string())).as_bytes(),
+                    );
                     return;
                 }
             };
             let (reply, close) = match decode_line(&line) {
-                Err(m) => (refusal("input", &m), true),
+                Err(m) => (refusal(ErrorClass::Input, &m), true),
                 Ok(v) => match serde_json::from_value::<Request>(v) {
-                    Err(e) => (refusal("input", &format!("bad request: {e}")), false),
+                    Err(e) => (
+                        refusal(ErrorClass::Input, &format!("bad request: {e}")),
+                        false,
+                    ),
                     Ok(req) => (self.handle(peer, req), false),
                 },
             };
@@ -718,8 +724,8 @@ fn init_registries(spaces: &Dataspaces) {
     }
 }
 
-fn refusal(class: &str, message: &str) -> Value {
-    json!({"ok": false, "class": class, "error": message})
+fn refusal(class: ErrorClass, message: &str) -> Value {
+    json!({"ok": false, "class": class.name(), "error": message})
 }
 
 /// Binds the daemon's socket (mode 0666: identity comes from `SO_PEERCRED`), replacing a
