@@ -113,7 +113,9 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    init_log(cli.verbose);
+    let json_log = matches!(&cli.command, args::Command::Serve(a)
+        if a.log_format == commands::net::LogFormat::Json);
+    init_log(cli.verbose, json_log);
     // A worker's stdout is its parent's protocol pipe (and its println! goes to stderr): a
     // worker that loses it must not pass for one that finished, so it keeps the plain panic.
     if !matches!(cli.command, args::Command::WorkloadWorker(_)) {
@@ -134,7 +136,9 @@ fn main() -> ExitCode {
 /// Events (the server's refusals, failed logins, closed connections) go to stderr, one line
 /// each with their fields (`peer=… reason=…`): warnings and errors by default, more with each
 /// `-v`; `HAAR_LOG` (tracing's filter syntax, e.g. `info` or `haar_net=debug`) replaces both.
-fn init_log(verbose: u8) {
+/// With `json` (`haar serve --log-format json`), one JSON object per line: the event's fields
+/// at the top level, beside `timestamp`, `level`, `target` and `span` (the connection's).
+fn init_log(verbose: u8, json: bool) {
     use tracing_subscriber::EnvFilter;
     let by_flag = ["warn", "info", "debug", "trace"][usize::from(verbose.min(3))];
     let filter = match std::env::var(LOG_ENV) {
@@ -144,11 +148,19 @@ fn init_log(verbose: u8) {
         }),
         _ => EnvFilter::new(by_flag),
     };
-    tracing_subscriber::fmt()
+    let log = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .init();
+        .with_ansi(false);
+    if json {
+        log.json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(false)
+            .init();
+    } else {
+        log.init();
+    }
 }
 
 /// The environment variable holding the log filter.

@@ -5,6 +5,7 @@
 //! * [`auth`] — shared-secret HMAC handshake, tokens.
 //! * [`server`] — a thread per connection over a local store; the flush-event log for WATCH.
 //! * [`client`] — [`RemoteStore`] (a `haar_store::FieldStore`), [`Watch`], [`wait`].
+//! * [`metrics`] — what a server counts, and its `GET /metrics` endpoint (OpenMetrics text).
 //! * [`bench`](mod@bench) — the figures `haar bench` reports for the network path.
 //!
 //! ```no_run
@@ -27,6 +28,7 @@
 pub mod auth;
 pub mod bench;
 pub mod client;
+pub mod metrics;
 pub mod protocol;
 pub mod server;
 pub mod transport;

@@ -30,6 +30,7 @@ use haar_store::{Backend, FieldStore, Store, StoreOptions};
 use serde_json::json;
 
 use crate::auth::{self, Tokens};
+use crate::metrics::{Metrics, RefusalCause};
 use crate::protocol::{
     self, Access, Challenge, ErrorMeta, EventMeta, FLAG_END, FieldMeta, FlushOk, Frame, Hello,
     KeysMeta, Kind, Limits, ListedField, LocalOffer, PurgeEnd, Refused, RequestMeta, RetrieveEnd,
@@ -364,7 +365,8 @@ impl Slot {
 impl Drop for Slot {
     fn drop(&mut self) {
         self.logged_in();
-        self.shared.open.fetch_sub(1, Ordering::SeqCst);
+        let left = self.shared.open.fetch_sub(1, Ordering::SeqCst) - 1;
+        self.shared.metrics.set_open(left);
     }
 }
 
@@ -478,6 +480,7 @@ struct Shared {
     /// flushed field is either in that listing or after that position, never both.
     gate: RwLock<()>,
     name: String,
+    metrics: Arc<Metrics>,
 }
 
 impl Shared {
@@ -485,13 +488,16 @@ impl Shared {
     /// server, holds its bound), or says why it is refused.
     fn admit(self: &Arc<Self>, stream: &TcpStream, peer: SocketAddr) -> Result<Slot, String> {
         let l = &self.config.limits;
-        if self.open.fetch_add(1, Ordering::SeqCst) >= l.max_connections {
+        let before = self.open.fetch_add(1, Ordering::SeqCst);
+        if before >= l.max_connections {
             self.open.fetch_sub(1, Ordering::SeqCst);
+            self.metrics.refused(RefusalCause::Busy);
             return Err(format!(
                 "server {} is busy: {} connections open, the limit; try again later (or raise max_connections)",
                 self.name, l.max_connections
             ));
         }
+        self.metrics.set_open(before + 1);
         let mut slot = Slot {
             shared: self.clone(),
             prelogin: None,
@@ -520,6 +526,7 @@ impl Shared {
             (id, victim)
         };
         slot.prelogin = Some(id);
+        self.metrics.accepted();
         if let Some(v) = victim {
             self.drop_prelogin(v, src);
         }
@@ -530,6 +537,7 @@ impl Shared {
     /// TCP, if it can be written at once) and a shutdown, which ends its thread's read.
     fn drop_prelogin(&self, v: Pending_, newcomer: IpAddr) {
         v.dropped.store(true, Ordering::SeqCst);
+        self.metrics.refused(RefusalCause::PreloginDropped);
         let l = &self.config.limits;
         let reason = if v.source == newcomer {
             format!(
@@ -708,8 +716,14 @@ impl Server {
                 },
                 gate: RwLock::new(()),
                 name,
+                metrics: Arc::new(Metrics::default()),
             }),
         })
+    }
+
+    /// What this server counts, for [`crate::metrics::serve_metrics`].
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.shared.metrics.clone()
     }
 
     /// The bound address.
@@ -765,13 +779,24 @@ impl Server {
             let dropped = slot.dropped.clone();
             let spawned = std::thread::Builder::new()
                 .name("haar-conn".into())
-                .spawn(move || match connection(&shared, stream, slot) {
-                    Ok(()) => tracing::debug!(%peer, "connection closed"),
-                    // Logged (once per source) when it was dropped.
-                    Err(e) if dropped.load(Ordering::SeqCst) => {
-                        tracing::debug!(%peer, error = %e, "connection closed: dropped before login")
+                .spawn(move || {
+                    // Every event of the connection carries its peer and, once logged in, its
+                    // token's kind. The span's level is ERROR so that any filter that lets an
+                    // event through keeps the span's fields on it.
+                    let span = tracing::error_span!(
+                        "connection",
+                        %peer,
+                        token = tracing::field::Empty
+                    );
+                    let _in = span.enter();
+                    match connection(&shared, stream, slot) {
+                        Ok(()) => tracing::debug!(%peer, "connection closed"),
+                        // Logged (once per source) when it was dropped.
+                        Err(e) if dropped.load(Ordering::SeqCst) => {
+                            tracing::debug!(%peer, error = %e, "connection closed: dropped before login")
+                        }
+                        Err(e) => tracing::warn!(%peer, error = %e, "connection closed"),
                     }
-                    Err(e) => tracing::warn!(%peer, error = %e, "connection closed"),
                 });
             if let Err(e) = spawned {
                 // The closure (socket and slot) is dropped: the connection is closed and
@@ -823,7 +848,14 @@ fn refuse_at_accept(shared: &Shared, stream: TcpStream, peer: SocketAddr, reason
     }
 }
 
-fn refuse(wire: &mut Wire, id: u64, reason: String) -> Result<(), WireError> {
+fn refuse(
+    shared: &Shared,
+    cause: RefusalCause,
+    wire: &mut Wire,
+    id: u64,
+    reason: String,
+) -> Result<(), WireError> {
+    shared.metrics.refused(cause);
     let peer = wire
         .socket()
         .peer_addr()
@@ -846,6 +878,8 @@ fn handshake(shared: &Shared, wire: &mut Wire) -> Result<Option<Access>, WireErr
     wire.read(Limits::PRELOGIN, &mut f)?;
     if f.kind() != Some(Kind::Hello) {
         refuse(
+            shared,
+            RefusalCause::NotAHaarClient,
             wire,
             f.id,
             "expected HELLO: the peer is not a haar client".into(),
@@ -855,12 +889,20 @@ fn handshake(shared: &Shared, wire: &mut Wire) -> Result<Option<Access>, WireErr
     let hello: Hello = match f.meta() {
         Ok(h) => h,
         Err(e) => {
-            refuse(wire, f.id, e.to_string())?;
+            refuse(
+                shared,
+                RefusalCause::NotAHaarClient,
+                wire,
+                f.id,
+                e.to_string(),
+            )?;
             return Ok(None);
         }
     };
     if hello.version != protocol::VERSION {
         refuse(
+            shared,
+            RefusalCause::VersionMismatch,
             wire,
             f.id,
             format!(
@@ -897,7 +939,13 @@ fn handshake(shared: &Shared, wire: &mut Wire) -> Result<Option<Access>, WireErr
     let proof = match (f.kind(), f.meta::<protocol::Auth>()) {
         (Some(Kind::Auth), Ok(a)) => a.proof,
         _ => {
-            refuse(wire, f.id, "expected AUTH".into())?;
+            refuse(
+                shared,
+                RefusalCause::NotAHaarClient,
+                wire,
+                f.id,
+                "expected AUTH".into(),
+            )?;
             return Ok(None);
         }
     };
@@ -908,6 +956,8 @@ fn handshake(shared: &Shared, wire: &mut Wire) -> Result<Option<Access>, WireErr
             .check(&proof, &server_nonce, &hello.nonce, tags)
     else {
         refuse(
+            shared,
+            RefusalCause::TokenRejected,
             wire,
             f.id,
             "token rejected: check HAAR_TOKEN (or --token-file) on the client against the server's \
@@ -983,6 +1033,8 @@ fn connection(shared: &Arc<Shared>, stream: TcpStream, mut slot: Slot) -> Result
             Err(_) => 0,
         };
         refuse(
+            shared,
+            RefusalCause::TlsRequired,
             &mut wire,
             id,
             format!(
@@ -995,6 +1047,7 @@ fn connection(shared: &Arc<Shared>, stream: TcpStream, mut slot: Slot) -> Result
     let access = match handshake(shared, &mut wire) {
         Ok(a) => a,
         Err(e) if armed.expired() || timed_out(&e) => {
+            shared.metrics.refused(RefusalCause::HandshakeTimeout);
             return Err(io::Error::new(
                 io::ErrorKind::TimedOut,
                 format!(
@@ -1011,6 +1064,7 @@ fn connection(shared: &Arc<Shared>, stream: TcpStream, mut slot: Slot) -> Result
         return Ok(());
     };
     slot.logged_in();
+    tracing::Span::current().record("token", token_name(access));
     if let Ok(peer) = wire.socket().peer_addr() {
         tracing::info!(%peer, ?access, tls = shared.config.tls.is_some(), "logged in");
     }
@@ -1146,11 +1200,16 @@ impl Session {
             }
             let id = f.id;
             let kind = f.kind();
+            let started = Instant::now();
+            let metrics = self.shared.metrics.clone();
             if kind == Some(Kind::Archive) {
-                self.archive(&f);
+                let ok = self.archive(&f);
+                metrics.received(Kind::Archive, f.data.len() as u64);
+                metrics.request(Kind::Archive, ok, started.elapsed().as_secs_f64());
                 continue;
             }
             if kind == Some(Kind::Watch) {
+                metrics.request(Kind::Watch, true, 0.0);
                 return self.watch(&f);
             }
             let reply = match kind {
@@ -1174,6 +1233,7 @@ impl Session {
                     exit_code: 1,
                 }),
             };
+            let ok = reply.is_ok();
             match reply {
                 Ok(()) => {}
                 Err(m) => self
@@ -1181,6 +1241,9 @@ impl Session {
                     .send(Kind::Error, FLAG_END, id, &to_meta(&m), &[])?,
             }
             self.wire.flush()?;
+            if let Some(k) = kind {
+                metrics.request(k, ok, started.elapsed().as_secs_f64());
+            }
         }
     }
 
@@ -1257,19 +1320,30 @@ impl Session {
         self.deferred_code = self.deferred_code.max(code);
     }
 
-    fn archive(&mut self, f: &Frame) {
+    /// Stores one ARCHIVE's field (unflushed); false when it failed (reported by the next
+    /// FLUSH).
+    fn archive(&mut self, f: &Frame) -> bool {
         // A read-only connection never gets here: its ARCHIVE is refused from the header.
         let meta: FieldMeta = match f.meta() {
             Ok(m) => m,
-            Err(e) => return self.defer(e.to_string(), 1),
+            Err(e) => {
+                self.defer(e.to_string(), 1);
+                return false;
+            }
         };
         match archive_checked(self.store.as_mut(), &meta.key, &f.data, meta.crc) {
-            Ok(full) => self.pending.push(Pending {
-                key: full,
-                length: f.data.len() as u64,
-                crc: meta.crc,
-            }),
-            Err(e) => self.defer(e.to_string(), protocol::class_code(e.class())),
+            Ok(full) => {
+                self.pending.push(Pending {
+                    key: full,
+                    length: f.data.len() as u64,
+                    crc: meta.crc,
+                });
+                true
+            }
+            Err(e) => {
+                self.defer(e.to_string(), protocol::class_code(e.class()));
+                false
+            }
         }
     }
 
@@ -1363,12 +1437,14 @@ impl Session {
             exit_code: 1,
         })?;
         let (id, wire) = (f.id, &mut self.wire);
-        let report = self
-            .store
-            .retrieve_keys(&m.keys, &mut |key, data, crc| {
-                send_field(wire, id, key, data, crc)
-            })
-            .map_err(|e| store_error(&e))?;
+        let mut sent = 0u64;
+        let report = self.store.retrieve_keys(&m.keys, &mut |key, data, crc| {
+            send_field(wire, id, key, data, crc)?;
+            sent += data.len() as u64;
+            Ok(())
+        });
+        self.shared.metrics.sent(Kind::RetrieveKeys, sent);
+        let report = report.map_err(|e| store_error(&e))?;
         self.end(id, json!(RetrieveEnd::from(&report)))
     }
 
@@ -1383,12 +1459,14 @@ impl Session {
         match kind {
             Kind::Retrieve => {
                 let wire = &mut self.wire;
-                let report = self
-                    .store
-                    .retrieve(&req, &mut |key, data, crc| {
-                        send_field(wire, id, key, data, crc)
-                    })
-                    .map_err(e)?;
+                let mut sent = 0u64;
+                let report = self.store.retrieve(&req, &mut |key, data, crc| {
+                    send_field(wire, id, key, data, crc)?;
+                    sent += data.len() as u64;
+                    Ok(())
+                });
+                self.shared.metrics.sent(Kind::Retrieve, sent);
+                let report = report.map_err(e)?;
                 self.end(id, json!(RetrieveEnd::from(&report)))
             }
             Kind::List => {

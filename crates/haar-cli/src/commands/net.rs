@@ -77,10 +77,32 @@ pub struct ServeArgs {
     #[arg(long, value_name = "auto|always", default_value = "auto",
           value_parser = parse_frame_tags)]
     pub frame_tags: haar_net::protocol::FrameTags,
+    /// Serve metrics over HTTP at `http://ADDR/metrics` (`HOST:PORT`; port 0 picks a free
+    /// one, named by a second stdout line `metrics on HOST:PORT`): requests, field bytes in and
+    /// out and latency by operation, connections, refused logins by cause, in the OpenMetrics
+    /// text format that Prometheus scrapes. Off by default. The endpoint has no
+    /// authentication: bind it to a loopback or management address.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
+    /// Form of the log on stderr: `text` (default), one line per event with its fields
+    /// (`peer=… reason=…`), or `json`, one JSON object per line (`timestamp`, `level`,
+    /// `message`, the event's fields, and `span` with the connection's `peer` and `token`).
+    /// What is logged is chosen by `-v` or `HAAR_LOG` either way.
+    #[arg(long, value_name = "text|json", default_value = "text")]
+    pub log_format: LogFormat,
     #[command(flatten)]
     pub store: StoreArgs,
     #[command(flatten)]
     pub token: TokenArg,
+}
+
+/// `haar serve --log-format`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// One line per event: time, level, message, `name=value` fields.
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 /// A count of at least 1 (0 would refuse every connection).
@@ -196,14 +218,45 @@ pub fn serve(cli: &Cli, a: &ServeArgs) -> Result<(), Failure> {
     let addr = server
         .local_addr()
         .map_err(|e| Failure::io(e.to_string()))?;
+    // Bound before the first line is printed, so that a caller who reads `listening on` can
+    // scrape at once.
+    let metrics = match &a.metrics {
+        Some(m) => {
+            let listener = std::net::TcpListener::bind(m)
+                .map_err(|e| Failure::io(format!("--metrics {m}: cannot listen: {e}")))?;
+            let at = (listener.local_addr()).map_err(|e| Failure::io(e.to_string()))?;
+            haar_net::metrics::serve_metrics(listener, server.metrics())
+                .map_err(|e| Failure::io(format!("--metrics {m}: {e}")))?;
+            Some(at)
+        }
+        None => None,
+    };
     let mut out = std::io::stdout();
     writeln!(out, "listening on {addr}")
+        .and_then(|_| match metrics {
+            Some(at) => writeln!(out, "metrics on {at}"),
+            None => Ok(()),
+        })
         .and_then(|_| out.flush())
         .ok();
-    eprintln!(
-        "haar serve: {described} on {addr}{}",
-        if a.tls_cert.is_some() { " (TLS)" } else { "" }
-    );
+    match a.log_format {
+        // Every stderr line of a JSON log is a JSON object, the start line too.
+        LogFormat::Json => eprintln!(
+            "{}",
+            serde_json::json!({
+                "level": "INFO",
+                "message": "haar serve started",
+                "store": described,
+                "listen": addr.to_string(),
+                "tls": a.tls_cert.is_some(),
+                "metrics": metrics.map(|m| m.to_string()),
+            })
+        ),
+        LogFormat::Text => eprintln!(
+            "haar serve: {described} on {addr}{}",
+            if a.tls_cert.is_some() { " (TLS)" } else { "" }
+        ),
+    }
     server
         .run()
         .map_err(|e| Failure::io(format!("serving on {addr}: {e}")))
