@@ -15,6 +15,7 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result, joined};
+use crate::eta::Phase;
 use crate::write_behind::WriteBehind;
 
 /// Bytes read and written at a time.
@@ -26,6 +27,31 @@ pub trait Monitor {
     fn advance(&mut self, bytes: u64);
     /// Whether to stop now (the task was cancelled).
     fn cancelled(&mut self) -> bool;
+}
+
+/// What a routine staging fields hears and asks ([`crate::fields`]): a [`Monitor`] that also
+/// knows the task's id and takes its single object's totals, phases and end. The task being
+/// run implements it; the routines see nothing more of it.
+pub(crate) trait Progress: Monitor {
+    /// The task's id (temporary names, the error of a cancelled task).
+    fn id(&self) -> &str;
+    /// Sets the totals of a single-object task and reports.
+    fn plan_one(&mut self, bytes: u64);
+    /// Records the single object done.
+    fn finish_one(&mut self, dst: PathBuf, bytes: u64, crc: u32);
+    /// Sets the bytes staged so far (ingestion reports totals, not deltas; the store checks
+    /// and persists as it archives, so they went through every phase).
+    fn set_done(&mut self, bytes: u64);
+    /// `bytes` more went through `phase` (the bytes of a single object written, made durable
+    /// or read back); a byte is done once read back.
+    fn phase(&mut self, phase: Phase, bytes: u64);
+    /// `bytes` more were staged (fields: each is done when the store has it).
+    fn advance_by(&mut self, bytes: u64);
+}
+
+/// Writes `bytes` to `w`, mapping the error onto `path`.
+pub(crate) fn write_to(w: &mut impl Write, bytes: &[u8], path: &Path) -> Result<()> {
+    w.write_all(bytes).map_err(|e| Error::io("write", path, e))
 }
 
 /// The temporary name a task writes `dst` under: `.NAME.haar-stage.TASK` in the same

@@ -12,10 +12,10 @@ use std::path::Path;
 
 use haar_core::request::Request;
 
-use crate::copy;
+use crate::copy::{self, Progress, write_to};
+use crate::dataspace::Dataspaces;
 use crate::error::{Error, Result, joined};
 use crate::eta::Phase;
-use crate::task::{TaskRun, write_to};
 use crate::write_behind::{self, WriteBehind};
 
 /// Bytes of the output file read back at a time, behind the writer: the write-behind step (a
@@ -29,12 +29,13 @@ const SEGMENT: u64 = write_behind::STEP;
 /// the whole read-back CRC-32C compared with the one combined from the fields' (as their
 /// store verified them), rename.
 pub(crate) fn store_to_file(
-    run: &mut TaskRun,
+    run: &mut impl Progress,
+    spaces: &Dataspaces,
     space: &str,
     req: &Request,
     dst: &Path,
 ) -> Result<()> {
-    let store = run.spaces().open_store(space, false)?;
+    let store = spaces.open_store(space, false)?;
     let total: u64 = store.list(req)?.iter().map(|f| f.data.length).sum();
     if total == 0 {
         return Err(Error::Missing(format!(
@@ -116,7 +117,7 @@ fn missing_of(report: &haar::RetrieveReport) -> Option<(usize, String)> {
 /// on this thread (the write-behind window paces it: design §13.3). Fields of 64 KiB or more
 /// bypass the buffer (one copy fewer); smaller ones are gathered into 64 KiB writes.
 fn write_inline(
-    run: &mut TaskRun,
+    run: &mut impl Progress,
     store: &dyn haar::FieldStore,
     req: &Request,
     file: &std::fs::File,
@@ -128,7 +129,7 @@ fn write_inline(
     let mut len = 0u64;
     let mut failure: Option<Error> = None;
     let report = store.retrieve(req, &mut |_key, bytes, field_crc| {
-        if run.cancelled_now() {
+        if run.cancelled() {
             failure = Some(Error::Cancelled(run.id().into()));
             return Err(haar::Error::Config("cancelled".into()));
         }
@@ -231,7 +232,7 @@ fn fetched_beside<T: Send, R: Send>(
 /// writer's thread: 16% of it, `perf`, 4 GiB to /dev/shm; the gathering copy they cost now
 /// runs beside the write.)
 fn write_fetched(
-    run: &mut TaskRun,
+    run: &mut impl Progress,
     store: Box<dyn haar::FieldStore>,
     req: &Request,
     file: &std::fs::File,
@@ -261,7 +262,7 @@ fn write_fetched(
     };
     let mut len = 0u64;
     let (written, fetched) = fetched_beside(FETCH_BUFFER, tmp, fetch, |buf: Vec<u8>| {
-        if run.cancelled_now() {
+        if run.cancelled() {
             return Err(Error::Cancelled(run.id().into()));
         }
         write_to(&mut &*file, &buf, tmp)?;
@@ -517,7 +518,12 @@ impl<'f> ReadBack<'f> {
 /// The GRIB file `src` (or every file below the directory `src`) archived into the store of
 /// dataspace `space` and flushed; an input with any fault fails the task (nothing of it is
 /// archived, as `haar archive` guarantees).
-pub(crate) fn file_to_store(run: &mut TaskRun, src: &Path, space: &str) -> Result<()> {
+pub(crate) fn file_to_store(
+    run: &mut impl Progress,
+    spaces: &Dataspaces,
+    src: &Path,
+    space: &str,
+) -> Result<()> {
     let mut files = Vec::new();
     collect_files(src, &mut files)?;
     let mut total = 0;
@@ -527,7 +533,7 @@ pub(crate) fn file_to_store(run: &mut TaskRun, src: &Path, space: &str) -> Resul
             .len();
     }
     run.plan_one(total);
-    let mut store = run.spaces().open_store(space, true)?;
+    let mut store = spaces.open_store(space, true)?;
     let inputs = files
         .iter()
         .map(|f| haar::ingest::Input::File(f.clone()))
@@ -555,8 +561,14 @@ pub(crate) fn file_to_store(run: &mut TaskRun, src: &Path, space: &str) -> Resul
 /// them) while this one archives them, so reading the source runs beside writing the
 /// destination. (Until issue 15's sixth round both ran on this thread: 0.2-0.3 s of a 2 s
 /// stage of 4 GiB into a pmem store on /dev/shm.)
-pub(crate) fn store_to_store(run: &mut TaskRun, from: &str, req: &Request, to: &str) -> Result<()> {
-    let src = run.spaces().open_store(from, false)?;
+pub(crate) fn store_to_store(
+    run: &mut impl Progress,
+    spaces: &Dataspaces,
+    from: &str,
+    req: &Request,
+    to: &str,
+) -> Result<()> {
+    let src = spaces.open_store(from, false)?;
     let total: u64 = src.list(req)?.iter().map(|f| f.data.length).sum();
     if total == 0 {
         return Err(Error::Missing(format!(
@@ -564,7 +576,7 @@ pub(crate) fn store_to_store(run: &mut TaskRun, from: &str, req: &Request, to: &
         )));
     }
     run.plan_one(total);
-    let mut dst = run.spaces().open_store(to, true)?;
+    let mut dst = spaces.open_store(to, true)?;
     // Room for every byte is checked first (a pool that cannot hold them fails the task
     // before anything is copied), and a pmem pool grows as the copy needs it (design §5.1).
     dst.provision(total)?;
@@ -577,7 +589,7 @@ pub(crate) fn store_to_store(run: &mut TaskRun, from: &str, req: &Request, to: &
     };
     let mut len = 0u64;
     let (archived, fetched) = fetched_beside(0, Path::new(from), fetch, |(key, buf, crc)| {
-        if run.cancelled_now() {
+        if run.cancelled() {
             return Err(Error::Cancelled(run.id().into()));
         }
         let split = dst.split(&key)?;

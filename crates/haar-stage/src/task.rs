@@ -7,14 +7,13 @@
 //! Owns task states and the plan. The bytes of a file copy are [`crate::copy`]'s; fields go
 //! through `haar::FieldStore` and `haar::ingest`.
 
-use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use serde::{Deserialize, Serialize};
 
-use crate::copy::{self, Monitor};
+use crate::copy::{self, Monitor, Progress};
 use crate::dataspace::{Dataspaces, Endpoint, Object};
 use crate::error::{Error, Result};
 use crate::eta::{Eta, Phase};
@@ -645,6 +644,8 @@ impl TaskRun<'_, '_> {
     fn execute(&mut self) -> Result<()> {
         let src = self.stager.spaces.endpoint(&self.rec.src)?;
         let dst = self.stager.spaces.endpoint(&self.rec.dst)?;
+        let stager = self.stager;
+        let spaces = &stager.spaces;
         match (&src.object, &dst.object) {
             (Object::Path(s), Object::Path(d)) => {
                 let d = match self.rec.mapping {
@@ -658,13 +659,13 @@ impl TaskRun<'_, '_> {
                     Mapping::Same => d.clone(),
                     Mapping::Into => d.join("fields.grib"),
                 };
-                crate::fields::store_to_file(self, &src.space, req, &d)
+                crate::fields::store_to_file(self, spaces, &src.space, req, &d)
             }
             (Object::Path(s), Object::Fields(_)) => {
-                crate::fields::file_to_store(self, s, &dst.space)
+                crate::fields::file_to_store(self, spaces, s, &dst.space)
             }
             (Object::Fields(req), Object::Fields(_)) => {
-                crate::fields::store_to_store(self, &src.space, req, &dst.space)
+                crate::fields::store_to_store(self, spaces, &src.space, req, &dst.space)
             }
         }?;
         if let Some(e) = self.save_error.take() {
@@ -825,9 +826,11 @@ impl TaskRun<'_, '_> {
         self.rec.objects_done += 1;
         self.tick(false);
     }
+}
 
+impl Progress for TaskRun<'_, '_> {
     /// Sets the totals of a single-object task (fields) and reports.
-    pub(crate) fn plan_one(&mut self, bytes: u64) {
+    fn plan_one(&mut self, bytes: u64) {
         self.rec.objects_total = 1;
         self.rec.bytes_total = bytes;
         self.eta.set_total(bytes);
@@ -836,7 +839,7 @@ impl TaskRun<'_, '_> {
     }
 
     /// Records the single object done.
-    pub(crate) fn finish_one(&mut self, dst: PathBuf, bytes: u64, crc: u32) {
+    fn finish_one(&mut self, dst: PathBuf, bytes: u64, crc: u32) {
         self.rec.done.push(DoneObject {
             dst,
             bytes,
@@ -848,7 +851,7 @@ impl TaskRun<'_, '_> {
 
     /// Sets the bytes staged so far (ingestion reports totals, not deltas; the store checks
     /// and persists as it archives, so they went through every phase).
-    pub(crate) fn set_done(&mut self, bytes: u64) {
+    fn set_done(&mut self, bytes: u64) {
         let more = bytes.saturating_sub(self.rec.bytes_done);
         self.rec.bytes_done = bytes;
         self.eta
@@ -858,7 +861,7 @@ impl TaskRun<'_, '_> {
 
     /// `bytes` more went through `phase` (the bytes of a single object written, made durable
     /// or read back); a byte is done once read back.
-    pub(crate) fn phase(&mut self, phase: Phase, bytes: u64) {
+    fn phase(&mut self, phase: Phase, bytes: u64) {
         if phase == Phase::Verified {
             self.rec.bytes_done += bytes;
         }
@@ -867,13 +870,8 @@ impl TaskRun<'_, '_> {
         self.tick(false);
     }
 
-    /// Whether the task was cancelled (checked every 50 ms at most).
-    pub(crate) fn cancelled_now(&mut self) -> bool {
-        Monitor::cancelled(self)
-    }
-
     /// `bytes` more were staged (fields: each is done when the store has it).
-    pub(crate) fn advance_by(&mut self, bytes: u64) {
+    fn advance_by(&mut self, bytes: u64) {
         self.rec.bytes_done += bytes;
         self.eta
             .advance_all(bytes, self.start.elapsed().as_secs_f64());
@@ -881,13 +879,8 @@ impl TaskRun<'_, '_> {
     }
 
     /// The task's id.
-    pub(crate) fn id(&self) -> &str {
+    fn id(&self) -> &str {
         &self.rec.id
-    }
-
-    /// The dataspaces.
-    pub(crate) fn spaces(&self) -> &Dataspaces {
-        &self.stager.spaces
     }
 }
 
@@ -929,11 +922,6 @@ fn walk(
         }
     }
     Ok(())
-}
-
-/// Writes `bytes` to `w`, mapping the error onto `path`.
-pub(crate) fn write_to(w: &mut impl Write, bytes: &[u8], path: &Path) -> Result<()> {
-    w.write_all(bytes).map_err(|e| Error::io("write", path, e))
 }
 
 #[cfg(test)]
