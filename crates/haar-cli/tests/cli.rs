@@ -4,6 +4,10 @@
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
+#[path = "common/small_fs.rs"]
+mod small_fs;
+use small_fs::SmallFs;
+
 fn haar(root: &Path, backend: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_haar"))
         .arg("--root")
@@ -1012,53 +1016,6 @@ fn retrieve_onto_a_device_or_fifo_writes_through_it() {
         .filter(|e| e.file_name().to_string_lossy().contains(".haar-tmp-"))
         .collect();
     assert!(leftovers.is_empty(), "{leftovers:?}");
-}
-
-/// A small tmpfs mounted for one test, unmounted when dropped.
-struct SmallFs {
-    dir: tempfile::TempDir,
-}
-
-impl SmallFs {
-    /// `None` when this process may not mount (not root): the test then says so and passes
-    /// only if `HAAR_REQUIRE_ROOT_TESTS` is unset (CI sets it).
-    fn mount(size: &str) -> Option<SmallFs> {
-        let dir = tempfile::tempdir().unwrap();
-        let ok = Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={size},mode=0700"),
-                "tmpfs",
-            ])
-            .arg(dir.path())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
-            assert!(
-                std::env::var_os("HAAR_REQUIRE_ROOT_TESTS").is_none(),
-                "cannot mount a tmpfs (HAAR_REQUIRE_ROOT_TESTS is set): run as root"
-            );
-            eprintln!("skipped: mounting a tmpfs needs root");
-            return None;
-        }
-        Some(SmallFs { dir })
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-}
-
-impl Drop for SmallFs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount")
-            .arg("-l")
-            .arg(self.dir.path())
-            .status();
-    }
 }
 
 /// Full storage (issue 14): archiving into a store whose file system fills gives exit 3 with

@@ -12,6 +12,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+#[path = "common/small_fs.rs"]
+mod small_fs;
+use small_fs::SmallFs;
+
 const HAAR: &str = env!("CARGO_BIN_EXE_haar");
 
 /// A running `haar mount` over `store`, unmounted and reaped on drop.
@@ -1104,53 +1108,6 @@ fn slurm_mount_script_gives_every_node_one_namespace() {
     assert!(fs::read(m.p("data")).unwrap() == fs::read(&data).unwrap());
     assert_eq!(fs::read(m.p("from2/f")).unwrap(), b"two\n");
     m.terminate();
-}
-
-/// A small tmpfs mounted for one test, unmounted when dropped.
-struct SmallFs {
-    dir: tempfile::TempDir,
-}
-
-impl SmallFs {
-    /// `None` when this process may not mount (not root): the test then says so and passes
-    /// only if `HAAR_REQUIRE_ROOT_TESTS` is unset (CI sets it).
-    fn mount(size: &str) -> Option<SmallFs> {
-        let dir = tempfile::tempdir().unwrap();
-        let ok = Command::new("mount")
-            .args([
-                "-t",
-                "tmpfs",
-                "-o",
-                &format!("size={size},mode=0700"),
-                "tmpfs",
-            ])
-            .arg(dir.path())
-            .stderr(Stdio::null())
-            .status()
-            .is_ok_and(|s| s.success());
-        if !ok {
-            assert!(
-                std::env::var_os("HAAR_REQUIRE_ROOT_TESTS").is_none(),
-                "cannot mount a tmpfs (HAAR_REQUIRE_ROOT_TESTS is set): run as root"
-            );
-            eprintln!("skipped: mounting a tmpfs needs root");
-            return None;
-        }
-        Some(SmallFs { dir })
-    }
-
-    fn path(&self) -> &Path {
-        self.dir.path()
-    }
-}
-
-impl Drop for SmallFs {
-    fn drop(&mut self) {
-        let _ = Command::new("umount")
-            .arg("-l")
-            .arg(self.dir.path())
-            .status();
-    }
 }
 
 /// Full storage through the mount (issue 27), both backends on a small tmpfs: a write that
