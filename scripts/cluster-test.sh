@@ -48,6 +48,15 @@ t_start=$SECONDS
 failed=0
 finish() {
     local status=$?
+    if { [ "$status" != 0 ] || [ "$failed" != 0 ]; } && [ "$keep" != 1 ] && [ -d /run/haar-vcluster/node ]; then
+        # Keep what explains a failure before the cluster goes: daemons' logs and the jobs' files.
+        local logs
+        logs=$(mktemp -d /tmp/haar-cluster-test.XXXXXX)
+        cp -r /run/haar-vcluster/node "$logs/" 2>/dev/null || true
+        rm -rf "$logs"/node/storage/brick "$logs"/node/storage/glusterd 2>/dev/null || true
+        on n1 tar -C /shared -cf - ct 2>/dev/null | tar -C "$logs" -xf - 2>/dev/null || true
+        say "logs kept in $logs"
+    fi
     if [ "$keep" = 1 ]; then
         say "cluster left up (--keep): scripts/vcluster.sh exec n1 sinfo; scripts/vcluster.sh down"
     else
