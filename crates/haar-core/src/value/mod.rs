@@ -262,7 +262,10 @@ mod tests {
     fn type_names_parse() {
         for name in TYPE_NAMES {
             let t: ValueType = name.parse().unwrap();
-            assert_eq!(t.to_string(), *name);
+            // FDB5's ParamID is an alias of Param (see `from_str`); every other name is its
+            // own type's.
+            let canonical = if *name == "ParamID" { "Param" } else { name };
+            assert_eq!(t.to_string(), canonical);
         }
         assert!("Frobnicate".parse::<ValueType>().is_err());
         assert!("First0".parse::<ValueType>().is_err());
