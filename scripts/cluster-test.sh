@@ -25,6 +25,8 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 V=$here/vcluster.sh
+# The launch scripts as the nodes see them (vcluster.sh up copies them beside haar).
+nodebin=${HAAR_VCLUSTER_DIR:-/run/haar-vcluster}/bin
 haar=$here/../target/release/haar
 kills=10
 only=slurm,serve,mount,kill
@@ -140,11 +142,11 @@ test_serve_mount() {
 #SBATCH -o serve-%j.out
 set -euo pipefail
 cd $W
-$here/slurm-serve.sh --root /mnt/pmem0/haar-serve --port 7070 --replicas 2 --token-file $T \\
+$nodebin/slurm-serve.sh --root /mnt/pmem0/haar-serve --port 7070 --replicas 2 --token-file $T \\
     --store-config /etc/haar/haar.yaml --config $W/cluster.yaml -- bash $W/serve-clients.sh
 JOB
     {
-        echo "export W=$W T=$T KEY=$KEY REQ=$REQ check_mount=$check_mount here=$here"
+        echo "export W=$W T=$T KEY=$KEY REQ=$REQ check_mount=$check_mount here=$nodebin"
         cat <<'CLIENTS'
 set -euo pipefail
 # 16 fields archived on n2 (one process and flush each), kept on /shared as the reference.
@@ -209,7 +211,7 @@ write_fail_scripts() {
 #SBATCH --no-kill
 set -uo pipefail
 D=\$1
-$here/slurm-serve.sh --root /mnt/pmem0/haar-fail --port 7070 --replicas 2 --token-file $T \\
+$nodebin/slurm-serve.sh --root /mnt/pmem0/haar-fail --port 7070 --replicas 2 --token-file $T \\
     --store-config /etc/haar/haar.yaml --config \$D/cluster.yaml -- bash $W/fail-clients.sh \$D
 echo "JOB-END \$?"
 JOB

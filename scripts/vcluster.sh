@@ -263,6 +263,9 @@ cmd_up() {
         [ -x "$haar" ] || die "--haar $haar is not executable"
         cp "$haar" "$RUN/bin/haar"
     fi
+    # The Slurm launch scripts, where every node sees them: a checkout under /tmp is hidden by
+    # each node's private /tmp (a clean-clone CI run in /tmp/clean found it).
+    cp "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"/slurm-{serve,mount}.sh "$RUN/bin/"
     host_dir /shared
     host_dir /mnt/pmem0
     host_dir /etc/haar
