@@ -47,6 +47,9 @@ pip_install() {
 python3 -c 'import pymetkit' >/dev/null 2>&1 || { echo "setup: pip install pymetkit" >&2; pip_install pymetkit; }
 python3 -c 'import cfgrib, xarray, earthkit.data' >/dev/null 2>&1 \
   || { echo "setup: pip install cfgrib xarray earthkit-data" >&2; pip_install cfgrib xarray earthkit-data; }
+# haar.zarr (issue 29): the Zarr v3 view needs zarr 3 (its Store interface changed in 3.0).
+python3 -c 'import sys, zarr; sys.exit(zarr.__version__.split(".")[0] != "3")' >/dev/null 2>&1 \
+  || { echo "setup: pip install zarr>=3,<4" >&2; pip_install 'zarr>=3,<4'; }
 # The faces of issue 12: FDB5 5.25's C API header and library (the peer of haar's libfdb5.so)
 # and pyfdb come with PyPI's pyfdb wheel; maturin builds haar's Python package.
 python3 -c 'import pyfdb, fdb5lib' >/dev/null 2>&1 \
