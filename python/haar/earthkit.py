@@ -2,6 +2,15 @@
 config=...)`` retrieves the fields of `request` from a haar store and hands earthkit-data a GRIB
 field list (``.sel()``, ``.to_numpy()``, ``.to_xarray()`` …).
 
+With ``lazy=True`` (the option earthkit-data's ``fdb`` source has) nothing is retrieved when
+the source is made: ``.to_xarray()`` opens the request through haar's Zarr view
+(:func:`haar.zarr.store`: dask arrays, one field retrieved and decoded per chunk read), and
+``.to_fieldlist()`` is earthkit-data's virtual field list, one retrieve per field used.
+
+A request may leave keys out, as earthkit users expect: every stored value of an omitted key
+is read (haar expands a request against its catalogue), and a request that matches nothing
+raises :class:`haar.MissingError` instead of giving 0 fields.
+
 Registered through the ``earthkit.data.sources`` entry point of this package. The retrieve is
 haar's (:meth:`haar.FDB.retrieve`, GIL released, missing fields an error); decoding is
 earthkit-data's own, from memory, with the ecCodes that earthkit-data loads.
@@ -18,8 +27,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from collections.abc import Sequence
+
 from earthkit.data.sources import Source
 from earthkit.data.sources.memory import MemorySource
+from earthkit.data.utils.request import RequestMapper
 
 from . import FDB, Config, Selection
 
@@ -36,6 +48,13 @@ class HaarSource(Source):
         arguments are added to it, as for earthkit-data's ``fdb`` source.
     config : dict, str or path-like, optional
         The store's configuration, as for :class:`haar.FDB`; ``None``: the environment.
+    lazy : bool, optional
+        Retrieve nothing now: ``to_xarray()`` opens haar's Zarr view (lazy, dask-backed) and
+        ``to_fieldlist()`` gives a virtual field list (one retrieve per field used). Default
+        False: every field is retrieved when the source is made, as before.
+    dims : sequence of str, optional
+        With `lazy`, the keys that become dimensions of ``to_xarray()`` (see
+        :func:`haar.zarr.store`); default every key with several values.
     **kwargs
         More request keywords.
 
@@ -45,10 +64,21 @@ class HaarSource(Source):
     >>> ds = ekd.from_source("haar", {"param": ["t", "u"], "step": 0, ...},  # doctest: +SKIP
     ...                      config={"roots": ["/dev/shm/haar"]})
     >>> ds.sel(param="t").to_numpy()  # doctest: +SKIP
+    >>> ekd.from_source("haar", {"class": "ea", "param": "t"}, config=cfg,  # doctest: +SKIP
+    ...                 lazy=True).to_xarray()["t"]  # dask-backed, nothing read yet
     """
 
-    def __init__(self, request: Selection | None = None, config: Config | None = None, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        request: Selection | None = None,
+        config: Config | None = None,
+        lazy: bool = False,
+        dims: Sequence[str] | None = None,
+        **kwargs: Any,
+    ) -> None:
         super().__init__()
+        self.lazy = lazy
+        self.dims = None if dims is None else list(dims)
         if isinstance(request, str):
             if kwargs:
                 raise ValueError("haar source: give the request as a dict to add keyword arguments")
@@ -62,7 +92,10 @@ class HaarSource(Source):
         self.config = config
 
     def mutate(self) -> Source:
-        """Retrieve the fields and hand them to earthkit-data as in-memory GRIB."""
+        """Retrieve the fields and hand them to earthkit-data as in-memory GRIB; with `lazy`,
+        hand over a source that retrieves only what is used."""
+        if self.lazy:
+            return _LazyFields(self.request, self.config, self.dims)
         with FDB(self.config).retrieve(self.request) as handle:
             data = handle.read()
         return _GribFields(data)
@@ -109,6 +142,105 @@ class _GribFields(Source):
 
     def __len__(self) -> int:
         return len(self._fields)
+
+
+class _LazyFields(Source):
+    """The fields of a request, not read yet: an xarray dataset through haar's Zarr view, or
+    earthkit-data's virtual field list."""
+
+    path = None
+
+    def __init__(self, request: Selection, config: Config | None, dims: Sequence[str] | None) -> None:
+        super().__init__()
+        self._request = request
+        self._config = config
+        self._dims = dims
+        self._fdb = FDB(config)
+
+    def to_data_object(self) -> Any:
+        """The GRIB data object earthkit-data's ``from_source`` returns."""
+        from earthkit.data.data.grib import GribData
+
+        return GribData(self)
+
+    def to_xarray(self, dims: Sequence[str] | None = None, **kwargs: Any) -> Any:
+        """The fields as a lazy xarray dataset: ``xarray.open_zarr`` of haar's Zarr view.
+
+        Parameters
+        ----------
+        dims : sequence of str, optional
+            Keys that become dimensions (default: the source's `dims`, else every key with
+            several values); see :func:`haar.zarr.store`.
+        **kwargs
+            Passed to ``xarray.open_zarr`` (``chunks=`` …).
+
+        Returns
+        -------
+        xarray.Dataset
+            Dask-backed: opening reads one field per param; each chunk computed reads one.
+        """
+        import xarray
+
+        from . import zarr as haar_zarr
+
+        view = haar_zarr.store(self._request, dims if dims is not None else self._dims, fdb=self._fdb)
+        kwargs.setdefault("consolidated", False)
+        return xarray.open_zarr(view, **kwargs)
+
+    def to_fieldlist(self, *args: Any, **kwargs: Any) -> Any:
+        """The fields as earthkit-data's virtual GRIB field list: listed now, each retrieved
+        when its values or full metadata are used."""
+        from earthkit.data.field.grib.virtual import VirtualGribFieldList
+
+        return VirtualGribFieldList(_ListedFields(self._request, self._fdb), _Retriever(self._fdb))
+
+    def to_numpy(self, *args: Any, **kwargs: Any) -> Any:
+        """The fields' values as one numpy array (every field read)."""
+        return self.to_fieldlist().to_numpy(*args, **kwargs)
+
+    def to_array(self, *args: Any, **kwargs: Any) -> Any:
+        """The fields' values as an array (every field read)."""
+        return self.to_fieldlist().to_array(*args, **kwargs)
+
+    def __len__(self) -> int:
+        return len(self.to_fieldlist())
+
+
+class _ListedFields(RequestMapper):
+    """earthkit-data's request mapper over haar's catalogue: one request per listed field,
+    numbers as numbers (as earthkit-data's fdb source converts them)."""
+
+    _INTEGER_KEYS = ("date", "time", "step", "levelist", "level", "number")
+
+    def __init__(self, request: Selection, fdb: FDB) -> None:
+        super().__init__(request)
+        self._fdb = fdb
+
+    def _build(self) -> list[dict[str, Any]]:
+        out = []
+        for el in self._fdb.list(self.request):
+            key: dict[str, Any] = {k: v for k, v in el.combined_key().items() if v != ""}
+            for k in self._INTEGER_KEYS:
+                if k in key and key[k].lstrip("-").isdigit():
+                    key[k] = int(key[k])
+            out.append(key)
+        if not out:
+            from . import MissingError
+
+            raise MissingError(f"no field matches {self.request!r}")
+        return out
+
+
+class _Retriever:
+    """Retrieves one listed field for earthkit-data's virtual field list."""
+
+    def __init__(self, fdb: FDB) -> None:
+        self._fdb = fdb
+
+    def get(self, request: dict[str, Any]) -> Any:
+        """The field of a complete key, as a one-field earthkit-data field list."""
+        with self._fdb.retrieve(request) as handle:
+            return _GribFields(handle.read()).to_fieldlist()
 
 
 #: What earthkit-data's plugin loader looks up on a module.
