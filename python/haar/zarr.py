@@ -40,7 +40,7 @@ import re
 import threading
 from collections.abc import AsyncIterator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Union
 
 import numpy as np
 from zarr.abc.store import (
@@ -56,6 +56,9 @@ from ._errors import BadRequestError, MissingError, StorageError
 from ._fdb import FDB, Config, Selection
 
 __all__ = ["HaarZarrStore", "store"]
+
+#: Bytes of a key: JSON and coordinates as ``bytes``, decoded fields as a uint8 array view.
+_Bytes = Union[bytes, np.ndarray]
 
 #: Keys whose values earthkit-data's fdb source turns into integers; haar's view does too
 #: (when every value is a decimal integer) so that xarray coordinates sort and compare as
@@ -160,21 +163,21 @@ class _Cache:
         self.attrs: dict[str, bytes] = {}
 
 
-def _decode(message: Any) -> tuple[np.ndarray, Mapping[str, Any]]:
-    """Decode one GRIB message with ecCodes: values (float64, NaN where the bitmap says
-    missing) and the header keys the view uses."""
+def _decode(message: Any) -> np.ndarray:
+    """Decode one GRIB message with ecCodes: its values, float64, NaN where the bitmap says
+    missing. Only the values: header keys such as ``name`` cost ecCodes more than decoding a
+    small field, and the array's metadata already hold them."""
     import eccodes
 
     h = eccodes.codes_new_from_message(message)
     try:
-        values = eccodes.codes_get_values(h)
+        values: np.ndarray = eccodes.codes_get_values(h)
         if eccodes.codes_get(h, "bitmapPresent"):
             bitmap = eccodes.codes_get_array(h, "bitmap")
             values[bitmap == 0] = np.nan
-        header = _header(h)
     finally:
         eccodes.codes_release(h)
-    return values, header
+    return values
 
 
 def _header(h: Any) -> dict[str, Any]:
@@ -303,7 +306,7 @@ def _vlen_utf8(values: Sequence[str]) -> bytes:
     return b"".join(parts)
 
 
-def _slice(data: bytes, byte_range: ByteRequest | None) -> bytes:
+def _slice(data: _Bytes, byte_range: ByteRequest | None) -> _Bytes:
     if byte_range is None:
         return data
     if isinstance(byte_range, RangeByteRequest):
@@ -313,6 +316,11 @@ def _slice(data: bytes, byte_range: ByteRequest | None) -> bytes:
     if isinstance(byte_range, SuffixByteRequest):
         return data[max(0, len(data) - byte_range.suffix) :]
     raise ValueError(f"unexpected byte range {byte_range!r}")
+
+
+def _as_bytes(values: np.ndarray, dtype: str) -> np.ndarray:
+    """The values as little-endian bytes, a uint8 view of the array (no copy for float64)."""
+    return np.ascontiguousarray(values, dtype=dtype).reshape(-1).view(np.uint8)
 
 
 def _array_json(
@@ -573,14 +581,14 @@ class HaarZarrStore(Store):
             return None
         return node, idx[:n]
 
-    def _chunk(self, key: str) -> bytes | None:
+    def _chunk(self, key: str) -> _Bytes | None:
         node, _, rest = key.partition("/")
         if node in self._coords and rest == "c/0":
             vals, kind = self._coords[node]
             return _vlen_utf8(vals) if kind == "string" else np.asarray(vals, dtype="<i8").tobytes()
         if node in ("latitude", "longitude") and rest == "c/0":
             lats, lons = self._grid_only().coordinates()
-            return np.ascontiguousarray(lats if node == "latitude" else lons, dtype="<f8").tobytes()
+            return _as_bytes(lats if node == "latitude" else lons, "<f8")
         where = self._chunk_field(key)
         if where is None:
             return None
@@ -588,15 +596,15 @@ class HaarZarrStore(Store):
         if field is None:
             return None  # a missing field: zarr fills the chunk with NaN
         grid = self._grid_only()
-        values, header = _decode(self._read(field))
+        values = _decode(self._read(field))
         if values.size != int(np.prod(grid.shape)):
             raise StorageError(
-                f"field {field} has {values.size} points ({header['gridType']}); the view's grid has "
+                f"field {field} has {values.size} points; the view's grid has "
                 f"{int(np.prod(grid.shape))}: open one view per grid"
             )
-        return np.ascontiguousarray(values, dtype="<f8" if self._dtype == "float64" else "<f4").tobytes()
+        return _as_bytes(values, "<f8" if self._dtype == "float64" else "<f4")
 
-    def _get_sync(self, key: str) -> bytes | None:
+    def _get_sync(self, key: str) -> _Bytes | None:
         meta = self._metadata(key) if key.endswith("zarr.json") else None
         return meta if meta is not None else self._chunk(key)
 
@@ -654,7 +662,10 @@ class HaarZarrStore(Store):
         data = await asyncio.to_thread(self._get_sync, key)
         if data is None:
             return None
-        return prototype.buffer.from_bytes(_slice(data, byte_range))
+        part = _slice(data, byte_range)
+        if isinstance(part, np.ndarray):
+            return prototype.buffer.from_array_like(part)  # the decoded values, not copied
+        return prototype.buffer.from_bytes(part)
 
     async def get_partial_values(
         self,
