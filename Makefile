@@ -7,7 +7,7 @@ PREFIX ?= /usr/local
 MANDIR ?= $(PREFIX)/share/man
 DOCS   := target/docs
 
-.PHONY: setup build peer run test lint unit crash fuzz bench install-docs clean c python pytest slurm-stage cluster-test fdb5-suites
+.PHONY: setup build peer run test lint unit crash fuzz bench install-docs clean c python pytest slurm-stage cluster-test fdb5-suites fdb5-plugin fdb5-plugin-test
 
 setup:
 	@scripts/setup.sh
@@ -85,7 +85,18 @@ cluster-test: setup
 fdb5-suites: c
 	scripts/pyfdb-suite.sh $(abspath $(C_OUT))/lib
 
-test: setup lint unit pytest fuzz slurm-stage cluster-test fdb5-suites
+# haar as an FDB5 store: target/release/fdb5-plugin/lib/libhaar-fdb5.so (with libhaar.so beside
+# it) and its eckit plugin manifest, loaded by FDB5 5.25 (the fdb5lib wheel) itself;
+# scripts/fdb5-plugin-env.sh prints the settings. The test runs FDB5's tools and pyfdb on
+# FDB5's TOC backend and through the plugin, and compares.
+fdb5-plugin: setup
+	$(CARGO) build --release -p haar-c -p haar-cli
+	$(MAKE) -C fdb5-plugin
+
+fdb5-plugin-test: fdb5-plugin
+	HAAR_REQUIRE_FDB5_WHEEL=1 fdb5-plugin/test.sh
+
+test: setup lint unit pytest fuzz slurm-stage cluster-test fdb5-suites fdb5-plugin-test
 
 # The full benchmark, writing docs/benchmarks.md.
 bench: build peer

@@ -11,6 +11,7 @@ dpkg -s libfdb5-dev >/dev/null 2>&1 || need_apt+=(libfdb5-dev)
 dpkg -s pkg-config >/dev/null 2>&1 || need_apt+=(pkg-config)
 dpkg -s fonts-dejavu-core >/dev/null 2>&1 || need_apt+=(fonts-dejavu-core)  # plot text (haar_mem::plot)
 command -v gcc >/dev/null 2>&1 || need_apt+=(gcc)
+command -v g++ >/dev/null 2>&1 || need_apt+=(g++)  # the FDB5 store plugin (fdb5-plugin/, C++ against the fdb5lib wheel)
 command -v gfortran >/dev/null 2>&1 || need_apt+=(gfortran)  # the Fortran module and its example
 command -v make >/dev/null 2>&1 || need_apt+=(make)
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)  # network-namespace cluster tests

@@ -451,6 +451,25 @@ int haar_archive_str(haar_t *h, const char *key, const void *data, size_t len);
 // valid for writes.
 int haar_archive_grib(haar_t *h, const void *buf, size_t len, size_t *fields_out);
 
+// Archives one GRIB message keyed by ecCodes with the store's schema (as `haar archive`
+// keys it) and writes its complete key, NUL-terminated (`class=od,expver=0001,...`), to
+// `key_out`: for a caller that must name each field it archives (FDB5's store plugin keeps
+// the key as the field's location). `*key_len` (may be NULL) receives the key's length
+// without the NUL, also when it does not fit. Not flushed: call `haar_flush`.
+//
+// Errors: `HAAR_ERR_INPUT` (not one GRIB message, keys the schema refuses, or `key_cap` too
+// small for the key: nothing is archived then, and `*key_len` says the size needed).
+//
+// # Safety
+// `h` is a live handle; `buf` is valid for reads of `len` bytes; `key_out` is valid for
+// writes of `key_cap` bytes; `key_len` is NULL or valid for writes.
+int haar_archive_grib_message(haar_t *h,
+                              const void *buf,
+                              size_t len,
+                              char *key_out,
+                              size_t key_cap,
+                              size_t *key_len);
+
 // Creates an empty key and writes its handle to `*out`; free it with `haar_key_free`. A key
 // may be reused for many archives (change values with `haar_key_add`).
 //

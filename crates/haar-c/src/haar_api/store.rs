@@ -372,6 +372,56 @@ pub unsafe extern "C" fn haar_archive_grib(
     })
 }
 
+/// Archives one GRIB message keyed by ecCodes with the store's schema (as `haar archive`
+/// keys it) and writes its complete key, NUL-terminated (`class=od,expver=0001,...`), to
+/// `key_out`: for a caller that must name each field it archives (FDB5's store plugin keeps
+/// the key as the field's location). `*key_len` (may be NULL) receives the key's length
+/// without the NUL, also when it does not fit. Not flushed: call `haar_flush`.
+///
+/// Errors: `HAAR_ERR_INPUT` (not one GRIB message, keys the schema refuses, or `key_cap` too
+/// small for the key: nothing is archived then, and `*key_len` says the size needed).
+///
+/// # Safety
+/// `h` is a live handle; `buf` is valid for reads of `len` bytes; `key_out` is valid for
+/// writes of `key_cap` bytes; `key_len` is NULL or valid for writes.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn haar_archive_grib_message(
+    h: *mut haar_t,
+    buf: *const c_void,
+    len: usize,
+    key_out: *mut c_char,
+    key_cap: usize,
+    key_len: *mut usize,
+) -> c_int {
+    run(|| {
+        // SAFETY: per the caller's contract.
+        unsafe { put(key_len, 0) };
+        let opened = unsafe { handles::get(h, "h") }?;
+        let data = unsafe { bytes_arg(buf, len, "buf") }?;
+        if key_out.is_null() {
+            return Err(Failure::input("key_out is NULL: pass a buffer for the key"));
+        }
+        let mut store = opened.lock()?;
+        let split = ingest::key_message(&**store, data)?;
+        let text = split.full().to_string();
+        // SAFETY: per the caller's contract.
+        unsafe { put(key_len, text.len()) };
+        if text.len() >= key_cap {
+            return Err(Failure::input(format!(
+                "the key {text} needs {} bytes with its NUL, key_cap is {key_cap}: nothing archived",
+                text.len() + 1
+            )));
+        }
+        store.archive_split(&split, data, None)?;
+        // SAFETY: `key_out` holds `key_cap` > `text.len()` bytes per the caller's contract.
+        unsafe {
+            std::ptr::copy_nonoverlapping(text.as_ptr(), key_out.cast::<u8>(), text.len());
+            *key_out.add(text.len()) = 0;
+        }
+        Ok(HAAR_OK)
+    })
+}
+
 /// A keyword or value for a key: a C string without `,` or `=`, measured and checked in one
 /// pass over its bytes (the hot path of a producer that sets a few short values per field).
 ///

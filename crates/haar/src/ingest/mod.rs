@@ -172,3 +172,22 @@ pub struct FileReport {
     /// Bytes of the fields archived.
     pub bytes: u64,
 }
+
+/// Keys one GRIB message through ecCodes with the store's schema, for callers that archive
+/// message by message and must name each field (FDB5's store plugin records the key as the
+/// field's location): archive it with `store.archive_split(&split, msg, None)`.
+///
+/// Unlike [`ingest`] there is no framing and there are no key overrides: `msg` must be
+/// exactly one message. Errors: [`Error::BadKey`](haar_store::Error::BadKey) when ecCodes
+/// cannot read the message or the schema refuses its keys.
+pub fn key_message(
+    store: &dyn haar_store::FieldStore,
+    msg: &[u8],
+) -> haar_store::Result<haar_core::schema::SplitKey> {
+    let pairs = haar_grib::mars_keys(msg).map_err(|e| haar_store::Error::BadKey {
+        key: format!("the GRIB message of {} bytes", msg.len()),
+        reason: format!("{e}: pass one whole GRIB message").into(),
+    })?;
+    let key: Key = pairs.into_iter().collect();
+    store.split(&key)
+}
