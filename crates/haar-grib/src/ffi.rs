@@ -60,6 +60,12 @@ unsafe extern "C" {
     fn codes_get_size(h: *const CodesHandle, key: *const c_char, size: *mut usize) -> c_int;
     fn codes_get_long(h: *const CodesHandle, key: *const c_char, value: *mut c_long) -> c_int;
     fn codes_get_double(h: *const CodesHandle, key: *const c_char, value: *mut f64) -> c_int;
+    fn codes_get_double_array(
+        h: *const CodesHandle,
+        key: *const c_char,
+        vals: *mut f64,
+        length: *mut usize,
+    ) -> c_int;
     fn codes_get_long_array(
         h: *const CodesHandle,
         key: *const c_char,
@@ -267,6 +273,20 @@ impl<'a> Handle<'a> {
         })?;
         v.truncate(len);
         Ok(v.into_iter().map(i64::from).collect())
+    }
+
+    /// `key` as an array of doubles (e.g. `values`: the whole field decoded).
+    pub(crate) fn get_double_array(&self, key: &str) -> Result<Vec<f64>, CodesError> {
+        let n = self.size(key)?;
+        let k = cstring(key)?;
+        let mut v = vec![0f64; n];
+        let mut len = n;
+        // SAFETY: v holds n writable doubles; ecCodes writes at most len and updates it.
+        check("codes_get_double_array", Some(key), unsafe {
+            codes_get_double_array(self.raw(), k.as_ptr(), v.as_mut_ptr(), &mut len)
+        })?;
+        v.truncate(len);
+        Ok(v)
     }
 
     /// `key` as a double.

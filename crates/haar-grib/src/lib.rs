@@ -5,6 +5,8 @@
 //!   [`MessageReader`] over any [`std::io::Read`]. Never panics on any input.
 //! - [`keys`]: [`mars_keys`] through a hand-written ecCodes FFI, with FDB5's
 //!   normalisation rules documented one by one; [`eccodes_version`].
+//! - [`jump`]: values at index ranges of a field from its jump record, reading only the
+//!   bytes that hold them (simple packing; ecCodes for the rest).
 //! - [`synth`]: a reproducible synthetic ensemble generator (GRIB2 made by
 //!   ecCodes) for tests and benchmarks.
 //!
@@ -19,6 +21,7 @@
 //! ```
 
 pub mod frame;
+pub mod jump;
 pub mod keys;
 pub mod synth;
 
