@@ -439,6 +439,8 @@ class HaarZarrStore(Store):
         for d in self._dims:
             if d == "param":
                 raise BadRequestError("dims: 'param' is not a dimension, each param is its own array")
+            if d in _GRID_NAMES:
+                raise BadRequestError(f"dims: {d!r} names one of the grid's dimensions, not a key")
             if d not in axes:
                 raise BadRequestError(f"dims: the fields have no key {d!r}; they have {sorted(axes)}")
             if d in seen:

@@ -203,6 +203,10 @@ def test_dims_choose_the_arrays_dimensions(era5: tuple[haar.FDB, list[bytes]]) -
         haar.zarr.store(one, dims=[], fdb=fdb)
     with pytest.raises(haar.BadRequestError, match="'param' is not a dimension"):
         haar.zarr.store(one, dims=["number", "param"], fdb=fdb)
+    with pytest.raises(haar.BadRequestError, match="'latitude' names one of the grid's dimensions"):
+        haar.zarr.store(one, dims=["number", "latitude"], fdb=fdb)
+    with pytest.raises(haar.BadRequestError, match="'number' given twice"):
+        haar.zarr.store(one, dims=["number", "number"], fdb=fdb)
     with pytest.raises(haar.BadRequestError, match="no key 'hdate'"):
         haar.zarr.store(one, dims=["number", "hdate"], fdb=fdb)
     with pytest.raises(haar.MissingError, match="no field matches"):
@@ -311,3 +315,14 @@ def test_the_view_type_checks_strictly(tmp_path: Path) -> None:
     )
     assert r.returncode == 0, r.stdout + r.stderr
 
+
+
+def test_a_view_opens_its_store_from_a_config_and_takes_a_mars_string(
+    era5: tuple[haar.FDB, list[bytes]], config: dict[str, object]
+) -> None:
+    view = haar.zarr.store("class=ea,param=t,date=20170102,time=1200,levelist=850", dims=["number"], config=config)
+    ds = xr.open_zarr(view, consolidated=False)
+    assert set(ds.data_vars) == {"t"} and ds["t"].dims == ("number", "latitude", "longitude")
+    assert list(ds["number"].values) == list(range(10))
+    assert int(np.isnan(ds["t"].values).all(axis=(1, 2)).sum()) == 0  # (130, 20170101, 1200, 3, 850) is another date
+    assert view == view.with_read_only(True) and view.with_read_only(True).read_only and not view.read_only
