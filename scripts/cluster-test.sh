@@ -58,6 +58,20 @@ finish() {
         rm -rf "$logs"/node/storage/brick "$logs"/node/storage/glusterd 2>/dev/null || true
         on n1 tar -C /shared -cf - ct 2>/dev/null | tar -C "$logs" -xf - 2>/dev/null || true
         say "logs kept in $logs"
+        # And on stderr, for a CI run whose machine is gone: the daemons' last words and the
+        # servers' logs of the last job.
+        local f last
+        for f in "$logs"/node/storage/slurmctld.log "$logs"/node/n*/slurmd.log; do
+            [ -e "$f" ] || continue
+            say "--- ${f#"$logs"/node/}, last lines:"
+            tail -n 15 "$f" | sed 's/^/    /' >&2
+        done
+        last=$(find "$logs/ct" -maxdepth 1 -name 'haar-serve-*' 2>/dev/null | sort -t- -k3 -n | tail -1)
+        for f in "$last"/*.log; do
+            [ -e "$f" ] || continue
+            say "--- ${f#"$logs"/}, last lines:"
+            tail -n 10 "$f" | sed 's/^/    /' >&2
+        done
     fi
     if [ "$keep" = 1 ]; then
         say "cluster left up (--keep): scripts/vcluster.sh exec n1 sinfo; scripts/vcluster.sh down"
@@ -328,7 +342,7 @@ fail_run() {
     local node deadline=$((SECONDS + 60))
     for node in n1 n2 n3 n4; do
         until [ "$(count_flushed "$D" $node)" -ge 2 ]; do
-            [ $SECONDS -lt $deadline ] || fail "run $r: producer on $node did not flush 2 fields in 60 s: $(on n1 cat "$D/job.out" "$D/errors.$node" 2>&1 | tail -5)"
+            [ $SECONDS -lt $deadline ] || fail "run $r: producer on $node did not flush 2 fields in 60 s: $(on n1 cat "$D/job.out" "$D/errors.$node" 2>&1 | tail -30)"
             sleep 0.2
         done
     done
@@ -400,6 +414,7 @@ fail_run() {
         local t_rev=$SECONDS
         "$V" revive "$victim"
         wait_idle_all
+        wait_runs_task "$victim"
         say "run $r: job ended $((t_rev - t_stop)) s after the stop; $victim back in service in $((SECONDS - t_rev)) s"
         KILL_LOG+=("$r $victim held=$held verified=$verified lost=$lost errors=$(grep -c . <<<"$errs" || true)")
     else
@@ -415,6 +430,21 @@ wait_idle_all() {
         sleep 0.2
     done
     fail "not every node idle 30 s after revive: $(on n1 sinfo -N)"
+}
+
+# Back in service means it runs a task: Slurm may show a node idle a moment before a step
+# can be launched on it (its slurmd has just registered). The first failure is printed.
+wait_runs_task() {
+    local node=$1 err='' first=''
+    for _ in $(seq 30); do
+        if err=$(on n1 timeout 10 srun -N 1 -w "$node" --time=1 true 2>&1); then
+            [ -z "$first" ] || say "$node: a task first failed to start after the revive: $first"
+            return 0
+        fi
+        [ -n "$first" ] || first=$(tr '\n' ' ' <<<"$err")
+        sleep 1
+    done
+    fail "$node runs no task 30 s after its revive: $err"
 }
 
 KILL_LOG=()

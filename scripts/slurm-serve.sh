@@ -93,16 +93,28 @@ addrs=()
 for node in "${nodes[@]}"; do addrs+=("$node:$port"); done
 list=$(IFS=,; echo "${addrs[*]}")
 
+# The last lines each server wrote (why one failed to start), for the job's output.
+server_logs() {
+    local f
+    for f in "$log_dir"/*.log; do
+        [ -e "$f" ] || continue
+        echo "slurm-serve.sh: --- $(basename "$f" .log), last lines:" >&2
+        tail -n 5 "$f" | sed 's/^/    /' >&2
+    done
+}
+
 # Ready when every server completes an authenticated request.
 deadline=$((SECONDS + 60))
 for a in "${addrs[@]}"; do
     until "$haar" --servers "$a" --token-file "$token_file" info >/dev/null 2>&1; do
         if ! kill -0 "$servers_pid" 2>/dev/null; then
-            echo "slurm-serve.sh: the servers' job step ended; see $log_dir/" >&2
+            echo "slurm-serve.sh: the servers' job step ended before every server answered; see $log_dir/" >&2
+            server_logs
             exit 1
         fi
         if [ $SECONDS -ge $deadline ]; then
             echo "slurm-serve.sh: $a did not answer within 60 s; see $log_dir/" >&2
+            server_logs
             exit 1
         fi
         sleep 0.2
