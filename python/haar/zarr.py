@@ -34,7 +34,6 @@ the bytes for machine-learning readers; its values are ecCodes' doubles rounded 
 from __future__ import annotations
 
 import asyncio
-import copy
 import json
 import re
 import threading
@@ -117,7 +116,9 @@ def store(
     >>> ds = xarray.open_zarr(view, consolidated=False)  # doctest: +SKIP
     >>> ds["t"].sel(levelist=850).isel(number=0, date=0, time=0).values  # doctest: +SKIP
     """
-    return HaarZarrStore(request, dims, fdb=fdb if fdb is not None else FDB(config), dtype=dtype)
+    if fdb is not None:
+        return HaarZarrStore(request, dims, fdb=fdb, dtype=dtype)
+    return HaarZarrStore(request, dims, fdb=FDB(config), dtype=dtype, config=config)
 
 
 @dataclass(frozen=True)
@@ -378,6 +379,7 @@ class HaarZarrStore(Store):
         *,
         fdb: FDB,
         dtype: Literal["float64", "float32"] = "float64",
+        config: Config | None = None,
     ) -> None:
         # zarr's read_only flag is False so that zarr.open_group(view) works unchanged: its
         # default mode "a" refuses read-only stores, though it writes nothing to a hierarchy
@@ -387,6 +389,7 @@ class HaarZarrStore(Store):
         if dtype not in ("float64", "float32"):
             raise BadRequestError(f"dtype {dtype!r}: give 'float64' or 'float32'")
         self._fdb = fdb
+        self._config = config
         self._request = request
         self._dtype = dtype
         axes = fdb.axes(request)
@@ -451,6 +454,23 @@ class HaarZarrStore(Store):
                 raise BadRequestError(
                     f"key {k!r} has {len(vals)} values {list(vals)[:6]}: name it in dims or give one value in the request"
                 )
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The view without its open store, for another process (dask, DataLoader workers)."""
+        if self._config is None:
+            raise TypeError(
+                "a haar Zarr view made with fdb= cannot be pickled: make it with config= so that "
+                "another process can open the store"
+            )
+        state = dict(self.__dict__)
+        del state["_fdb"], state["_cache"]
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        """Reopen the store from the view's configuration; the catalogue is not read again."""
+        self.__dict__.update(state)
+        self._fdb = FDB(self._config)
+        self._cache = _Cache()
 
     # --- what the view holds --------------------------------------------------------------
 
@@ -649,7 +669,10 @@ class HaarZarrStore(Store):
         which of zarr's modes accept it: ``"r"`` only when True, also ``"a"`` and ``"r+"``
         (which open an existing group without writing) when False.
         """
-        other = copy.copy(self)
+        # Not copy.copy: that goes through __getstate__, which drops the store and the cache
+        # a copy must share.
+        other = object.__new__(type(self))
+        other.__dict__.update(self.__dict__)
         other._read_only = read_only
         return other
 

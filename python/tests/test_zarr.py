@@ -7,6 +7,7 @@ archived or a bitmap marks a point missing.
 
 from __future__ import annotations
 
+import pickle
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -326,3 +327,25 @@ def test_a_view_opens_its_store_from_a_config_and_takes_a_mars_string(
     assert list(ds["number"].values) == list(range(10))
     assert int(np.isnan(ds["t"].values).all(axis=(1, 2)).sum()) == 0  # (130, 20170101, 1200, 3, 850) is another date
     assert view == view.with_read_only(True) and view.with_read_only(True).read_only and not view.read_only
+
+
+def test_a_view_made_from_a_config_pickles_for_other_processes(
+    era5: tuple[haar.FDB, list[bytes]], config: dict[str, object]
+) -> None:
+    view = haar.zarr.store(dict(ERA5, param="129"), dims=DIMS, config=config)
+    copy = pickle.loads(pickle.dumps(view))  # reopens the store, keeps the catalogue's answer
+    assert copy.dims == view.dims and copy.variables == view.variables
+    a = zarr.open_group(view, mode="r")["z"][1, 0, 9, 0]
+    b = zarr.open_group(copy, mode="r")["z"][1, 0, 9, 0]
+    assert np.isnan(a).all() and np.isnan(b).all()  # (129, 20170102, 0, 9, 500) is missing
+    assert zarr.open_group(copy, mode="r")["z"][0, 1, 2, 1].tobytes() == zarr.open_group(view, mode="r")["z"][0, 1, 2, 1].tobytes()
+    with pytest.raises(TypeError, match="made with fdb= cannot be pickled"):
+        pickle.dumps(haar.zarr.store(dict(ERA5, param="129"), dims=DIMS, fdb=era5[0]))
+
+
+def test_dask_reads_chunks_in_parallel_threads_to_the_same_values(era5: tuple[haar.FDB, list[bytes]]) -> None:
+    fdb, _ = era5
+    view = haar.zarr.store(dict(ERA5), dims=DIMS, fdb=fdb)
+    parallel = xr.open_zarr(view, consolidated=False)["t"].compute(scheduler="threads", num_workers=4).values
+    one_by_one = np.stack([zarr.open_group(view, mode="r")["t"][i] for i in range(2)])
+    assert parallel.tobytes() == one_by_one.tobytes()
