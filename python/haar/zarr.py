@@ -16,15 +16,21 @@ Layout (Zarr v3, one group)::
 A data array has the chosen keys as its first dimensions (chunk size 1 each) and the grid as
 its last: ``latitude``, ``longitude`` for a regular lat/lon or regular Gaussian grid scanned
 row by row, else one ``values`` dimension with ``latitude``/``longitude`` coordinate arrays.
-A field the catalogue does not hold is an absent chunk: Zarr fills it with NaN
-(``fill_value``). Points a GRIB bitmap marks missing are NaN too.
+A key's coordinate values are those the catalogue holds among the request's fields (its
+``axes``), as integers for date, time, step, levelist and number; a combination of them the
+catalogue does not hold is an absent chunk: Zarr fills it with NaN (``fill_value``). Points a
+GRIB bitmap marks missing are NaN too.
 
 Cost of opening: building the view lists the request in the catalogue (``axes`` and
 ``list``) and reads no field. Array names come from ecCodes' parameter table (no field). The
 shape of the grid and a parameter's attributes are not in haar's catalogue, so the first read
 of a data array's metadata (``<name>/zarr.json``, or the grid's coordinates) retrieves ONE
 field of that parameter, the first the catalogue lists, and caches what it found: opening
-with xarray costs one field per parameter, never one per field.
+with xarray costs one field per parameter, never one per field. (Listing every chunk key,
+which zarr does only for ``nchunks_initialized`` and the like, needs the grid too.)
+
+A view made with ``config=`` pickles (for dask or DataLoader workers): the other process
+reopens the store and keeps the catalogue's answer.
 
 Values are float64 by default because that is what ecCodes decodes to: a chunk is then
 bit-identical to ``eccodes.codes_get_values`` of the same field. ``dtype="float32"`` halves
