@@ -24,6 +24,7 @@ xr = pytest.importorskip("xarray")
 eccodes = pytest.importorskip("eccodes")
 
 from conftest import DATA  # noqa: E402
+from test_remote import server  # noqa: E402,F401  (the fixture: a haar serve on a pmem root)
 
 #: Fields left out of the store: (paramId, date, time, number, level).
 DROPPED = {(130, 20170101, 1200, 3, 850), (129, 20170102, 0, 9, 500), (129, 20170102, 0, 9, 850)}
@@ -349,3 +350,17 @@ def test_dask_reads_chunks_in_parallel_threads_to_the_same_values(era5: tuple[ha
     parallel = xr.open_zarr(view, consolidated=False)["t"].compute(scheduler="threads", num_workers=4).values
     one_by_one = np.stack([zarr.open_group(view, mode="r")["t"][i] for i in range(2)])
     assert parallel.tobytes() == one_by_one.tobytes()
+
+
+def test_a_view_over_a_server_decodes_on_the_client(server: tuple[str, Any], grib: bytes) -> None:
+    addr, _ = server
+    cfg = {"type": "remote", "server": addr}
+    with haar.FDB(cfg) as fdb:
+        assert fdb.archive(grib) == 160
+    ds = xr.open_zarr(haar.zarr.store(dict(ERA5, param="130"), dims=DIMS, config=cfg), consolidated=False)
+    assert dict(ds["t"].sizes) == {"date": 2, "time": 2, "number": 10, "levelist": 2, "latitude": 61, "longitude": 120}
+    for m in messages(DATA / "era5-levels-members.grib")[:40]:
+        k, values = reference(m)
+        if k["paramId"] == 130:
+            got = ds["t"].sel(date=k["dataDate"], time=k["dataTime"], number=k["number"], levelist=k["level"]).values
+            assert got.tobytes() == values.reshape(61, 120).tobytes()
