@@ -364,3 +364,12 @@ def test_a_view_over_a_server_decodes_on_the_client(server: tuple[str, Any], gri
         if k["paramId"] == 130:
             got = ds["t"].sel(date=k["dataDate"], time=k["dataTime"], number=k["number"], levelist=k["level"]).values
             assert got.tobytes() == values.reshape(61, 120).tobytes()
+
+
+def test_keys_that_are_not_integers_are_string_coordinates(era5: tuple[haar.FDB, list[bytes]]) -> None:
+    fdb, _ = era5
+    one = dict(ERA5, date="20170101", time="0000", levelist="500")
+    ds = xr.open_zarr(haar.zarr.store(one, dims=["expver", "number", "class"], fdb=fdb), consolidated=False)
+    assert list(ds["expver"].values) == ["0001"] and list(ds["class"].values) == ["ea"]  # "0001" stays "0001"
+    assert ds["t"].dims == ("expver", "number", "class", "latitude", "longitude")
+    assert not np.isnan(ds["t"].isel(expver=0, number=0, **{"class": 0}).values).any()
