@@ -111,10 +111,31 @@ static std::string configOf(const fdb5::Config& config) {
 // ---------------------------------------------------------------------------------------------
 // Reading one field: the bytes of `haar_retrieve(key)`.
 
+/// The request naming exactly the field `key`: the key without its empty optional keywords
+/// (`levelist=` of a surface field), which haar's request language refuses as values but
+/// matches when left out.
+static std::string requestOf(const std::string& key) {
+    std::string out;
+    size_t start = 0;
+    while (start <= key.size()) {
+        size_t end = key.find(',', start);
+        if (end == std::string::npos) {
+            end = key.size();
+        }
+        std::string pair = key.substr(start, end - start);
+        if (!pair.empty() && pair.back() != '=') {
+            out += out.empty() ? "" : ",";
+            out += pair;
+        }
+        start = end + 1;
+    }
+    return out;
+}
+
 class HaarDataHandle : public eckit::DataHandle {
 public:
 
-    HaarDataHandle(std::string key, eckit::Length length) : key_(std::move(key)), length_(length) {}
+    HaarDataHandle(std::string key, eckit::Length length) : key_(requestOf(key)), length_(length) {}
     ~HaarDataHandle() override { close(); }
 
     void print(std::ostream& s) const override { s << "HaarDataHandle[" << key_ << "]"; }
@@ -231,7 +252,7 @@ public:
     bool exists(const eckit::URI& uri) override {
         haar_t* h = Handles::instance().get(Handles::instance().defaultConfig());
         haar_list_t* it = nullptr;
-        if (haar_list(h, uri.name().c_str(), &it) != HAAR_OK) {
+        if (haar_list(h, requestOf(uri.name()).c_str(), &it) != HAAR_OK) {
             return false;
         }
         bool found = haar_list_next(it) == HAAR_OK;
@@ -350,7 +371,7 @@ private:
     haar_t* handle() const { return Handles::instance().get(config_); }
 
     void wipeKey(const std::string& key) const {
-        if (haar_wipe(handle(), key.c_str(), 1, nullptr) != HAAR_OK) {
+        if (haar_wipe(handle(), requestOf(key).c_str(), 1, nullptr) != HAAR_OK) {
             fail("wipe " + key);
         }
     }

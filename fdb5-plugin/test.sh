@@ -1,7 +1,8 @@
 #!/bin/bash
 # haar as an FDB5 store, checked with FDB5's own clients: the fdb5lib 5.25 wheel's tools
-# (fdb-write, fdb-list, fdb-axes, fdb-read, fdb-purge, fdb-wipe) and pyfdb 5.25 run one
-# scenario twice on the same GRIB, once on FDB5's own TOC backend and once through the haar
+# (fdb-write, fdb-list, fdb-axes, fdb-read, fdb-purge, fdb-wipe), pyfdb 5.25 and earthkit-data
+# 1.3's fdb source run one scenario twice on the same GRIB, once on FDB5's own TOC backend and
+# once through the haar
 # plugin (`store: haar`, set up by scripts/fdb5-plugin-env.sh); every output must be the same
 # on both, the bytes read back must be the bytes written, and haar's own CLI must see (list,
 # retrieve) the fields FDB5 wrote and lose them when FDB5 wipes them.
@@ -46,7 +47,13 @@ for p in 138 155; do
         cat "msgs/$l-$p.grib" >>all.grib
     done
 done
+# And one surface field: its key has the optional levelist empty (levelist=), which the
+# plugin's requests to haar must leave out (found by bench/fdb5_plugin_bench.py).
+grib_set -s "class=rd,stream=oper,type=an,expver=xxxx,date=20191110,time=0000,step=0,paramId=167,levtype=sfc" \
+    /usr/share/eccodes/samples/sh_sfc_grib1.tmpl msgs/sfc-167.grib || exit 1
+cat msgs/sfc-167.grib >>all.grib
 printf 'retrieve,%s,levelist=300/400/500,param=138/155\n' "$FULL" >all.req
+printf 'retrieve,%s,levtype=sfc,param=167\n' "${FULL/levtype=pl,/}" >sfc.req
 
 passed=0
 failed=0
@@ -77,30 +84,58 @@ with pyfdb.FDB() as fdb:
                   for el in fdb.list({**sel, "levelist": ["300", "400", "500"], "param": ["138", "155"]}))
     axes = fdb.axes({k: sel[k] for k in ("class", "expver", "stream", "date", "time", "domain")})
     bad = 0
+
+    def check(got, want, what):
+        global bad
+        # FDB5 5.25 hands a one-field request's message twice (on TOC too): compare the first.
+        if got[: len(want)] != want:
+            bad += 1
+            print(f"{what}: {len(got)} bytes differ from the {len(want)} archived")
+
     for l in ("300", "400", "500"):
         for p in ("138", "155"):
             dh = fdb.retrieve({**sel, "levelist": l, "param": p})
             with dh:
                 got = dh.read()
             want = open(f"msgs/{l}-{p}.grib", "rb").read()
-            # FDB5 5.25 hands a one-field request's message twice (on TOC too): compare the first.
-            if got[: len(want)] != want:
-                bad += 1
-                print(f"levelist={l} param={p}: {len(got)} bytes differ from the {len(want)} archived")
+            check(got, want, f"levelist={l} param={p}")
+    dh = fdb.retrieve({**sel, "levtype": "sfc", "param": "167"})
+    with dh:
+        check(dh.read(), open("msgs/sfc-167.grib", "rb").read(), "levtype=sfc param=167")
 with open(out, "w") as f:
     f.write("\n".join(keys) + "\n")
     f.write(f"axes {sorted((k, sorted(v)) for k, v in dict(axes).items())}\n")
 sys.exit(1 if bad else 0)
 EOF
 
+# earthkit-data 1.3's `fdb` source (over pyfdb 5.25), where it is installed.
+cat >earthkit_check.py <<'EOF'
+import sys
+import earthkit.data as ekd
+req = {"class": "rd", "expver": "xxxx", "stream": "oper", "date": "20191110", "time": "0000",
+       "domain": "g", "type": "an", "levtype": "pl", "step": "0",
+       "levelist": ["300", "400", "500"], "param": ["138", "155"]}
+fl = ekd.from_source("fdb", req, stream=False).to_fieldlist()
+got = sorted(set((f.metadata("param"), f.metadata("level")) for f in fl))
+open(sys.argv[1], "w").write(f"{got}\n")
+sys.exit(0 if len(got) == 6 else 1)
+EOF
+if python3 -c 'import earthkit.data' 2>/dev/null; then earthkit=1; else earthkit=0; fi
+
 scenario() { # BACKEND: runs every step with FDB5's environment already set; outputs in $work/$1
     local out=$work/$1
     mkdir -p "$out"
-    check "fdb-write of 6 fields" fdb-write all.grib
-    check "fdb-list lists 6 fields" sh -c "fdb-list --porcelain $DB >'$out/list' && grep -c . '$out/list' | grep -qx 6"
+    check "fdb-write of 7 fields" fdb-write all.grib
+    check "fdb-list lists 7 fields" sh -c "fdb-list --porcelain $DB >'$out/list' && grep -c . '$out/list' | grep -qx 7"
     check "fdb-axes" sh -c "fdb-axes $DB | grep IndexAxis >'$out/axes'"
     check "fdb-read" sh -c "fdb-read all.req '$out/read.grib' >/dev/null && test -s '$out/read.grib'"
+    check "fdb-read of a surface field" sh -c "fdb-read sfc.req '$out/sfc.grib' >/dev/null && cmp -n \$(stat -c %s msgs/sfc-167.grib) '$out/sfc.grib' msgs/sfc-167.grib"
     check "pyfdb 5.25 archive/list/axes/retrieve" python3 pyfdb_check.py "$out/pyfdb"
+    if [ "$earthkit" = 1 ]; then
+        check "earthkit-data fdb source reads the 6 fields" python3 earthkit_check.py "$out/earthkit"
+    else
+        echo "earthkit-data not installed: its check skipped" >"$out/earthkit"
+    fi
     check "fdb-list after a re-archive" sh -c "fdb-list --porcelain $DB >'$out/list2'"
     check "fdb-purge --doit" sh -c "fdb-purge --doit $DB >'$out/purge.log' 2>&1"
     check "fdb-read after the purge" sh -c "fdb-read all.req '$out/read2.grib' >/dev/null"
@@ -124,6 +159,8 @@ EOF
 (
     bin=$(python3 -c 'import fdb5lib,os;print(os.path.join(os.path.dirname(fdb5lib.__file__),"bin"))')
     export PATH=$bin:$PATH FDB5_CONFIG_FILE=$work/toc.yaml FDB_DBNAMES_FILE=$work/empty-dbnames
+    FDB5_CONFIG=$(cat "$work/toc.yaml")
+    export FDB5_CONFIG
     unset LOAD_PLUGINS HAAR_CONFIG
     scenario toc
     echo "$passed $failed" >"$work/toc.counts"
@@ -148,7 +185,9 @@ read -r passed failed <"$work/haar.counts"
     eval "$env_lines"
     fdb-write all.grib
 ) >/dev/null 2>&1
-check "haar list shows the 6 fields fdb-write archived" sh -c "'$haar' --config haar.yaml list $DB >haar.list && grep -c . haar.list | grep -qx 6"
+check "haar list shows the 7 fields fdb-write archived" sh -c "'$haar' --config haar.yaml list $DB >haar.list && grep -c . haar.list | grep -qx 7"
+check "haar retrieve of the surface field is the GRIB written" sh -c \
+    "'$haar' --config haar.yaml retrieve ${FULL/levtype=pl,/levtype=sfc,},param=167 -o h-sfc.grib && cmp h-sfc.grib msgs/sfc-167.grib"
 for l in 300 400 500; do
     for p in 138 155; do
         check "haar retrieve levelist=$l param=$p is the GRIB written" sh -c \
@@ -160,7 +199,7 @@ check "haar list after fdb-wipe is empty" sh -c \
 
 # Same results on both backends.
 backend=toc-vs-haar
-for f in list axes read.grib pyfdb list2 read2.grib list3; do
+for f in list axes read.grib sfc.grib pyfdb earthkit list2 read2.grib list3; do
     check "$f: the same on TOC and through haar" same "toc/$f" "haar/$f"
 done
 check "fdb-read returns the 6 fields written" sh -c "grib_count toc/read.grib | grep -qx 12 || grib_count toc/read.grib | grep -qx 6"

@@ -57,6 +57,8 @@ echo "export PLUGINS_MANIFEST_PATH='$plugin/share/plugins'"
 echo "export DYNAMIC_LIBRARY_PATH='$plugin/lib'"
 echo "export LOAD_PLUGINS='int.haar.haar-fdb5'"
 echo "export FDB5_CONFIG_FILE='$dir/config.yaml'"
+# The same configuration as text: earthkit-data's `fdb` source insists on FDB5_CONFIG or FDB_HOME.
+echo "export FDB5_CONFIG='{type: local, engine: toc, store: haar, haarConfig: \"$cfg\", schema: \"$dir/schema\", spaces: [{handler: Default, roots: [{path: \"$dir/catalogue\"}]}]}'"
 echo "export FDB_DBNAMES_FILE='$dir/empty-dbnames'"
 echo "export HAAR_CONFIG='$cfg'"
 if [ -n "$bin" ]; then

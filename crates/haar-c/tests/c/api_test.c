@@ -224,8 +224,32 @@ int main(int argc, char **argv) {
         OK(haar_reader_read(r, gb, len, &n));
         CHECK(size == len && n == len && memcmp(g, gb, len) == 0, "GRIB round trip (%zu bytes)", len);
         OK(haar_reader_free(r));
-        free(g);
         free(gb);
+
+        /* One message at a time, its complete key handed back (FDB5's store plugin). */
+        char key[1024];
+        size_t key_len = 0;
+        FAILS(haar_archive_grib_message(h, g, len, key, 8, &key_len), HAAR_ERR_INPUT, "nothing archived");
+        CHECK(key_len > 8, "the size needed is given: %zu", key_len);
+        OK(haar_archive_grib_message(h, g, len, key, sizeof key, &key_len));
+        CHECK(key_len == strlen(key) && strstr(key, "param=130") && strstr(key, "date=20070424"),
+              "the key handed back: %s", key);
+        char *two = malloc(2 * len);
+        memcpy(two, g, len);
+        memcpy(two + len, g, len);
+        FAILS(haar_archive_grib_message(h, two, 2 * len, key, sizeof key, NULL), HAAR_ERR_INPUT,
+              "more than one message");
+        FAILS(haar_archive_grib_message(h, "GRIB not really", 15, key, sizeof key, NULL), HAAR_ERR_INPUT,
+              "GRIB message");
+        free(two);
+        OK(haar_flush(h));
+        /* The same key archived again masks the first copy: exactly one to purge, so the
+         * purge checks further down count only their own fields. */
+        haar_purge_report_t gpr;
+        OK(haar_purge(h, "date=20070424", 1, &gpr));
+        CHECK(gpr.dropped_fields == 1, "the masked GRIB copy is purged: %llu",
+              (unsigned long long)gpr.dropped_fields);
+        free(g);
     }
 
     /* ---- list: pairs and location ---- */

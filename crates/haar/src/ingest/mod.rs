@@ -184,10 +184,20 @@ pub fn key_message(
     store: &dyn haar_store::FieldStore,
     msg: &[u8],
 ) -> haar_store::Result<haar_core::schema::SplitKey> {
-    let pairs = haar_grib::mars_keys(msg).map_err(|e| haar_store::Error::BadKey {
+    let bad = |why: String| haar_store::Error::BadKey {
         key: format!("the GRIB message of {} bytes", msg.len()),
-        reason: format!("{e}: pass one whole GRIB message").into(),
-    })?;
+        reason: format!("{why}: pass one whole GRIB message").into(),
+    };
+    // Exactly one message, from `GRIB` at byte 0 to its `7777` at the end: ecCodes would key
+    // the first of several and the field would hold them all.
+    let mut frames = haar_grib::messages(msg);
+    match (frames.next(), frames.next()) {
+        (Some(Ok(m)), None) if m.offset == 0 && m.bytes.len() == msg.len() => {}
+        (Some(Err(e)), _) => return Err(bad(e.to_string())),
+        (Some(Ok(_)), Some(_)) => return Err(bad("the buffer holds more than one message".into())),
+        _ => return Err(bad("the buffer holds bytes outside its message".into())),
+    }
+    let pairs = haar_grib::mars_keys(msg).map_err(|e| bad(e.to_string()))?;
     let key: Key = pairs.into_iter().collect();
     store.split(&key)
 }
