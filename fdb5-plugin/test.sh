@@ -179,6 +179,18 @@ env_lines=$("$here/scripts/fdb5-plugin-env.sh" haar.yaml) || exit 1
 )
 read -r passed failed <"$work/haar.counts"
 
+# The same scenario into a haar pmem pool (its own configuration and FDB5 catalogue).
+backend=haar-pmem
+printf 'backend: pmem\nroots: [%s/pmem-root]\n' "$work" >pmem.yaml
+pmem_env=$("$here/scripts/fdb5-plugin-env.sh" pmem.yaml) || exit 1
+(
+    eval "$pmem_env"
+    scenario haar-pmem
+    echo "$passed $failed" >"$work/haar.counts"
+)
+read -r passed failed <"$work/haar.counts"
+backend=haar
+
 # haar's own CLI saw what FDB5 wrote through the plugin (the scenario wiped it at the end, so
 # write again and look), and the bytes it retrieves are the ones written.
 (
@@ -200,9 +212,10 @@ check "haar list after fdb-wipe is empty" sh -c \
 # Same results on both backends.
 backend=toc-vs-haar
 for f in list axes read.grib sfc.grib pyfdb earthkit list2 read2.grib list3; do
-    check "$f: the same on TOC and through haar" same "toc/$f" "haar/$f"
+    check "$f: the same on TOC and through haar (posix)" same "toc/$f" "haar/$f"
+    check "$f: the same on TOC and through haar (pmem)" same "toc/$f" "haar-pmem/$f"
 done
 check "fdb-read returns the 6 fields written" sh -c "grib_count toc/read.grib | grep -qx 12 || grib_count toc/read.grib | grep -qx 6"
 
-echo "fdb5-plugin test: FDB5 TOC backend: $toc_passed passed, $toc_failed failed; haar plugin (with the cross-checks): $passed passed, $failed failed"
+echo "fdb5-plugin test: FDB5 TOC backend: $toc_passed passed, $toc_failed failed; haar plugin, posix and pmem, with the cross-checks: $passed passed, $failed failed"
 [ "$toc_failed" = 0 ] && [ "$failed" = 0 ]
