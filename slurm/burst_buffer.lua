@@ -3,7 +3,8 @@ haar's data scheduler on Slurm's burst_buffer/lua plugin (Slurm 22.05 and later)
 
 Job-script directives (burst_buffer.conf: Directive=HAAR):
 
-  #HAAR stage_in  SRC DST [same|into]   before the job starts (it waits in BurstBufferStageIn)
+  #HAAR stage_in  SRC DST [same|into] [spread=GLOB]
+                                        before the job starts (it waits in BurstBufferStageIn)
   #HAAR stage_out SRC DST [same|into]   after it ends
   #HAAR persist store|delete LOCATION   after it ends: keep (or remove) node-local data
   #HAAR persist share|unshare LOCATION USER
@@ -30,6 +31,15 @@ Settings: burst_buffer_haar.conf beside this file, `key = value` lines:
   socket  =                              the node's stage service (`haar stage daemon`); empty:
                                          transfers run in the hook's own process
   service_state = /var/lib/haar/stage    that service's --state
+  per_node =                             dataspaces (comma-separated, e.g. `local`) that are on
+                                         each compute node: directives staging into or out of
+                                         them are left to slurm/haar-node.sh on every node of
+                                         the job (Prolog, TaskProlog, Epilog); `state` must then
+                                         be on a file system the compute nodes share
+With per_node set, the hook writes the job's node-local directives to STATE/JOB/plan (the
+owner's) and runs only the others here; each node of the job stages in its share at
+allocation (all of it, or with spread=GLOB the matching files of SRC dealt round-robin over
+the nodes), reports into STATE/JOB/nodes/, and stages out to DST/NODE when the job ends.
 With a stage service, stage_in/stage_out tasks are the service's (ids job<ID>-in-N,
 job<ID>-out-N, in the owner's journal there, run under the owner's uid by the service), so
 they survive a restart of the service: a retried stage-in resumes the task.
@@ -47,6 +57,7 @@ local function read_settings()
 		scancel = "/usr/bin/scancel",
 		socket = "",
 		service_state = "/var/lib/haar/stage",
+		per_node = "",
 	}
 	local f = io.open(script_dir .. "burst_buffer_haar.conf", "r")
 	if f then
@@ -108,8 +119,10 @@ function haar_parse_directives(text)
 			local op = words[1]
 			local args = { unpack(words, 2) }
 			if op == "stage_in" or op == "stage_out" then
-				if #args < 2 or #args > 3 then
+				local max = (op == "stage_in") and 4 or 3
+				if #args < 2 or #args > max then
 					return nil, where .. op .. " takes SRC DST [same|into]"
+						.. ((op == "stage_in") and " [spread=GLOB]" or "")
 				end
 				for i = 1, 2 do
 					local e = check_endpoint(args[i])
@@ -117,8 +130,22 @@ function haar_parse_directives(text)
 						return nil, where .. e
 					end
 				end
-				if args[3] and args[3] ~= "same" and args[3] ~= "into" then
-					return nil, where .. "mapping '" .. args[3] .. "': use same or into"
+				local seen = {}
+				for i = 3, #args do
+					local a = args[i]
+					local kind = a:match("^spread=") and "spread" or "mapping"
+					if seen[kind] then
+						return nil, where .. "'" .. a .. "': one " .. kind .. " only"
+					end
+					seen[kind] = true
+					if kind == "spread" then
+						if op ~= "stage_in" or a == "spread=" or a:find("/", 1, true) then
+							return nil, where .. "'" .. a .. "': spread=GLOB (a file name "
+								.. "pattern) is for stage_in only"
+						end
+					elseif a ~= "same" and a ~= "into" then
+						return nil, where .. "mapping '" .. a .. "': use same or into"
+					end
 				end
 			elseif op == "persist" then
 				local what = args[1]
@@ -222,7 +249,39 @@ local function expand(arg, job_id)
 	return (arg:gsub("%%j", job_id))
 end
 
--- Runs every directive of kind `op` in script order; stops at the first failure.
+-- The dataspace a directive stages on the node: stage_in's DST, stage_out's SRC, persist's
+-- LOCATION ("path" for an absolute path).
+local function node_side(d)
+	local e = (d.op == "stage_in") and d.args[2] or (d.op == "stage_out") and d.args[1]
+		or d.args[2]
+	return e:match("^([%w_.%-]+):") or "path"
+end
+
+-- Whether a directive is left to the compute nodes (burst_buffer_haar.conf: per_node).
+local function per_node(s, d)
+	for name in s.per_node:gmatch("[^,%s]+") do
+		if node_side(d) == name then
+			return true
+		end
+	end
+	return false
+end
+
+-- A directive's options after its endpoints: its mapping ("same" unless given) and spread.
+local function options(d)
+	local mapping, spread = nil, nil
+	for i = 3, #d.args do
+		if d.args[i]:match("^spread=") then
+			spread = d.args[i]
+		else
+			mapping = d.args[i]
+		end
+	end
+	return mapping, spread
+end
+
+-- Runs every directive of kind `op` in script order, except those left to the compute
+-- nodes; stops at the first failure.
 local function run_directives(job_id, job_script, op)
 	local s = read_settings()
 	local ds, err = directives_of(job_script)
@@ -231,7 +290,7 @@ local function run_directives(job_id, job_script, op)
 	end
 	local i = 0
 	for _, d in ipairs(ds) do
-		if d.op == op then
+		if d.op == op and not per_node(s, d) then
 			i = i + 1
 			local args
 			if op == "persist" then
@@ -247,9 +306,15 @@ local function run_directives(job_id, job_script, op)
 				end
 				args = { verb, expand(d.args[1], job_id), expand(d.args[2], job_id),
 					"--id", id, "--quiet" }
-				if d.args[3] then
+				local mapping, spread = options(d)
+				if spread then
+					return slurm.ERROR, "#HAAR " .. op .. " " .. table.concat(d.args, " ")
+						.. ": " .. spread .. " deals files over the job's nodes: stage into a "
+						.. "per_node dataspace (burst_buffer_haar.conf)"
+				end
+				if mapping then
 					args[#args + 1] = "--mapping"
-					args[#args + 1] = d.args[3]
+					args[#args + 1] = mapping
 				end
 			end
 			local where = nil
@@ -296,9 +361,12 @@ end
 function slurm_bb_setup(job_id, uid, gid, pool, bb_size, job_script)
 	local s = read_settings()
 	local dir = job_dir(s, job_id)
-	local rc = os.execute("mkdir -p " .. quote(dir .. "/journal") .. " && chmod 0755 "
-		.. quote(dir) .. " && chown " .. quote(uid .. ":" .. gid) .. " "
-		.. quote(dir .. "/journal") .. " && chmod 0700 " .. quote(dir .. "/journal"))
+	-- journal: the owner's transfers here; nodes: each compute node's stage-in report,
+	-- written as the owner (per_node).
+	local rc = os.execute("mkdir -p " .. quote(dir .. "/journal") .. " " .. quote(dir .. "/nodes")
+		.. " && chmod 0755 " .. quote(dir) .. " && chown " .. quote(uid .. ":" .. gid) .. " "
+		.. quote(dir .. "/journal") .. " " .. quote(dir .. "/nodes") .. " && chmod 0700 "
+		.. quote(dir .. "/journal") .. " " .. quote(dir .. "/nodes"))
 	if not (rc == 0 or rc == true) then
 		return slurm.ERROR, "haar: cannot create " .. dir
 	end
@@ -316,7 +384,50 @@ function slurm_bb_setup(job_id, uid, gid, pool, bb_size, job_script)
 	return slurm.SUCCESS
 end
 
+-- The job's node-local directives (per_node), %j expanded, for slurm/haar-node.sh on its
+-- compute nodes: STATE/JOB/plan, the owner's (the nodes read it as the owner). Nothing is
+-- written for a job without any.
+local function write_plan(s, job_id, job_script)
+	local ds, err = directives_of(job_script)
+	if not ds then
+		return false, err
+	end
+	local lines = {}
+	for _, d in ipairs(ds) do
+		if per_node(s, d) then
+			local words = { d.op }
+			for _, a in ipairs(d.args) do
+				words[#words + 1] = expand(a, job_id)
+			end
+			lines[#lines + 1] = table.concat(words, " ")
+		end
+	end
+	if #lines == 0 then
+		return true
+	end
+	local dir = job_dir(s, job_id)
+	local owner = read_file(dir .. "/owner") or ""
+	local uid, gid = owner:match("^(%d+) (%d+)")
+	local f = io.open(dir .. "/plan", "w")
+	if not (f and uid) then
+		return false, "cannot write " .. dir .. "/plan"
+	end
+	f:write("# job " .. job_id .. ": its node-local #HAAR directives (burst_buffer.lua)\n")
+	f:write(table.concat(lines, "\n") .. "\n")
+	f:close()
+	os.execute("chown " .. quote(uid .. ":" .. gid) .. " " .. quote(dir .. "/plan")
+		.. " && chmod 0600 " .. quote(dir .. "/plan"))
+	return true
+end
+
 function slurm_bb_data_in(job_id, job_script)
+	local s = read_settings()
+	if s.per_node ~= "" then
+		local ok, err = write_plan(s, job_id, job_script)
+		if not ok then
+			return slurm.ERROR, "haar: " .. err
+		end
+	end
 	return run_directives(job_id, job_script, "stage_in")
 end
 
@@ -350,7 +461,8 @@ function slurm_bb_pre_run(job_id, job_script)
 	return slurm.SUCCESS
 end
 
--- After the job: persist directives (before teardown can remove anything).
+-- After the job: persist directives (before teardown can remove anything); the per-node
+-- ones run in each node's Epilog.
 function slurm_bb_post_run(job_id, job_script)
 	return run_directives(job_id, job_script, "persist")
 end

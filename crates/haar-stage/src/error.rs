@@ -53,6 +53,16 @@ pub enum Error {
     /// The stage service failed, or answered what the client cannot read.
     #[error("{0}")]
     Service(String),
+    /// Staging failed on one node of a job (per-node staging, [`crate::node`]).
+    #[error("on node {node}: {message}")]
+    OnNode {
+        /// The node.
+        node: String,
+        /// What failed there.
+        message: String,
+        /// Its class, as that node saw it.
+        class: ErrorClass,
+    },
 }
 
 /// The result of a joined helper thread: a panic in it becomes an I/O error of `op` on
@@ -92,6 +102,7 @@ impl Error {
             Error::Config(_) | Error::Usage(_) => ErrorClass::Input,
             Error::Store(e) if e.class() == haar_store::Class::Input => ErrorClass::Input,
             Error::Denied(_) => ErrorClass::Denied,
+            Error::OnNode { class, .. } => *class,
             _ => ErrorClass::Io,
         }
     }
@@ -102,6 +113,7 @@ impl Error {
             Error::Missing(_) => true,
             Error::Io { source, .. } => source.kind() == std::io::ErrorKind::NotFound,
             Error::Store(e) => e.class() == haar_store::Class::Missing,
+            Error::OnNode { class, .. } => *class == ErrorClass::Missing,
             _ => false,
         }
     }

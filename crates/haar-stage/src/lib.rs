@@ -19,6 +19,8 @@
 //! - [`launch`]: a task's runner started in its own session, its output in the task's log.
 //! - [`daemon`]: the per-node stage service (`haar stage daemon`): users' tasks under their
 //!   own uid, admin operations for root or the admin token, over a Unix socket (design §13.5).
+//! - [`node`]: a Slurm job's staging on each of its compute nodes (Prolog, TaskProlog,
+//!   Epilog), from the plan the `burst_buffer/lua` hook writes.
 //! - [`placement`]: a workflow's consumer job placed on its producer's nodes (Slurm).
 //! - [`bench`](mod@bench): stage-in against `cp` between the same directories.
 //!
@@ -65,6 +67,7 @@ mod fields;
 pub mod identity;
 pub mod journal;
 pub mod launch;
+pub mod node;
 pub mod persist;
 pub mod placement;
 pub mod task;

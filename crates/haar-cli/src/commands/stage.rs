@@ -14,7 +14,10 @@ use haar_stage::tasks::{self, Connect, Local};
 use haar_stage::{Dataspace, Dataspaces, Direction, ErrorClass, Journal, Stager, TaskSpec};
 
 pub use self::args::StageArgs;
-use self::args::{AdminOp, BenchArgs, DaemonArgs, PersistOp, StageAction, SubmitArgs, runner_argv};
+use self::args::{
+    AdminOp, BenchArgs, DaemonArgs, JobNodeArgs, NodeOp, PersistOp, StageAction, SubmitArgs,
+    runner_argv,
+};
 use self::show::{outcome, print_record, print_records, progress_bar, show_progress};
 use crate::Failure;
 use crate::args::Cli;
@@ -72,6 +75,7 @@ pub fn run(cli: &Cli, a: &StageArgs) -> Result<(), Failure> {
         StageAction::Admin { op } => return admin(a, op),
         StageAction::Submit(s) => return submit_after(s),
         StageAction::Bench(b) => return bench(b),
+        StageAction::Node { op } => return node(cli, a, op),
         StageAction::In(_)
         | StageAction::Out(_)
         | StageAction::Copy(_)
@@ -137,6 +141,59 @@ fn submit_after(s: &SubmitArgs) -> Result<(), Failure> {
             .map_err(fail)?;
     eprint!("{stderr}");
     out!("{stdout}")
+}
+
+fn job_node(j: &JobNodeArgs) -> Result<haar_stage::node::JobNode, Failure> {
+    Ok(haar_stage::node::JobNode {
+        node: j.node.clone(),
+        nodes: haar_stage::node::hostlist(&j.nodes).map_err(fail)?,
+        dir: j.dir.clone(),
+        reports: j.reports.clone(),
+    })
+}
+
+/// `haar stage node in|env|out`: one library call each (`haar_stage::node`).
+fn node(cli: &Cli, a: &StageArgs, op: &NodeOp) -> Result<(), Failure> {
+    use haar_stage::node;
+    match op {
+        NodeOp::In { plan, job } => {
+            let job = job_node(job)?;
+            let done = node::stage_in(spaces(cli, a).map_err(fail)?, plan, &job).map_err(fail)?;
+            outln!(
+                "haar stage node in: {}: {} task(s) staged into {}",
+                job.node,
+                done.tasks.len(),
+                done.local.display()
+            )
+        }
+        NodeOp::Env { plan, job, wait } => {
+            let job = job_node(job)?;
+            match node::environment(&job, plan, Duration::from_secs_f64(wait.max(0.0))) {
+                Ok(vars) => {
+                    for (k, v) in vars {
+                        outln!("export {k}={v}")?;
+                    }
+                    Ok(())
+                }
+                Err(e) => {
+                    // TaskProlog's `print` reaches the task's output: the job's log says why.
+                    outln!("print haar: stage-in failed {e}")?;
+                    Err(fail(e))
+                }
+            }
+        }
+        NodeOp::Out { job } => {
+            let job = job_node(job)?;
+            let done = node::stage_out(spaces(cli, a).map_err(fail)?, &job).map_err(fail)?;
+            outln!(
+                "haar stage node out: {}: {} task(s) staged out, {} path(s) torn down, {} kept (persisted)",
+                job.node,
+                done.tasks.len(),
+                done.teardown.removed.len(),
+                done.teardown.kept_persisted.len()
+            )
+        }
+    }
 }
 
 /// `haar stage bench`: `haar_stage::bench` between two directories, with the host and its load.

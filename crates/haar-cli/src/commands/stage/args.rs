@@ -167,6 +167,14 @@ pub enum StageAction {
     /// its persisted data is): `sbatch --dependency=afterok:JOBID --kill-on-invalid-dep=yes
     /// --nodelist=NODES SBATCH_ARGS…`; prints sbatch's output.
     Submit(SubmitArgs),
+    /// A Slurm job's staging on one of its compute nodes, as the job's owner: called by
+    /// `slurm/haar-node.sh` from the node's Prolog, TaskProlog and Epilog (docs/staging.md,
+    /// "Per-node staging").
+    Node {
+        /// Which part.
+        #[command(subcommand)]
+        op: NodeOp,
+    },
     /// Measure staging against `cp` between two directories in the same run (files, and
     /// fields by request out of a haar store), with the ETA error at 10%; prints JSON.
     Bench(BenchArgs),
@@ -188,6 +196,54 @@ pub fn runner_argv(call: &RunnerCall<'_>) -> Vec<OsString> {
         v.extend(["--registered".into(), r.into()]);
     }
     v
+}
+
+/// The parts of per-node staging.
+#[derive(Debug, Subcommand)]
+pub enum NodeOp {
+    /// Prolog: stage in this node's share of the plan; report to the node's directory and
+    /// to --reports.
+    In {
+        /// The job's plan (written by burst_buffer.lua).
+        #[arg(long, value_name = "FILE")]
+        plan: PathBuf,
+        #[command(flatten)]
+        job: JobNodeArgs,
+    },
+    /// TaskProlog: print `export HAAR_STAGE_LOCAL=DIR`, or, when the stage-in failed on a
+    /// node of the job, `print` why (naming the node) and exit non-zero.
+    Env {
+        /// The job's plan: when it exists, this node must have staged.
+        #[arg(long, value_name = "FILE")]
+        plan: PathBuf,
+        #[command(flatten)]
+        job: JobNodeArgs,
+        /// Seconds to wait for every node's report.
+        #[arg(long, value_name = "SECONDS", default_value_t = 600.0)]
+        wait: f64,
+    },
+    /// Epilog: persist, stage out to DST/NODE, tear down.
+    Out {
+        #[command(flatten)]
+        job: JobNodeArgs,
+    },
+}
+
+/// One node of a job.
+#[derive(Debug, Args)]
+pub struct JobNodeArgs {
+    /// This node's directory of the job (node-local, the owner's).
+    #[arg(long, value_name = "DIR")]
+    pub dir: PathBuf,
+    /// This node's name.
+    #[arg(long, value_name = "NAME")]
+    pub node: String,
+    /// The job's nodes (a Slurm host list: $SLURM_JOB_NODELIST).
+    #[arg(long, value_name = "HOSTLIST")]
+    pub nodes: String,
+    /// The job's shared directory every node reports into.
+    #[arg(long, value_name = "DIR")]
+    pub reports: Option<PathBuf>,
 }
 
 /// `haar stage daemon` options.
