@@ -289,6 +289,7 @@ impl Command {
             Command::Archive(ArchiveArgs { open, .. })
             | Command::List(ListArgs { open, .. })
             | Command::Retrieve(RetrieveArgs { open, .. })
+            | Command::Extract(ExtractArgs { open, .. })
             | Command::Axes(AxesArgs { open, .. })
             | Command::Wipe(WipeArgs {
                 modify: ModifyArgs { open, .. },
@@ -348,6 +349,22 @@ pub enum Command {
     ///
     /// Missing fields are listed on stderr and make the exit status 2 unless --allow-missing.
     Retrieve(RetrieveArgs),
+    /// Print the values of each field of a request at index ranges or points, reading only
+    /// the bytes that hold them.
+    ///
+    /// Ranges are half-open `I-J` ([I, J), as pygribjump counts), over the field's grid in
+    /// its scanning order. Simple-packed fields (grid_simple, with or without bitmap) are read
+    /// by range, from a jump record cached beside the database (docs/design.md §16); other
+    /// packings (CCSDS, complex) are decoded whole with ecCodes and say so. Missing points
+    /// (bitmap) print as NaN (JSON: null). Text output: one line per field, its key, the
+    /// method, then the values in range order. Fields the request names that are not stored
+    /// are left out.
+    ///
+    /// Examples:
+    ///   haar extract class=od,param=167,step=0/6 --ranges 0-10,5000-5004
+    ///   haar extract param=167 --points 51.5,-0.1,48.9,2.3 --json
+    #[command(verbatim_doc_comment)]
+    Extract(ExtractArgs),
     /// Show the values present for each keyword among the fields matching a request.
     Axes(AxesArgs),
     /// Remove fields (a dry run unless --doit). A request naming whole databases removes them
@@ -499,6 +516,32 @@ pub struct RetrieveArgs {
     /// Succeed even if some requested fields are missing (they are still listed on stderr).
     #[arg(long)]
     pub allow_missing: bool,
+    #[command(flatten)]
+    pub open: OpenArgs,
+}
+
+/// `haar extract`.
+#[derive(Debug, Args)]
+pub struct ExtractArgs {
+    /// Request (MARS syntax, e.g. class=od,param=167,step=0/to/24/by/6).
+    pub request: String,
+    /// Half-open index ranges I-J ([I, J)), comma-separated, e.g. 0-10,5000-5004; a single
+    /// index I means I-(I+1).
+    #[arg(
+        long,
+        value_name = "I-J,...",
+        required_unless_present = "points",
+        conflicts_with = "points"
+    )]
+    pub ranges: Option<String>,
+    /// Points LAT,LON,LAT,LON,... in degrees, each resolved per field to its nearest grid
+    /// point (regular lat/lon grids only; other grids are refused: use --ranges).
+    #[arg(long, value_name = "LAT,LON,...", allow_hyphen_values = true)]
+    pub points: Option<String>,
+    /// One JSON object per line per field: {"key", "method", "ranges", "values"} with the
+    /// values of each range in order (missing: null).
+    #[arg(long)]
+    pub json: bool,
     #[command(flatten)]
     pub open: OpenArgs,
 }

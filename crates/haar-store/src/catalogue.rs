@@ -525,6 +525,28 @@ impl Catalogue {
         Ok(None)
     }
 
+    /// Bytes `off..off + len` of the committed field at `data`, lent where the backend can;
+    /// not checked against the field's CRC-32C, which covers the whole field.
+    pub(crate) fn read_range(&self, data: &DataRef, off: u64, len: u64) -> Result<FieldBytes> {
+        if off.checked_add(len).is_none_or(|end| end > data.length) {
+            return Err(Error::BadRequest {
+                request: self.reader.locate(data),
+                reason: format!(
+                    "bytes {off}..{} are outside the field's {} bytes",
+                    off.saturating_add(len),
+                    data.length
+                )
+                .into(),
+            });
+        }
+        let part = DataRef {
+            offset: data.offset + off,
+            length: len,
+            ..*data
+        };
+        self.reader.read_bytes(&part, Vec::new())
+    }
+
     pub(crate) fn crc_error(
         &self,
         db: &Key,

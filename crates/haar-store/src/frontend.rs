@@ -94,6 +94,13 @@ pub trait FieldStore: Send {
         None
     }
 
+    /// Capability: the local [`Store`] this front-end is, for reads of parts of fields
+    /// (extraction, design §16: [`Store::with_field_ranges`]); `None` from stores that hold no
+    /// field bytes here (remote, dist, select, FDB5), which are read whole.
+    fn as_local(&self) -> Option<&Store> {
+        None
+    }
+
     /// Delivers the fields of many complete keys as one batch: each found field once, with its
     /// key as stored, in an order the store chooses (dist: grouped per server, one round trip
     /// each); keys with no flushed field are reported missing.
@@ -257,6 +264,9 @@ impl FieldStore for Store {
     }
     fn retrieve_lent(&self, key: &Key) -> Option<Result<Option<(Key, FieldBytes)>>> {
         Some(Store::retrieve_lent(self, key))
+    }
+    fn as_local(&self) -> Option<&Store> {
+        Some(self)
     }
     fn list(&self, req: &Request) -> Result<Vec<Field>> {
         Store::list(self, req)

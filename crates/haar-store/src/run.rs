@@ -97,7 +97,16 @@ pub(crate) fn is_id(s: &str) -> bool {
 /// `db.key` of pmem databases). A wipe refuses to delete anything else unless told to
 /// (FDB5's "unclean database").
 pub(crate) fn is_catalogue_file(name: &str) -> bool {
-    if [MANIFEST_FILE, LOCK_FILE, COMPACT_LOCK_FILE, "db.key"].contains(&name) {
+    // `jumps`: the extraction's cache of jump records (design §16).
+    if [
+        MANIFEST_FILE,
+        LOCK_FILE,
+        COMPACT_LOCK_FILE,
+        "db.key",
+        "jumps",
+    ]
+    .contains(&name)
+    {
         return true;
     }
     for suffix in [".run", ".run.tmp", ".run.part"] {

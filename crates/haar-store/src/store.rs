@@ -674,6 +674,27 @@ impl Store {
             .map(|(bytes, _crc)| (split.full(), bytes)))
     }
 
+    /// Runs `f` with a reader of byte ranges of the flushed field `field` (as [`Store::list`]
+    /// returned it): `read(off, len)` gives bytes `off..off + len` of the field, lent by the
+    /// backend where it can (pmem: the pool mapping, no copy), read alone otherwise (posix: a
+    /// `pread` of those bytes). For extraction (design §16): only those bytes are read, so
+    /// they are not checked against the field's CRC-32C. `None` if `field.db` is gone.
+    pub fn with_field_ranges<T>(
+        &self,
+        field: &Field,
+        f: impl FnOnce(&dyn Fn(u64, u64) -> Result<FieldBytes>) -> T,
+    ) -> Result<Option<T>> {
+        self.with_catalogue(&field.db, |cat| {
+            Ok(f(&|off, len| cat.read_range(&field.data, off, len)))
+        })
+    }
+
+    /// The directory of `db`'s catalogue (design §3.1), where caches beside it live (the
+    /// extraction's `jumps`, §16); `None` where the backend keeps none.
+    pub fn catalogue_dir(&self, db: &Key) -> Result<Option<PathBuf>> {
+        self.backend.catalogue_dir(db)
+    }
+
     /// Hands the field of a split key to `sink` if it is flushed (counting it in `report`);
     /// `buf` is the scratch buffer passed from read to read.
     /// `asked` is the key as the caller gave it: handed back as is when it already is the

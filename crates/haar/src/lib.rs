@@ -11,6 +11,8 @@
 //! - [`watch`]: flush events and the "step complete" wait, from servers or a local store.
 //! - [`import`]: an FDB5 database imported into any [`FieldStore`] through FDB5's C API,
 //!   every field verified.
+//! - [`extract`]: values of every field of a request at index ranges or points, reading only
+//!   the bytes that hold them where the store can (design §16).
 //! - [`fdb5`]: the real FDB5 through its C API, loaded at run time (so haar builds and runs
 //!   without it), as a [`FieldStore`] and a lister of whole databases.
 //!
@@ -37,6 +39,7 @@
 
 #![warn(missing_docs)]
 
+pub mod extract;
 pub mod fdb5;
 pub mod import;
 pub mod ingest;

@@ -5,6 +5,7 @@ pub mod workloads;
 
 pub mod advise;
 pub mod archive;
+pub mod extract;
 pub mod import;
 pub mod mount;
 pub mod run;
@@ -29,6 +30,7 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Archive(a) => archive::run(&cli, a),
         Command::List(a) => list(&cli, a),
         Command::Retrieve(a) => retrieve(&cli, a),
+        Command::Extract(a) => extract::run(&cli, a),
         Command::Axes(a) => axes(&cli, a),
         Command::Wipe(a) => wipe(&cli, a),
         Command::Purge(a) => purge(&cli, a),
