@@ -4,7 +4,7 @@
 //! full key), with `replicas` copies and the failover rules of the design. `SelectStore` routes
 //! by key patterns. Both are pure composition: they know nothing of servers or backends.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use haar_core::request::{Request, Values};
@@ -110,95 +110,169 @@ impl DistStore {
         }
     }
 
-    /// Reads one complete key from the lanes in ranking order (but `skip`, already asked),
-    /// falling back on a miss or an error; `failed` is a lane error met before.
-    fn retrieve_one(
-        &self,
-        key: &Key,
-        skip: Option<usize>,
-        mut failed: Option<Error>,
-        sink: &mut Sink<'_>,
-        report: &mut RetrieveReport,
-    ) -> Result<bool> {
-        for i in self.ranking(key)? {
-            if Some(i) == skip {
-                continue;
-            }
-            let mut found = false;
-            let res =
-                self.lanes[i]
-                    .store
-                    .retrieve_keys(std::slice::from_ref(key), &mut |k, b, c| {
-                        found = true;
-                        report.found += 1;
-                        report.bytes += b.len() as u64;
-                        sink(k, b, c)
-                    });
-            match res {
-                Ok(_) if found => return Ok(true),
-                Ok(r) => report.problems.extend(r.problems),
-                Err(e) if lane_fault(&e) => failed = Some(e),
-                Err(e) => return Err(e),
-            }
-        }
-        match failed {
-            // Every lane that could hold it failed: that is an error, not "missing".
-            Some(e) if self.replicas == 1 || self.lanes.len() == 1 => Err(e),
-            _ => Ok(false),
-        }
+    /// A key of a read, about to be asked of the first lane of its ranking.
+    fn pending(&self, key: Key) -> Result<Pending> {
+        let split = self.opts.split(&key)?;
+        let full = split.full();
+        let complete = full.iter().all(|(k, _)| key.get(k).is_some());
+        Ok(Pending {
+            ranking: self.ranking_split(&split),
+            want: full.without_empty(),
+            complete,
+            key,
+            next: 0,
+            failed: None,
+            seen: Vec::new(),
+        })
     }
 
-    /// Reads complete keys whose best lane is `lane` with one batch (one round trip to a
-    /// server); keys it lacks, or all it did not deliver if it fails, are read one by one from
-    /// the other lanes of their ranking. Keys not found anywhere go to `report.missing`.
-    fn retrieve_group(
+    /// Delivers the fields of `keys` in their order, whichever lane holds each (design §7.1).
+    /// Consecutive keys whose next lane is the same go to it as one
+    /// batch, streamed: when the batch skips keys (its lane lacks them, e.g. fields archived
+    /// while it was down), those are read from the next lanes of their rankings, by this same
+    /// function, before the batch's next field is handed on; keys after the last field it
+    /// sent, or after it failed, likewise once it ends. Nothing is buffered: each field goes
+    /// to `sink` as it arrives, and at most one reply per lane is open at a time (a nested
+    /// batch only asks lanes its keys have not been asked, so never one already streaming).
+    fn fetch_in_order(
         &self,
-        lane: usize,
-        keys: &[Key],
+        keys: Vec<Pending>,
         sink: &mut Sink<'_>,
         report: &mut RetrieveReport,
     ) -> Result<()> {
-        let mut delivered: HashSet<Key> = HashSet::new();
-        let res = self.lanes[lane].store.retrieve_keys(keys, &mut |k, b, c| {
-            delivered.insert(k.clone());
-            report.found += 1;
-            report.bytes += b.len() as u64;
-            sink(k, b, c)
-        });
-        let (rest, failed): (Vec<Key>, Option<Error>) = match res {
-            Ok(r) => {
-                report.problems.extend(r.problems);
-                (r.missing, None)
+        let mut rest = keys.into_iter().peekable();
+        while let Some(p) = rest.next() {
+            let Some(&lane) = p.ranking.get(p.next) else {
+                self.not_found(p, report)?;
+                continue;
+            };
+            let mut run = vec![p];
+            while let Some(q) = rest.next_if(|q| q.ranking.get(q.next) == Some(&lane)) {
+                run.push(q);
             }
-            Err(e) if lane_fault(&e) => {
-                let rest = (keys.iter())
-                    .filter(|k| match self.opts.split(k) {
-                        Ok(s) => !delivered.contains(&s.full()),
-                        Err(_) => true,
-                    })
-                    .cloned()
-                    .collect();
-                (rest, Some(e))
-            }
-            Err(e) => return Err(e),
-        };
-        // Even without replicas a field may be on a later lane of its ranking: archive fails
-        // over to it while the best lane is down.
-        for key in rest {
-            let found = self.retrieve_one(
-                &key,
-                Some(lane),
-                failed
-                    .as_ref()
-                    .map(|e| clone_fault(&self.lanes[lane].name, e)),
-                sink,
-                report,
-            )?;
-            if !found {
-                report.missing.push(key);
-            }
+            self.fetch_batch(lane, run, sink, report)?;
         }
         Ok(())
+    }
+
+    /// One batch of [`DistStore::fetch_in_order`]: `run` all have `lane` next in their ranking.
+    fn fetch_batch(
+        &self,
+        lane: usize,
+        run: Vec<Pending>,
+        sink: &mut Sink<'_>,
+        report: &mut RetrieveReport,
+    ) -> Result<()> {
+        let keys: Vec<Key> = run.iter().map(|p| p.key.clone()).collect();
+        let n = run.len();
+        let mut slots: Vec<Option<Pending>> = run.into_iter().map(Some).collect();
+        // Keys before `cursor` are settled; `got[i]`: key i was answered by this lane.
+        let mut cursor = 0;
+        let mut got = vec![false; n];
+        // The lane's call failed because this read's sink (or a nested batch) did: that error
+        // is the caller's, not the lane's, and is returned as it is.
+        let mut sink_failed = false;
+        let res = self.lanes[lane].store.retrieve_keys(&keys, &mut |k, b, c| {
+            let r = (|| {
+                // The lane answers keys in their order: a field belongs to the first key from
+                // the cursor on that it agrees with; keys it passed are the lane's misses.
+                let at = (cursor..n).find(|&j| slots[j].as_ref().is_some_and(|p| p.agrees(k)));
+                if let Some(j) = at {
+                    let mut gaps = Vec::new();
+                    for (x, slot) in slots.iter_mut().enumerate().take(j).skip(cursor) {
+                        if let Some(p) = slot.take().filter(|_| !got[x]) {
+                            gaps.push(p.passed(None));
+                        }
+                    }
+                    if !gaps.is_empty() {
+                        self.fetch_in_order(gaps, sink, report)?;
+                    }
+                    got[j] = true;
+                    let p = slots[j]
+                        .as_mut()
+                        .expect("keys from the cursor on are pending");
+                    if p.complete {
+                        slots[j] = None;
+                        cursor = j + 1;
+                    } else if p.seen.contains(k) {
+                        // Already delivered by a lane that failed after it (a partial key).
+                        cursor = j;
+                        return Ok(());
+                    } else {
+                        p.seen.push(k.clone());
+                        cursor = j;
+                    }
+                }
+                report.found += 1;
+                report.bytes += b.len() as u64;
+                sink(k, b, c)
+            })();
+            sink_failed |= r.is_err();
+            r
+        });
+        let failed = match res {
+            Ok(r) => {
+                report.problems.extend(r.problems);
+                None
+            }
+            Err(e) if !sink_failed && lane_fault(&e) => Some(e),
+            Err(e) => return Err(e),
+        };
+        let name = &self.lanes[lane].name;
+        let mut tail = Vec::new();
+        for (x, slot) in slots.iter_mut().enumerate().skip(cursor) {
+            let Some(p) = slot.take() else { continue };
+            // A key the lane answered is done, unless the lane failed while it might still
+            // have had more fields for it (a partial key): the next lane delivers the others.
+            if got[x] && (failed.is_none() || p.complete) {
+                continue;
+            }
+            tail.push(p.passed(failed.as_ref().map(|e| clone_fault(name, e))));
+        }
+        self.fetch_in_order(tail, sink, report)
+    }
+
+    /// A key every lane of its ranking was asked for: missing, or an error when a lane that
+    /// could hold it failed and no replica stands in for it.
+    fn not_found(&self, p: Pending, report: &mut RetrieveReport) -> Result<()> {
+        match p.failed {
+            Some(e) if self.replicas == 1 || self.lanes.len() == 1 => Err(e),
+            _ => {
+                report.missing.push(p.key);
+                Ok(())
+            }
+        }
+    }
+}
+
+/// A key of a read and how far along its ranking it has been asked.
+struct Pending {
+    key: Key,
+    /// Its split key without defaulted (empty) values: what a field for it agrees with.
+    want: Key,
+    /// It names every keyword of its rule: exactly one field can answer it.
+    complete: bool,
+    /// Lanes best first; `ranking[..next]` have been asked.
+    ranking: Vec<usize>,
+    next: usize,
+    /// The last lane error met on its way (the error a replica-less read reports).
+    failed: Option<Error>,
+    /// Keys already delivered for it (a partial key answered in part by a lane that failed).
+    seen: Vec<Key>,
+}
+
+impl Pending {
+    fn agrees(&self, field: &Key) -> bool {
+        self.want.iter().all(|(k, v)| field.get(k) == Some(v))
+    }
+
+    /// On to the next lane of its ranking, keeping the last error met.
+    fn passed(mut self, failed: Option<Error>) -> Pending {
+        self.next += 1;
+        if failed.is_some() {
+            self.failed = failed;
+        }
+        self
     }
 }
 
@@ -233,6 +307,15 @@ impl FieldStore for DistStore {
             }
             let lane = &mut self.lanes[i];
             if lane.down {
+                // Named if the archive fails: the error says which servers it could not use.
+                failures.push((
+                    lane.name.clone(),
+                    Error::net(
+                        "archive to",
+                        &lane.name,
+                        std::io::Error::other("skipped: it failed earlier in this writer's life"),
+                    ),
+                ));
                 continue;
             }
             match lane.store.archive_split(split, data, crc) {
@@ -302,10 +385,10 @@ impl FieldStore for DistStore {
         }
     }
 
-    /// Request order is kept: consecutive complete keys with the same best lane go to it as
-    /// one batch (with database placement, a request within one database is one round trip).
-    /// A field its best lane lacks is then read from the next lanes of its ranking, after the
-    /// rest of its batch.
+    /// Request order is kept whichever lane serves each field: consecutive complete keys with
+    /// the same best lane go to it as one batch (with database placement, a request within one
+    /// database is one round trip); the keys a batch skips are read from the next lanes of
+    /// their ranking before its next field is delivered (see `fetch_in_order`).
     fn retrieve(&self, req: &Request, sink: &mut Sink<'_>) -> Result<RetrieveReport> {
         let (resolved, ignored) = self.opts.resolve(req)?;
         let mut report = RetrieveReport {
@@ -316,8 +399,6 @@ impl FieldStore for DistStore {
             .params
             .iter()
             .any(|p| matches!(p.values, Values::All));
-        let mut run: Vec<Key> = Vec::new();
-        let mut run_lane = usize::MAX;
         let mut keys: Vec<Key> = Vec::new();
         if complete {
             for key in resolved.expand() {
@@ -335,33 +416,26 @@ impl FieldStore for DistStore {
         } else {
             keys.extend(self.list(&resolved)?.iter().map(Field::key));
         }
-        for key in keys {
-            let lane = self.ranking(&key)?[0];
-            if lane != run_lane && !run.is_empty() {
-                self.retrieve_group(run_lane, &std::mem::take(&mut run), sink, &mut report)?;
-            }
-            run_lane = lane;
-            run.push(key);
-        }
-        if !run.is_empty() {
-            self.retrieve_group(run_lane, &run, sink, &mut report)?;
-        }
+        let pending = keys
+            .into_iter()
+            .map(|k| self.pending(k))
+            .collect::<Result<Vec<_>>>()?;
+        self.fetch_in_order(pending, sink, &mut report)?;
         Ok(report)
     }
 
     /// One batch per lane: every key goes to its best lane, so the whole call costs one round
-    /// trip per server (plus one per key a best lane lacks).
+    /// trip per server (plus one per run of keys a best lane lacks); fields come grouped by
+    /// best lane, in the keys' order within each group.
     fn retrieve_keys(&self, keys: &[Key], sink: &mut Sink<'_>) -> Result<RetrieveReport> {
-        let mut groups: BTreeMap<usize, Vec<Key>> = BTreeMap::new();
+        let mut groups: BTreeMap<usize, Vec<Pending>> = BTreeMap::new();
         for key in keys {
-            groups
-                .entry(self.ranking(key)?[0])
-                .or_default()
-                .push(key.clone());
+            let p = self.pending(key.clone())?;
+            groups.entry(p.ranking[0]).or_default().push(p);
         }
         let mut report = RetrieveReport::default();
-        for (lane, keys) in groups {
-            self.retrieve_group(lane, &keys, sink, &mut report)?;
+        for keys in groups.into_values() {
+            self.fetch_in_order(keys, sink, &mut report)?;
         }
         Ok(report)
     }

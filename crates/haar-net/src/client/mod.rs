@@ -4,10 +4,12 @@
 //! Owns connections and their failure handling; routing over several servers belongs to
 //! `haar_store::dist`, which composes `RemoteStore`s as lanes. One module per concern:
 //! `session` (connect, handshake, liveness), `retry` (when a failed request is sent again),
+//! `down` (servers this process could not reach, skipped for a back-off),
 //! `remote` (the `FieldStore` over one server, request/reply framing), `local` (same-host
 //! reads, a wrapper that serves retrieves from the server's own store) and `watch` (WATCH
 //! streams and `wait`).
 
+mod down;
 mod local;
 mod remote;
 mod retry;
@@ -23,6 +25,7 @@ use haar_store::Error;
 use crate::auth;
 use crate::protocol::{ErrorMeta, WireError};
 
+pub use down::{Backoff, connect_attempts, is_remembered_down};
 pub use remote::RemoteStore;
 pub use watch::{StepTarget, WaitOutcome, Watch, WatchAll, wait};
 
@@ -45,6 +48,10 @@ pub struct ClientConfig {
     /// next byte of a request) before the connection is given up as hung (design §8):
     /// [`ClientConfig::REPLY_TIMEOUT`] by default. Watches use their heartbeat instead.
     pub reply_timeout: Duration,
+    /// How long a server this process could not reach is skipped before it is tried again
+    /// (design §7.1): [`Backoff::DEFAULT`], 1 s doubling to 30 s. The
+    /// memory is the process's, shared by every store and configuration in it.
+    pub unreachable_backoff: Backoff,
 }
 
 impl Default for ClientConfig {
@@ -56,6 +63,7 @@ impl Default for ClientConfig {
             local_reads: std::env::var_os("HAAR_LOCAL_READS").is_none_or(|v| v != "0"),
             frame_tags: crate::protocol::FrameTags::Auto,
             reply_timeout: ClientConfig::REPLY_TIMEOUT,
+            unreachable_backoff: Backoff::DEFAULT,
         }
     }
 }

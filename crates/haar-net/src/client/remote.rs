@@ -16,9 +16,10 @@ use haar_store::{
 };
 use serde::de::DeserializeOwned;
 
+use super::down::connect;
 use super::local::{LocalStore, open_offer};
 use super::retry::{Failed, may_retry};
-use super::session::{Session, connect};
+use super::session::Session;
 use super::watch::{WaitOutcome, Watch, wait};
 use super::{ClientConfig, io_error, remote_error, wire_error};
 use crate::protocol::{

@@ -27,7 +27,10 @@ pub struct Watch {
 impl Watch {
     /// Connects, authenticates and subscribes.
     pub fn open(addr: &str, cfg: &ClientConfig, req: &Request) -> Result<Watch> {
+        // Watches resubscribe on their own schedule, so they bypass the memory of unreachable
+        // servers; a server that answers one is reachable again for requests too.
         let mut s = connect(addr, cfg)?;
+        super::down::answered(addr);
         let meta = RemoteStore::request_meta(req, false);
         let send = (|| -> std::result::Result<(), WireError> {
             s.wire.send(Kind::Watch, 0, 1, &meta, &[])?;
