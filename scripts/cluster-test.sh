@@ -9,6 +9,16 @@
 #            on n2 are held by exactly two servers, retrieve byte-identical on n3 and list on n4;
 #   mount    one `haar mount` per node over all servers (scripts/slurm-mount.sh): a file
 #            written on n1 reads byte-identical on n3, and every mount is gone after the job;
+#   stage    `#HAAR stage_in /shared/... local:...` in a 4-node sbatch job (submitted by an
+#            unprivileged user) lands on every node's /mnt/pmem0, byte-identical, and
+#            `spread=GLOB` deals the matching files round-robin (each on exactly one node); every
+#            task has $HAAR_STAGE_LOCAL; `#HAAR stage_out local:...` gathers from every node into
+#            DST/NODE, and the node-local copies are torn down; a stage-in that fails on one node
+#            (n3) fails the job before its script runs, naming n3, and is torn down on the others;
+#            a workflow: a 2-node producer persists node-local data (`#HAAR persist store`, on
+#            every node) and stages a product out; its consumer, submitted by `haar stage
+#            submit --after`, runs on the producer's nodes and reads the persisted data there;
+#            a second consumer on the other nodes stages the producer's gathered product in;
 #   kill     K times: a workflow of producers (one per node, replicas 2, a flush per field) runs
 #            under sbatch --no-kill; at a random moment one node holding fields (n2..n4: n1 runs
 #            the batch script) is killed whole (scripts/vcluster.sh kill: its PID namespace
@@ -20,7 +30,7 @@
 #
 # Usage (root): scripts/cluster-test.sh [--kills K] [--haar PATH] [--only LIST] [--keep]
 #   --kills K   node kills (default 10; the long run: --kills 100 --only kill)
-#   --only LIST comma-separated subset of slurm,serve,mount,kill
+#   --only LIST comma-separated subset of slurm,stage,serve,mount,kill
 #   --keep      leave the cluster up (and its logs in /run/haar-vcluster) at the end
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -29,7 +39,7 @@ V=$here/vcluster.sh
 nodebin=${HAAR_VCLUSTER_DIR:-/run/haar-vcluster}/bin
 haar=$here/../target/release/haar
 kills=10
-only=slurm,serve,mount,kill
+only=slurm,stage,serve,mount,kill
 keep=0
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -144,6 +154,156 @@ JOB
     read=$(on n1 srun -N1 -w n3 bash -c "md5sum < $W/shared-$tag")
     [ "$wrote" = "$read" ] || fail "$W/shared-$tag written on n1 ($wrote) reads differently on n3 ($read)"
     pass "/mnt/pmem0 is private to each node; /shared (GlusterFS) written on n1 reads byte-identical on n3"
+}
+
+# ---------------------------------------------------------------------------------------------
+# Per-node staging (burst_buffer.lua + slurm/haar-node.sh as Prolog, TaskProlog, Epilog), as
+# an unprivileged user (Slurm refuses burst buffers to root's jobs).
+STAGE_USER=haarstage
+as_stage_user() { # NODE CMD...
+    local node=$1; shift
+    on "$node" setpriv --reuid=$STAGE_USER --regid="$(id -g $STAGE_USER)" --clear-groups "$@"
+}
+run_job_as_user() { # SCRIPT LIMIT: like run_job, submitted by $STAGE_USER from $W/stage
+    local script=$1 limit=$2 jid
+    jid=$(as_stage_user n1 bash -c "cd $W/stage && sbatch --parsable $script") || fail "sbatch $script (as $STAGE_USER)"
+    for _ in $(seq $((limit * 5))); do
+        [ -z "$(on n1 squeue -h -j "$jid" -o %T 2>/dev/null)" ] && { echo "$jid"; return 0; }
+        sleep 0.2
+    done
+    on n1 scancel "$jid" || true
+    fail "job $jid ($script) still there after $limit s: $(on n1 scontrol show job "$jid" | grep -o 'JobState=.*Reason=[^ ]*')"
+}
+test_stage() {
+    local S=$W/stage jid out t0=$SECONDS
+    id -u $STAGE_USER >/dev/null 2>&1 || useradd --no-create-home --shell /bin/bash $STAGE_USER
+    on n1 bash -c "rm -rf $S && mkdir -p $S/in/members && head -c 3000000 /dev/urandom > $S/in/common.bin \
+        && for m in 0 1 2 3 4 5 6 7; do head -c \$((50000 + m * 1000)) /dev/urandom > $S/in/members/m\$m.grib; done \
+        && echo not a member > $S/in/members/readme.txt && chown -R $STAGE_USER $S"
+    local sum
+    sum=$(on n1 md5sum "$S/in/common.bin" | cut -c1-32)
+    # shellcheck disable=SC2016
+    as_stage_user n1 bash -c "cat > $S/stage.sh" <<'JOB'
+#!/bin/bash
+#SBATCH -N 4
+#SBATCH -o stage-%j.out
+#HAAR stage_in  shared:ct/stage/in/common.bin local:ct-%j/common.bin
+#HAAR stage_in  shared:ct/stage/in/members local:ct-%j/members spread=m*.grib
+#HAAR stage_out local:ct-%j/out shared:ct/stage/out/%j
+echo "BATCH $(hostname) LOCAL=$HAAR_STAGE_LOCAL"
+srun -N 4 --ntasks-per-node=1 bash -c 'echo "NODE $(hostname) LOCAL=$HAAR_STAGE_LOCAL COMMON=$(md5sum < $HAAR_STAGE_LOCAL/common.bin | cut -c1-32) MEMBERS=$(cd $HAAR_STAGE_LOCAL/members && ls | paste -sd,)"
+  mkdir -p $HAAR_STAGE_LOCAL/out && hostname > $HAAR_STAGE_LOCAL/out/host && cp $HAAR_STAGE_LOCAL/common.bin $HAAR_STAGE_LOCAL/out/'
+JOB
+    jid=$(run_job_as_user stage.sh 60)
+    out=$(on n1 cat "$S/stage-$jid.out" 2>&1)
+    printf '    job: %s\n' "${out//$'\n'/$'\n'    job: }" >&2
+    [ "$(job_state "$jid")" = COMPLETED ] || fail "stage job $jid: $(job_state "$jid"): $out"
+    grep -qx "BATCH n1 LOCAL=/mnt/pmem0/ct-$jid" <<<"$out" || fail "the batch script's HAAR_STAGE_LOCAL is not /mnt/pmem0/ct-$jid"
+    local node members=''
+    for node in n1 n2 n3 n4; do
+        local line
+        line=$(grep "^NODE $node " <<<"$out") || fail "no task ran on $node"
+        grep -q " LOCAL=/mnt/pmem0/ct-$jid " <<<"$line" || fail "$node: HAAR_STAGE_LOCAL wrong: $line"
+        grep -q " COMMON=$sum " <<<"$line" || fail "$node: common.bin not staged in byte-identical: $line"
+        members+=${line##*MEMBERS=},
+        [ "$(tr ',' '\n' <<<"${line##*MEMBERS=}" | grep -c .)" = 2 ] || fail "$node: spread gave it not 2 of 8 members: $line"
+    done
+    [ "$(tr ',' '\n' <<<"$members" | grep . | sort | paste -sd,)" = "m0.grib,m1.grib,m2.grib,m3.grib,m4.grib,m5.grib,m6.grib,m7.grib" ] \
+        || fail "spread=m*.grib: members over the nodes are '$members', not m0..m7 each once (readme.txt excluded)"
+    pass "stage_in on every node of a 4-node job: byte-identical on each /mnt/pmem0, spread=m*.grib dealt 2 of 8 members to each, HAAR_STAGE_LOCAL=/mnt/pmem0/ct-$jid in every task"
+    for node in n1 n2 n3 n4; do
+        [ "$(on n1 cat "$S/out/$jid/$node/host" 2>&1)" = "$node" ] || fail "stage_out: $S/out/$jid/$node/host does not say $node"
+        [ "$(on n1 md5sum "$S/out/$jid/$node/common.bin" | cut -c1-32)" = "$sum" ] || fail "stage_out: $node's common.bin differs"
+    done
+    local left
+    left=$(on n1 srun -N 4 --ntasks-per-node=1 bash -c "ls -d /mnt/pmem0/ct-$jid 2>/dev/null; true" | sort -u | paste -sd' ')
+    [ -z "$left" ] || fail "teardown left on the nodes' /mnt/pmem0/ct-$jid: $left"
+    pass "stage_out gathered every node's output into out/$jid/n1..n4, byte-identical; nothing left on the nodes"
+
+    # One node refuses the stage-in: a root-owned 0700 directory where the file must go.
+    on n1 srun -N 1 -w n3 bash -c "mkdir -p /mnt/pmem0/ct-fail && chmod 0700 /mnt/pmem0/ct-fail"
+    # shellcheck disable=SC2016
+    as_stage_user n1 bash -c "cat > $S/fail.sh" <<'JOB'
+#!/bin/bash
+#SBATCH -N 4
+#SBATCH -o fail-%j.out
+#HAAR stage_in shared:ct/stage/in/common.bin local:ct-fail/common.bin
+echo SCRIPT-RAN
+JOB
+    jid=$(run_job_as_user fail.sh 60)
+    out=$(on n1 cat "$S/fail-$jid.out" 2>&1)
+    printf '    job: %s\n' "${out//$'\n'/$'\n'    job: }" >&2
+    [ "$(job_state "$jid")" = FAILED ] || fail "job $jid whose stage-in failed on n3 ended $(job_state "$jid"), not FAILED: $out"
+    grep -q 'SCRIPT-RAN' <<<"$out" && fail "job $jid ran its script although its stage-in failed on n3"
+    grep -q 'stage-in failed on node n3: #HAAR stage_in shared:ct/stage/in/common.bin local:ct-fail/common.bin' <<<"$out" \
+        || fail "job $jid's output does not name n3 and the directive: $out"
+    left=$(on n1 srun -N 4 --ntasks-per-node=1 bash -c 'ls -A /mnt/pmem0/ct-fail 2>/dev/null; true' | sort -u | paste -sd' ')
+    [ -z "$left" ] || fail "the other nodes kept what the failed job staged in: $left"
+    on n1 srun -N 1 -w n3 rmdir /mnt/pmem0/ct-fail
+    pass "a stage-in refused on n3 failed job $jid (FAILED, script not run) naming n3 and the directive; torn down on n1, n2, n4"
+    test_workflow
+    say "stage checks: $((SECONDS - t0)) s"
+}
+
+# Producer -> consumers (docs/staging.md, "Workflows"), with per-node staging.
+test_workflow() {
+    local S=$W/stage p c1 c2 out
+    # shellcheck disable=SC2016
+    as_stage_user n1 bash -c "cat > $S/producer.sh" <<'JOB'
+#!/bin/bash
+#SBATCH -N 2
+#SBATCH -o producer-%j.out
+#HAAR stage_in  shared:ct/stage/in/common.bin local:wf/common.bin
+#HAAR persist   store local:wf
+#HAAR stage_out local:wf/product shared:ct/stage/wf-%j
+srun -N 2 --ntasks-per-node=1 bash -c 'echo "$(hostname) $(md5sum < $HAAR_STAGE_LOCAL/common.bin | cut -c1-32)" > $HAAR_STAGE_LOCAL/product'
+JOB
+    # shellcheck disable=SC2016
+    as_stage_user n1 bash -c "cat > $S/consumer.sh" <<'JOB'
+#!/bin/bash
+#SBATCH -N 2
+#SBATCH -o consumer-%j.out
+srun -N 2 --ntasks-per-node=1 bash -c 'echo "CONSUMER $(hostname) READ $(cat /mnt/pmem0/wf/product)"'
+JOB
+    p=$(as_stage_user n1 bash -c "cd $S && sbatch --parsable producer.sh") || fail "sbatch producer.sh"
+    c1=$(as_stage_user n1 bash -c "cd $S && haar stage submit --after $p -- --parsable consumer.sh" 2>/tmp/submit.err) \
+        || fail "haar stage submit --after $p: $(cat /tmp/submit.err)"
+    c1=${c1%%;*}
+    local pnodes
+    pnodes=$(on n1 scontrol show job "$p" | grep -o ' NodeList=[^ ]*' | cut -d= -f2)
+    # shellcheck disable=SC2016
+    as_stage_user n1 bash -c "cat > $S/consumer2.sh" <<JOB
+#!/bin/bash
+#SBATCH -N 2
+#SBATCH -o consumer2-%j.out
+#HAAR stage_in shared:ct/stage/wf-$p local:wf2-%j/in
+srun -N 2 --ntasks-per-node=1 bash -c 'echo "CONSUMER2 \$(hostname) READ \$(cat \$HAAR_STAGE_LOCAL/in/* | sort | paste -sd" ")"'
+JOB
+    c2=$(as_stage_user n1 bash -c "cd $S && sbatch --parsable --dependency=afterok:$p --exclude=$pnodes consumer2.sh") || fail "sbatch consumer2.sh"
+    for _ in $(seq 300); do
+        [ -z "$(on n1 squeue -h -j "$p,$c1,$c2" -o %T 2>/dev/null)" ] && break
+        sleep 0.2
+    done
+    [ "$(job_state "$p")" = COMPLETED ] || fail "producer $p: $(job_state "$p"): $(on n1 cat "$S/producer-$p.out")"
+    out=$(on n1 cat "$S/consumer-$c1.out" 2>&1)
+    printf '    consumer: %s\n' "${out//$'\n'/$'\n'    consumer: }" >&2
+    [ "$(job_state "$c1")" = COMPLETED ] || fail "consumer $c1: $(job_state "$c1"): $out"
+    [ "$(on n1 scontrol show job "$c1" | grep -o ' NodeList=[^ ]*' | cut -d= -f2)" = "$pnodes" ] \
+        || fail "consumer $c1 did not run on the producer's nodes $pnodes"
+    local sum node
+    sum=$(on n1 md5sum "$S/in/common.bin" | cut -c1-32)
+    for node in $(on n1 scontrol show hostnames "$pnodes"); do
+        grep -qx "CONSUMER $node READ $node $sum" <<<"$out" || fail "consumer on $node did not read what the producer persisted there: $out"
+    done
+    pass "haar stage submit --after $p placed consumer $c1 on the producer's nodes $pnodes; each read the data the producer persisted on it"
+    out=$(on n1 cat "$S/consumer2-$c2.out" 2>&1)
+    printf '    consumer2: %s\n' "${out//$'\n'/$'\n'    consumer2: }" >&2
+    [ "$(job_state "$c2")" = COMPLETED ] || fail "consumer2 $c2: $(job_state "$c2"): $out"
+    local want
+    want=$(for node in $(on n1 scontrol show hostnames "$pnodes"); do echo "$node $sum"; done | sort | paste -sd' ')
+    [ "$(grep -c "^CONSUMER2 n[0-9] READ $want\$" <<<"$out")" = 2 ] \
+        || fail "consumer2 on the other nodes did not stage in the products gathered from $pnodes ($want): $out"
+    pass "consumer2 $c2 on the other nodes staged in the producer's products, gathered from each of its nodes"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -462,5 +622,6 @@ test_kills() {
 }
 
 want slurm && test_slurm
+want stage && test_stage
 if want serve || want mount; then test_serve_mount "$(want mount && echo 1 || echo 0)"; fi
 if want kill; then test_kills "$kills"; fi

@@ -108,6 +108,8 @@ if [ "$NAME" = storage ]; then
     cp -a /var/lib/glusterd/groups /var/lib/glusterd/hooks "$RUN/local/glusterd/" 2>/dev/null || true
     mount --bind "$RUN/local/glusterd" /var/lib/glusterd
     mount --bind "$RUN/local/glusterlog" /var/log/glusterfs
+    # Small: only the burst-buffer hook writes here (its `persist init`), never in the host dir.
+    mount -t tmpfs -o "size=16m,mode=1777" "pmem0-$NAME" /mnt/pmem0
 else
     mount -t tmpfs -o "size=$PMEM_SIZE,mode=1777" "pmem0-$NAME" /mnt/pmem0
 fi
@@ -124,13 +126,15 @@ mkdir -p "$RUN/local/state" "$RUN/local/spool"
 munged --socket="$RUN/local/munge.socket.2" --key-file="$RUN/etc/munge.key" \
     --pid-file="$RUN/local/munged.pid" --log-file="$RUN/local/munged.log" \
     --seed-file="$RUN/local/munge.seed" --force
+# Every node mounts /shared, the controller too: the burst-buffer hook keeps each job
+# staging plan there, for its compute nodes (burst_buffer_haar.conf: state).
+glusterfs --volfile-server=storage --volfile-id=shared \
+    --log-file="$RUN/local/glusterfs-client.log" /shared
+for _ in $(seq 100); do mountpoint -q /shared && break; sleep 0.1; done
+mountpoint -q /shared || { echo "$NAME: /shared did not mount; see $RUN/node/$NAME/glusterfs-client.log" >&2; exit 1; }
 if [ "$NAME" = storage ]; then
     slurmctld
 else
-    glusterfs --volfile-server=storage --volfile-id=shared \
-        --log-file="$RUN/local/glusterfs-client.log" /shared
-    for _ in $(seq 100); do mountpoint -q /shared && break; sleep 0.1; done
-    mountpoint -q /shared || { echo "$NAME: /shared did not mount; see $RUN/node/$NAME/glusterfs-client.log" >&2; exit 1; }
     slurmd
 fi
 '
@@ -207,6 +211,14 @@ SlurmdUser=root
 ReturnToService=2
 MpiDefault=none
 JobAcctGatherType=jobacct_gather/none
+# haar's staging (docs/staging.md, "Per-node staging"): #HAAR directives checked at sbatch and
+# shared-FS transfers by burst_buffer.lua in slurmctld; node-local ones on every node of the
+# job by its Prolog (at allocation), TaskProlog (HAAR_STAGE_LOCAL) and Epilog.
+BurstBufferType=burst_buffer/lua
+PrologFlags=Alloc
+Prolog=$RUN/bin/haar-prolog.sh
+TaskProlog=$RUN/bin/haar-taskprolog.sh
+Epilog=$RUN/bin/haar-epilog.sh
 # A dead node is seen within seconds (the node-failure tests kill whole nodes).
 SlurmdTimeout=5
 MessageTimeout=3
@@ -219,6 +231,22 @@ CONF
         echo "PartitionName=batch Nodes=n[1-$n] Default=YES MaxTime=INFINITE State=UP OverSubscribe=FORCE"
     } > "$RUN/etc/slurm/slurm.conf"
     printf 'CgroupPlugin=cgroup/v1\n' > "$RUN/etc/slurm/cgroup.conf"
+    cat > "$RUN/etc/slurm/burst_buffer.conf" <<CONF
+Directive=HAAR
+Flags=TeardownFailure
+StageInTimeout=300
+StageOutTimeout=300
+OtherTimeout=300
+CONF
+    cat > "$RUN/etc/slurm/burst_buffer_haar.conf" <<CONF
+haar = $RUN/bin/haar
+config = /etc/haar/haar.yaml
+state = /shared/.haar-stage
+setpriv = $(command -v setpriv)
+scancel = $(command -v scancel)
+per_node = local
+node_state = /run/haar-stage
+CONF
 }
 
 # Directories the nodes mount over, created on the host when missing and removed by `down`.
@@ -244,7 +272,7 @@ cmd_up() {
     if [ "$n" -lt 1 ] || [ "$n" -gt 8 ]; then die "up: N must be 1..8 (got $n)"; fi
     [ "$(id -u)" = 0 ] || die "needs root (namespaces, mounts, slurmd)"
     local t
-    for t in unshare nsenter setsid ip tc munged slurmctld slurmd sinfo glusterd gluster glusterfs mountpoint; do
+    for t in unshare nsenter setsid ip tc munged slurmctld slurmd sinfo glusterd gluster glusterfs mountpoint setpriv; do
         command -v $t >/dev/null || die "$t missing: run scripts/setup.sh (iproute2, munge, slurm-wlm, glusterfs-server, glusterfs-client)"
     done
     if [ -d "$RUN" ]; then
@@ -266,6 +294,12 @@ cmd_up() {
     # The Slurm launch scripts, where every node sees them: a checkout under /tmp is hidden by
     # each node's private /tmp (a clean-clone CI run in /tmp/clean found it).
     cp "$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"/slurm-{serve,mount}.sh "$RUN/bin/"
+    # haar's staging hooks: the Lua one beside slurm.conf, the node ones (one script, three
+    # names) where every node sees them.
+    cp "$here/../slurm/burst_buffer.lua" "$RUN/etc/slurm/"
+    cp "$here/../slurm/haar-node.sh" "$RUN/bin/"
+    local part
+    for part in prolog taskprolog epilog; do ln -sf haar-node.sh "$RUN/bin/haar-$part.sh"; done
     host_dir /shared
     host_dir /mnt/pmem0
     host_dir /etc/haar

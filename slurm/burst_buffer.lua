@@ -64,7 +64,8 @@ local function read_settings()
 		for line in f:lines() do
 			local k, v = line:match("^%s*([%w_]+)%s*=%s*(.-)%s*$")
 			if k and not line:match("^%s*#") then
-				s[k] = v
+				-- A trailing comment (`key = value   # why`), as docs/staging.md writes them.
+				s[k] = (v:gsub("%s+#.*$", ""))
 			end
 		end
 		f:close()

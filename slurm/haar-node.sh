@@ -27,7 +27,8 @@ haar=/usr/local/bin/haar config=/etc/haar/haar.yaml state=/var/spool/slurm/haar-
 setpriv=/usr/bin/setpriv node_state=/run/haar-stage
 if [ -r "$conf" ]; then
     while IFS='=' read -r k v; do
-        k=${k//[[:space:]]/}; v=${v#"${v%%[![:space:]]*}"}; v=${v%"${v##*[![:space:]]}"}
+        # Blanks around the value and a trailing comment (`key = value   # why`) go.
+        k=${k//[[:space:]]/}; v=${v%%[[:space:]]#*}; v=${v#"${v%%[![:space:]]*}"}; v=${v%"${v##*[![:space:]]}"}
         case "$k" in haar|config|state|setpriv|node_state) printf -v "$k" '%s' "$v" ;; esac
     done < <(grep -v '^[[:space:]]*#' "$conf")
 fi
