@@ -792,7 +792,8 @@ fn compact_merges_without_changing_any_answer() {
 
 /// Reads never create or re-create a store (issue 14): list, retrieve, axes and info on a
 /// root where nothing was archived exit 2 naming it, and leave no pool file or directory; a
-/// pool file cut to 0 bytes is not re-created by a retrieve.
+/// pool file cut to 0 bytes under a catalogue that names a database is damage (exit 3, issue
+/// 27), not re-created by a retrieve.
 #[test]
 fn reads_never_create_a_store() {
     let tmp = tempfile::tempdir().unwrap();
@@ -822,8 +823,8 @@ fn reads_never_create_a_store() {
         "pmem",
         &["retrieve", "class=od,param=167", "-o", "/dev/null"],
     );
-    assert_eq!(code(&o), 2, "{}", stderr(&o));
-    assert!(stderr(&o).contains("empty"), "{}", stderr(&o));
+    assert_eq!(code(&o), 3, "{}", stderr(&o));
+    assert!(stderr(&o).contains("truncated"), "{}", stderr(&o));
     assert_eq!(std::fs::metadata(pool.join("haar.pool")).unwrap().len(), 0);
 }
 
@@ -867,8 +868,8 @@ fn retrieve_of_a_field_in_damaged_bytes_exits_3_naming_the_file() {
     ));
 }
 
-/// A damaged `db.key` does not make its database vanish (issue 14): `list` warns and `info`
-/// reports it, naming the file, on both backends.
+/// A damaged `db.key` does not make its database vanish (issue 14): `list` and `info` name
+/// the file and fail with exit 3 (issue 27: damage is never a clean exit), on both backends.
 #[test]
 fn a_damaged_db_key_is_reported_not_hidden() {
     let tmp = tempfile::tempdir().unwrap();
@@ -890,9 +891,12 @@ fn a_damaged_db_key_is_reported_not_hidden() {
         std::fs::write(&key, b"garbage").unwrap();
         let o = haar(&root, backend, &["list", "class=od"]);
         let err = stderr(&o);
+        assert_eq!(code(&o), 3, "{backend}: {err}");
         assert!(err.contains(&key.display().to_string()), "{backend}: {err}");
         assert!(err.contains("damaged"), "{backend}: {err}");
-        let text = ok(&haar(&root, backend, &["info"]));
+        let o = haar(&root, backend, &["info"]);
+        assert_eq!(code(&o), 3, "{backend}: {}", stderr(&o));
+        let text = String::from_utf8_lossy(&o.stdout);
         assert!(
             text.contains(&key.display().to_string()),
             "{backend}: {text}"

@@ -65,6 +65,13 @@ pub trait Backend: Send + Sync {
     /// Removes `db` and its bytes; fails with [`crate::Error::Busy`] while any writer holds it.
     fn wipe_database(&self, db: &Key) -> Result<()>;
 
+    /// Gives back the space reserve (design §4.7) of the file system that holds `db`, so that
+    /// a wipe or purge that found it full can write its few records; returns whether there was
+    /// one to give. Writers take it again when there is room. Backends without one: `false`.
+    fn release_reserve(&self, _db: &Key) -> bool {
+        false
+    }
+
     /// Files and directories in `db`'s storage that haar did not write (FDB5 calls a database
     /// holding such files "unclean"): [`Backend::wipe_database`] would delete them with the
     /// database, so a wipe refuses unless the caller asks for it (`--unsafe-wipe-all`). Empty
@@ -121,6 +128,14 @@ pub trait Exclusive: Send {
     /// A writer whose [`DbWriter::commit`] replaces the whole commit log of the database with
     /// the one (snapshot) segment it commits, atomically for readers.
     fn snapshot_writer(&mut self) -> Result<Box<dyn DbWriter>>;
+
+    /// Frees the data objects `dead` before the snapshot is written, so that a purge makes
+    /// room first on a full file system; only masked or wiped entries may name them (no reader
+    /// follows those). Returns the bytes freed; backends whose objects share one space (pmem,
+    /// memory) free nothing here.
+    fn discard(&mut self, _dead: &HashSet<u64>) -> Result<u64> {
+        Ok(0)
+    }
 
     /// Frees every data object not in `live` and every index structure the snapshot made
     /// obsolete; returns the bytes freed. Call after the snapshot is committed.

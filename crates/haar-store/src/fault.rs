@@ -107,6 +107,9 @@ impl Backend for FaultyBackend {
     fn wipe_database(&self, db: &Key) -> Result<()> {
         self.inner.wipe_database(db)
     }
+    fn release_reserve(&self, db: &Key) -> bool {
+        self.inner.release_reserve(db)
+    }
     fn unowned_files(&self, db: &Key) -> Result<Vec<std::path::PathBuf>> {
         self.inner.unowned_files(db)
     }

@@ -176,6 +176,14 @@ pub trait FieldStore: Send {
     }
 }
 
+/// Whether a problem that [`FieldStore::problems`] or [`FieldStore::stats`] reports is damage
+/// (an unreadable index, `toc`, commit slot or `db.key`: what it hides may be any field), as
+/// against a note on a database another program wrote under the store's roots (FDB5's), which
+/// haar never reads. A listing with damage is incomplete and faces fail with it (exit 3).
+pub fn is_damage(problem: &str) -> bool {
+    !problem.contains(crate::posix::FDB5_DATABASE)
+}
+
 /// The problems of per-database statistics, each prefixed with its database (as
 /// [`FieldStore::problems`] reports them).
 pub fn problems_of(stats: Vec<DbStats>) -> Vec<String> {

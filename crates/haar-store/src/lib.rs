@@ -19,6 +19,7 @@ pub mod memory;
 pub mod perm;
 pub mod pmem;
 pub mod posix;
+pub mod reserve;
 mod run;
 pub mod store;
 

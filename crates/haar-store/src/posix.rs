@@ -270,10 +270,14 @@ pub(crate) fn is_fdb5_database(dir: &Path) -> bool {
     dir.join("toc").is_file() && !dir.join("db.key").exists()
 }
 
+/// The words that mark a listing's problem as a database FDB5 wrote under a haar root: a
+/// note, not damage ([`crate::frontend::is_damage`]).
+pub(crate) const FDB5_DATABASE: &str = "is a database FDB5 wrote";
+
 /// What to say of a database FDB5 wrote under a haar root.
 pub(crate) fn fdb5_database_message(dir: &Path) -> String {
     format!(
-        "{} is a database FDB5 wrote (its TOC layout), not haar's: haar neither reads nor \
+        "{} {FDB5_DATABASE} (its TOC layout), not haar's: haar neither reads nor \
          writes it; copy it into a haar store with `haar import-fdb5`, or give haar (or FDB5) \
          another root",
         dir.display()
@@ -421,31 +425,35 @@ impl Backend for PosixBackend {
         };
         let lock = open_lock(&dir)?;
         flock_exclusive_patiently(&lock).map_err(|_| busy(db, &dir, "writers hold it"))?;
-        let toc_path = dir.join("toc");
-        let mut toc = OpenOptions::new()
-            .append(true)
-            .open(&toc_path)
-            .map_err(|e| Error::io("open", &toc_path, e))?;
-        let rec = CommitRecord {
-            kind: RECORD_WIPED,
-            writer: 0,
-            offset: 0,
-            length: 0,
-            segment_crc: 0,
-            time_ns: now_ns(),
-        };
-        toc.write_all(&rec.encode())
-            .map_err(|e| Error::io("write", &toc_path, e))?;
-        // The wipe record is the commit point: durable before the wipe is reported, whether or
-        // not the rename below reaches the disk.
-        sync(&toc, &toc_path, self.fsync)?;
+        // The rename is the commit point (design §4.6): it writes no byte, so a full file
+        // system cannot stop it; readers find the `toc` path gone and drop the database.
         let parent = dir.parent().unwrap_or(Path::new("/"));
-        let grave = parent.join(format!(".wiped-{:016x}", random_u64()));
+        let grave = parent.join(format!("{GRAVE_PREFIX}{:016x}", random_u64()));
         fs::rename(&dir, &grave).map_err(|e| Error::io("rename", &dir, e))?;
         sync_dir(parent, self.fsync)?;
         drop(lock);
-        fs::remove_dir_all(&grave).map_err(|e| Error::io("remove", &grave, e))?;
+        remove_grave(&grave)?;
+        // What a crash between an earlier wipe's rename and its removal left (best effort:
+        // another wipe may be removing it right now).
+        for ent in fs::read_dir(parent).into_iter().flatten().flatten() {
+            if ent
+                .file_name()
+                .as_encoded_bytes()
+                .starts_with(GRAVE_PREFIX.as_bytes())
+            {
+                let _ = remove_grave(&ent.path());
+            }
+        }
         Ok(())
+    }
+
+    fn release_reserve(&self, db: &Key) -> bool {
+        let root = match self.find(db) {
+            Ok(Some(dir)) => dir.parent().map(Path::to_path_buf),
+            _ => None,
+        };
+        let root = root.unwrap_or_else(|| self.ranked_roots(&format::db_dir_name(db))[0].clone());
+        crate::reserve::release(&root)
     }
 
     fn data_path(&self, db: &Key, data: &DataRef) -> Result<Option<PathBuf>> {
@@ -505,6 +513,24 @@ impl Backend for PosixBackend {
     }
 }
 
+/// What a wiped database directory is renamed to before it is deleted (design §4.6).
+const GRAVE_PREFIX: &str = ".wiped-";
+
+/// Deletes a wiped database's directory; another process deleting it at the same time (a
+/// wipe clearing leftovers) is no error.
+fn remove_grave(grave: &Path) -> Result<()> {
+    match fs::remove_dir_all(grave) {
+        Err(e) if grave.exists() && e.kind() != io::ErrorKind::NotFound => {
+            // Entries vanishing under us: once more, then it is an error.
+            fs::remove_dir_all(grave).or_else(|e| match grave.exists() {
+                false => Ok(()),
+                true => Err(Error::io("remove", grave, e)),
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
 struct PosixExclusive {
     dir: PathBuf,
     _lock: File,
@@ -517,6 +543,20 @@ impl Exclusive for PosixExclusive {
         let w = PosixWriter::new(self.dir.clone(), None, self.fsync, true)?;
         self.snapshot_writer = Some(w.id);
         Ok(Box::new(w))
+    }
+
+    fn discard(&mut self, dead: &HashSet<u64>) -> Result<u64> {
+        let mut freed = 0;
+        for id in dead {
+            let path = self.dir.join(format!("{id:016x}.data"));
+            let len = fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+            match fs::remove_file(&path) {
+                Ok(()) => freed += len,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io("remove", &path, e)),
+            }
+        }
+        Ok(freed)
     }
 
     fn reclaim(&mut self, live: &HashSet<u64>) -> Result<u64> {
@@ -563,6 +603,21 @@ struct PosixWriter {
     toc_path: PathBuf,
     /// Replace the whole toc on commit (purge snapshot).
     replace_toc: bool,
+    /// A commit record was (or may have been) written: its files may be named, and stay.
+    toc_attempted: bool,
+}
+
+impl Drop for PosixWriter {
+    /// A writer that never reached `toc` leaves files nothing names (its process failed before
+    /// its first flush, e.g. on a full file system): they are deleted, giving the space back.
+    fn drop(&mut self) {
+        if !self.toc_attempted {
+            let _ = fs::remove_file(&self.data_path);
+            if let Some((_, path, _)) = &self.index {
+                let _ = fs::remove_file(path);
+            }
+        }
+    }
 }
 
 fn create_excl(path: &Path) -> Result<File> {
@@ -603,6 +658,7 @@ impl PosixWriter {
             toc,
             toc_path,
             replace_toc,
+            toc_attempted: false,
         })
     }
 
@@ -613,8 +669,15 @@ impl PosixWriter {
             let mut f = create_excl(&tmp)?;
             let mut all = format::encode_toc_header().to_vec();
             all.extend_from_slice(&bytes);
-            f.write_all(&all).map_err(|e| Error::io("write", &tmp, e))?;
-            sync(&f, &tmp, self.fsync)?;
+            let written = f
+                .write_all(&all)
+                .map_err(|e| Error::io("write", &tmp, e))
+                .and_then(|_| sync(&f, &tmp, self.fsync));
+            if let Err(e) = written {
+                let _ = fs::remove_file(&tmp);
+                return Err(e);
+            }
+            self.toc_attempted = true;
             fs::rename(&tmp, &self.toc_path).map_err(|e| Error::io("rename", &self.toc_path, e))?;
             self.toc = OpenOptions::new()
                 .append(true)
@@ -623,10 +686,12 @@ impl PosixWriter {
             return sync_dir(&self.dir, self.fsync);
         }
         // One write(2) of 64 bytes on an O_APPEND descriptor: all or nothing (design §4.3).
+        // A failed write(2) wrote nothing; a short one may have written part of a record.
         let n = self
             .toc
             .write(&bytes)
             .map_err(|e| Error::io("write", &self.toc_path, e))?;
+        self.toc_attempted = true;
         if n != TOC_RECORD {
             return Err(Error::io(
                 "write",
@@ -693,7 +758,11 @@ impl DbWriter for PosixWriter {
             sync_dir(&self.dir, self.fsync)?;
             self.names_dirty = false;
         }
-        self.write_toc_record(&rec)
+        self.write_toc_record(&rec)?;
+        // After the commit, not before: a wipe that gave the reserve back to write its
+        // tombstones must not have it taken again first (design §4.7).
+        crate::reserve::keep(self.dir.parent().unwrap_or(Path::new("/")));
+        Ok(())
     }
 }
 

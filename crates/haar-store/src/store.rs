@@ -892,28 +892,33 @@ impl Store {
                 report.bytes += fields.iter().map(|f| f.data.length).sum::<u64>();
                 if doit {
                     self.pending.remove(&db);
-                    self.backend.wipe_database(&db)?;
+                    let backend = self.backend.clone();
+                    retry_when_full(&*backend, &db, || backend.wipe_database(&db))?;
                     self.catalogues.lock().unwrap().remove(&db);
                 }
             } else if !fields.is_empty() {
                 report.fields += fields.len();
                 report.bytes += fields.iter().map(|f| f.data.length).sum::<u64>();
                 if doit {
-                    let mut writer = self.backend.open_writer(&db)?;
-                    let mut b = SegmentBuilder::new(0, writer.id(), 0, &db).map_err(|reason| {
-                        Error::BadKey {
-                            key: db.to_string(),
-                            reason: reason.into(),
+                    let backend = self.backend.clone();
+                    retry_when_full(&*backend, &db, || {
+                        let mut writer = backend.open_writer(&db)?;
+                        let mut b =
+                            SegmentBuilder::new(0, writer.id(), 0, &db).map_err(|reason| {
+                                Error::BadKey {
+                                    key: db.to_string(),
+                                    reason: reason.into(),
+                                }
+                            })?;
+                        for f in &fields {
+                            b.push(&Entry::Tombstone {
+                                index: f.index.clone(),
+                                datum: f.datum.clone(),
+                            })
+                            .expect("keys were decoded from storage");
                         }
+                        writer.commit(&b.finish())
                     })?;
-                    for f in &fields {
-                        b.push(&Entry::Tombstone {
-                            index: f.index.clone(),
-                            datum: f.datum.clone(),
-                        })
-                        .expect("keys were decoded from storage");
-                    }
-                    writer.commit(&b.finish())?;
                 }
             }
         }
@@ -940,51 +945,8 @@ impl Store {
                 continue;
             }
             self.pending.remove(&db);
-            let mut ex = self.backend.exclusive(&db)?;
-            // Re-read from scratch under the lock: the view must be complete.
-            let reader = self.backend.open_reader(&db)?.ok_or_else(|| Error::Busy {
-                db: db.to_string(),
-                detail: "wiped during purge".into(),
-            })?;
-            let mut cat = Catalogue::open(&*self.backend, &db, reader, self.opts.merge.threshold)?;
-            let full = cat.full(&*self.backend, &db)?;
-            let mut writer = ex.snapshot_writer()?;
-            let mut b =
-                SegmentBuilder::new(FLAG_SNAPSHOT, writer.id(), 0, &db).map_err(|reason| {
-                    Error::BadKey {
-                        key: db.to_string(),
-                        reason: reason.into(),
-                    }
-                })?;
-            let copy = self.backend.capabilities().reclaims_space;
-            let mut live = HashSet::new();
-            live.insert(writer.id());
-            let mut entries: Vec<(&(Key, Key), &DataRef)> = full.fields.iter().collect();
-            entries.sort_by_key(|(_, r)| (r.object, r.offset));
-            let mut buf = Vec::new();
-            let mut moved = Vec::new();
-            for ((index, datum), data) in entries {
-                let mut r = *data;
-                if copy && full.dead.by_object.get(&data.object).copied().unwrap_or(0) > 0 {
-                    buf.clear();
-                    cat.reader.read(data, &mut buf)?;
-                    r = writer.append(&buf)?;
-                } else {
-                    live.insert(data.object);
-                }
-                moved.push(Entry::Field {
-                    index: index.clone(),
-                    datum: datum.clone(),
-                    data: r,
-                });
-            }
-            for e in &moved {
-                b.push(e).expect("keys were decoded from storage");
-            }
-            writer.commit(&b.finish())?;
-            drop(writer);
-            report.freed_bytes += ex.reclaim(&live)?;
-            drop(ex);
+            let backend = self.backend.clone();
+            report.freed_bytes += retry_when_full(&*backend, &db, || self.purge_db(&db))?;
             self.catalogues.lock().unwrap().remove(&db);
             // The snapshot starts a new base: merge it now rather than make every reader
             // replay it. A failure only leaves reads slower.
@@ -997,6 +959,89 @@ impl Store {
             );
         }
         Ok(report)
+    }
+
+    /// Purges one database under its exclusive lock (design §4.6): frees the data objects
+    /// that hold no live field first, then commits a snapshot of the live fields, copying
+    /// those that share an object with dead ones where the backend reclaims space and the
+    /// storage has room for the copy; returns the bytes freed.
+    fn purge_db(&self, db: &Key) -> Result<u64> {
+        let mut ex = self.backend.exclusive(db)?;
+        // Re-read from scratch under the lock: the view must be complete.
+        let reader = self.backend.open_reader(db)?.ok_or_else(|| Error::Busy {
+            db: db.to_string(),
+            detail: "wiped during purge".into(),
+        })?;
+        let mut cat = Catalogue::open(&*self.backend, db, reader, self.opts.merge.threshold)?;
+        let full = cat.full(&*self.backend, db)?;
+        let copy = self.backend.capabilities().reclaims_space;
+        let mut freed = 0;
+        if copy {
+            let live: HashSet<u64> = full.fields.values().map(|r| r.object).collect();
+            let dead: HashSet<u64> = full
+                .dead
+                .by_object
+                .iter()
+                .filter(|&(o, &n)| n > 0 && !live.contains(o))
+                .map(|(&o, _)| o)
+                .collect();
+            freed += ex.discard(&dead)?;
+        }
+        let live = match self.purge_snapshot(&mut *ex, &cat, &full, db, copy) {
+            // No room to copy: the live fields stay where they are (design §4.6).
+            Err(e) if copy && crate::reserve::is_full(&e) => {
+                self.purge_snapshot(&mut *ex, &cat, &full, db, false)?
+            }
+            r => r?,
+        };
+        freed += ex.reclaim(&live)?;
+        Ok(freed)
+    }
+
+    /// Commits the snapshot of a purge: every live field of `full`, those in objects that
+    /// also hold dead fields copied into the snapshot writer's object when `copy`; returns the
+    /// objects the snapshot names.
+    fn purge_snapshot(
+        &self,
+        ex: &mut dyn crate::backend::Exclusive,
+        cat: &Catalogue,
+        full: &crate::catalogue::Full,
+        db: &Key,
+        copy: bool,
+    ) -> Result<HashSet<u64>> {
+        let mut writer = ex.snapshot_writer()?;
+        let mut b = SegmentBuilder::new(FLAG_SNAPSHOT, writer.id(), 0, db).map_err(|reason| {
+            Error::BadKey {
+                key: db.to_string(),
+                reason: reason.into(),
+            }
+        })?;
+        let mut live = HashSet::new();
+        live.insert(writer.id());
+        let mut entries: Vec<(&(Key, Key), &DataRef)> = full.fields.iter().collect();
+        entries.sort_by_key(|(_, r)| (r.object, r.offset));
+        let mut buf = Vec::new();
+        let mut moved = Vec::new();
+        for ((index, datum), data) in entries {
+            let mut r = *data;
+            if copy && full.dead.by_object.get(&data.object).copied().unwrap_or(0) > 0 {
+                buf.clear();
+                cat.reader.read(data, &mut buf)?;
+                r = writer.append(&buf)?;
+            } else {
+                live.insert(data.object);
+            }
+            moved.push(Entry::Field {
+                index: index.clone(),
+                datum: datum.clone(),
+                data: r,
+            });
+        }
+        for e in &moved {
+            b.push(e).expect("keys were decoded from storage");
+        }
+        writer.commit(&b.finish())?;
+        Ok(live)
     }
 
     /// The damage found in the databases matching `req` (as [`Store::stats`] reports it),
@@ -1050,6 +1095,20 @@ impl Store {
                 }),
         );
         Ok(out)
+    }
+}
+
+/// Runs `op`, a wipe's or purge's change to `db`; when it fails for want of space, gives back
+/// the backend's reserve and runs it once more (design §4.7). `op` must leave nothing visible
+/// when it fails (each is one commit).
+fn retry_when_full<T>(
+    backend: &dyn Backend,
+    db: &Key,
+    mut op: impl FnMut() -> Result<T>,
+) -> Result<T> {
+    match op() {
+        Err(e) if crate::reserve::is_full(&e) && backend.release_reserve(db) => op(),
+        r => r,
     }
 }
 

@@ -144,7 +144,27 @@ fn list(cli: &Cli, a: &ListArgs) -> Result<(), Failure> {
     for p in &problems {
         eprintln!("haar: warning: {p}");
     }
-    Ok(())
+    damage_is_failure(problems.iter(), "the listing above")
+}
+
+/// Corruption is never a clean exit (design §9): when a store reports damage, the command
+/// fails (exit 3) after printing what it could, saying what to do; notes on databases another
+/// program wrote (FDB5's) stay warnings.
+fn damage_is_failure<'a>(
+    problems: impl Iterator<Item = &'a String>,
+    what: &str,
+) -> Result<(), Failure> {
+    let damaged = problems
+        .filter(|p| haar_store::frontend::is_damage(p))
+        .count();
+    if damaged == 0 {
+        return Ok(());
+    }
+    Err(Failure::io(format!(
+        "{what} is incomplete: {damaged} damaged file(s) or database(s), named above, may hold \
+         fields it does not show; restore the named files from a copy, or move the damaged \
+         database away (then wipe it and archive its fields again)"
+    )))
 }
 
 fn retrieve(cli: &Cli, a: &RetrieveArgs) -> Result<(), Failure> {
@@ -451,8 +471,10 @@ fn info(cli: &Cli, a: &InfoArgs) -> Result<(), Failure> {
     if let Some(sp) = &space {
         v["space"] = sp.clone();
     }
+    let damage = || damage_is_failure(dbs.iter().flat_map(|d| &d.problems), "this report");
     if a.json {
-        return outln!("{}", serde_json::to_string_pretty(&v).expect("json"));
+        outln!("{}", serde_json::to_string_pretty(&v).expect("json"))?;
+        return damage();
     }
     outln!(
         "haar {}  (ecCodes {})",
@@ -488,7 +510,8 @@ fn info(cli: &Cli, a: &InfoArgs) -> Result<(), Failure> {
             sp["other_bytes"]
         )?;
     }
-    print_databases(&dbs)
+    print_databases(&dbs)?;
+    damage()
 }
 
 /// One line per database of `info` (live and dead fields and bytes), then its problems.

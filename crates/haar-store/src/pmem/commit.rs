@@ -347,6 +347,9 @@ impl DbWriter for PmemWriter {
             .atomic_u64(OFF_TAIL)
             .fetch_max(i + 1, Ordering::AcqRel);
         self.persist(OFF_TAIL as u64, 8)?;
+        // After the commit: a wipe that gave the reserve back must not have it taken again
+        // before its own commit (design §4.7).
+        crate::reserve::keep(pool.path.parent().unwrap_or(std::path::Path::new("/")));
         Ok(())
     }
 }

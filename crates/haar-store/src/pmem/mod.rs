@@ -103,6 +103,20 @@ impl Default for PmemOptions {
 /// The pool's file name inside its root.
 pub const POOL_FILE: &str = "haar.pool";
 
+/// The header page every pool starts with (design §5.1): a shorter file holds no pool.
+const POOL_HEADER_MIN: u64 = 4096;
+
+/// How many databases the catalogue directory `cat_dir` names (a `db.key` in a
+/// sub-directory, readable or not).
+fn catalogued_databases(cat_dir: &Path) -> usize {
+    fs::read_dir(cat_dir)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter(|e| e.path().join("db.key").exists())
+        .count()
+}
+
 /// Persistent-memory pool backend.
 pub struct PmemBackend {
     pool: Arc<Pool>,
@@ -118,6 +132,33 @@ impl PmemBackend {
     /// Opens the pool in `root`, creating it on first use.
     pub fn open(root: &Path, opts: PmemOptions) -> Result<PmemBackend> {
         let path = root.join(POOL_FILE);
+        // A pool that held databases (its catalogue names them) and is now empty or gone was
+        // truncated or deleted: damage, never "no store", and never re-created over them.
+        let len = fs::metadata(&path).ok().map(|m| m.len());
+        if len.is_none_or(|l| l < POOL_HEADER_MIN) {
+            let named = catalogued_databases(&root.join(crate::posix::CATALOGUE_DIR));
+            if named > 0 {
+                return Err(Error::Corrupt {
+                    what: "pool file",
+                    path,
+                    detail: format!(
+                        "{} while its catalogue ({}) names {named} database(s): the pool was \
+                         truncated or deleted and their fields are lost from it; restore the \
+                         pool file from a copy (its size is in the copy's header, bytes 16..24), \
+                         or, to give the data up, remove {} and the catalogue directory; \
+                         archiving into it would only create an empty pool",
+                        match len {
+                            Some(l) => format!(
+                                "is {l} bytes, shorter than a pool's header ({POOL_HEADER_MIN} bytes)"
+                            ),
+                            None => "is missing".into(),
+                        },
+                        root.join(crate::posix::CATALOGUE_DIR).display(),
+                        root.join(POOL_FILE).display(),
+                    ),
+                });
+            }
+        }
         if !opts.create {
             // A read: the pool must exist, with something in it.
             match fs::metadata(&path) {
@@ -299,6 +340,11 @@ impl PmemBackend {
             .collect())
     }
 
+    /// The directory holding the pool file, its locks, catalogue and space reserve.
+    fn root(&self) -> &Path {
+        self.pool.path.parent().unwrap_or(Path::new("/"))
+    }
+
     fn lock_file(&self, db: &Key) -> Result<File> {
         let path = self.lock_dir.join(format::db_dir_name(db));
         crate::perm::create_options()
@@ -442,6 +488,10 @@ impl Backend for PmemBackend {
             Err(e) => return Err(Error::io("remove", &dir, e)),
         }
         reclaimed.map(|_| ())
+    }
+
+    fn release_reserve(&self, _db: &Key) -> bool {
+        crate::reserve::release(self.root())
     }
 
     fn data_path(&self, db: &Key, _data: &crate::format::DataRef) -> Result<Option<PathBuf>> {

@@ -304,6 +304,20 @@ impl Pool {
         if stored != header_crc(h) {
             return Err(corrupt(path, "header checksum mismatch"));
         }
+        // The header records the length the file grew to (after growing it): a shorter file
+        // was truncated outside haar, and what lay beyond is gone.
+        let recorded = u64::from_le_bytes(h[OFF_LEN..OFF_LEN + 8].try_into().unwrap());
+        if recorded > len as u64 {
+            return Err(Error::Corrupt {
+                what: "pool file",
+                path: path.to_path_buf(),
+                detail: format!(
+                    "is {len} bytes but its header records {recorded}: it was truncated \
+                     outside haar and the fields beyond byte {len} are lost; restore the \
+                     file from a copy (do not archive into it)"
+                ),
+            });
+        }
         let heap_start =
             u64::from_le_bytes(h[OFF_HEAP_START..OFF_HEAP_START + 8].try_into().unwrap());
         let nslots = u64::from_le_bytes(h[OFF_NSLOTS..OFF_NSLOTS + 8].try_into().unwrap());
