@@ -61,6 +61,9 @@
 // The axes of a request: keywords, each with its values. Opaque; one thread at a time.
 typedef struct haar_axes_t haar_axes_t;
 
+// The values `haar_extract` found. Opaque; one thread at a time.
+typedef struct haar_extract_t haar_extract_t;
+
 // A key being built: keyword=value pairs in order. Opaque.
 typedef struct haar_key_t haar_key_t;
 
@@ -493,6 +496,52 @@ int haar_key_add(haar_key_t *key, const char *keyword, const char *value);
 // # Safety
 // `key` is NULL or a handle from `haar_key_new`.
 int haar_key_free(haar_key_t *key);
+
+// Extracts from every stored field of `request` (`k=v/v,k=v`, a MARS request, or `@FILE`)
+// the values at `nranges` half-open ranges of grid indices, `ranges[2k]` to `ranges[2k + 1]`
+// (`[i, j)`, as pygribjump counts), and writes the result to `*result` (NULL on failure);
+// free it with `haar_extract_free`. Fields the request names that are not stored are left
+// out (`haar_extract_count` says how many were found). Simple-packed fields are read by
+// range only; other packings are decoded whole (`haar_extract_field`'s `whole_field`).
+//
+// Errors: `HAAR_ERR_INPUT` (bad handle, request or range, a range beyond a field: the message
+// names the field), `HAAR_ERR_STORAGE`.
+//
+// # Safety
+// `h` is a live handle; `request` is NUL-terminated; `ranges` holds `2 * nranges` values;
+// `result` is valid for writes.
+int haar_extract(haar_t *h,
+                 const char *request,
+                 const uint64_t *ranges,
+                 size_t nranges,
+                 haar_extract_t **result);
+
+// The number of fields in an extraction.
+//
+// # Safety
+// `result` is a live extraction; `count` is valid for writes.
+int haar_extract_count(haar_extract_t *result, size_t *count);
+
+// Field `i` of an extraction: `*key` its full key as text, `*values` and `*nvalues` the
+// values of every range in range order (NaN where the field has no value), `*whole_field`
+// (may be NULL) 1 when its packing is not simple and it was decoded whole with ecCodes. The
+// strings and arrays belong to the extraction: valid until `haar_extract_free`.
+//
+// # Safety
+// `result` is a live extraction; `key`, `values` and `nvalues` are valid for writes;
+// `whole_field` is NULL or valid for writes.
+int haar_extract_field(haar_extract_t *result,
+                       size_t i,
+                       const char **key,
+                       const double **values,
+                       size_t *nvalues,
+                       int *whole_field);
+
+// Frees an extraction. NULL is accepted; one already freed gives `HAAR_ERR_INPUT`.
+//
+// # Safety
+// `result` is NULL or an extraction from `haar_extract`.
+int haar_extract_free(haar_extract_t *result);
 
 #ifdef __cplusplus
 }  // extern "C"

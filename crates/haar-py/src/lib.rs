@@ -412,6 +412,44 @@ impl Store {
         })
     }
 
+    /// Values of each field of a selection at half-open index `ranges` `[(i, j), ...]`, or at
+    /// the grid points nearest to `points` `[(lat, lon), ...]`: a list of
+    /// `(key, method, ranges, values)` per field, `values` one list of floats per range (NaN
+    /// where missing), `method` `"jump"` (only those bytes read) or `"eccodes-whole-field"`.
+    #[pyo3(signature = (selection, ranges=None, points=None))]
+    fn extract<'py>(
+        &self,
+        py: Python<'py>,
+        selection: &Bound<'_, PyAny>,
+        ranges: Option<Vec<(u64, u64)>>,
+        points: Option<Vec<(f64, f64)>>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let selection = read_selection(Some(selection))?;
+        let sel = match (ranges, points) {
+            (Some(r), None) => haar::extract::Selection::Ranges(r),
+            (None, Some(p)) => haar::extract::Selection::Points(p),
+            _ => {
+                return Err(pyo3::exceptions::PyValueError::new_err(
+                    "give exactly one of ranges=[(i, j), ...] or points=[(lat, lon), ...]",
+                ));
+            }
+        };
+        let got = run(py, || {
+            let req = request_of(selection)?;
+            Ok(haar::extract::extract(&**self.lock()?, &req, &sel)?)
+        })?;
+        let out = PyList::empty(py);
+        for e in &got {
+            out.append((
+                key_dict(py, &e.key)?,
+                e.method.as_str(),
+                e.ranges.clone(),
+                e.values.clone(),
+            ))?;
+        }
+        Ok(out)
+    }
+
     /// Flushed fields matching a selection: `(db, index, datum, object, offset, length)`
     /// tuples, keys as dicts, sorted by key.
     #[pyo3(signature = (selection=None))]

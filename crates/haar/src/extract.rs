@@ -34,7 +34,9 @@ use std::path::PathBuf;
 
 use haar_core::Key;
 use haar_core::request::Request;
-use haar_grib::jump::{self, ByteSource, JumpError, JumpInfo, Method};
+/// How a field's values were found (re-exported so faces need not depend on `haar-grib`).
+pub use haar_grib::jump::Method;
+use haar_grib::jump::{self, ByteSource, JumpError, JumpInfo};
 use haar_store::format::DataRef;
 use haar_store::{Error, FieldBytes, FieldStore, Result, Store};
 

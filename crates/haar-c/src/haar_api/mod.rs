@@ -8,7 +8,8 @@
 //! `haar::watch`): this module only converts arguments, results and errors.
 //!
 //! Submodules: [`store`] (open, archive, flush, keys), [`list`] (list and axes), [`read`]
-//! (retrieve and the reader), [`admin`] (wipe, purge, wait, watch).
+//! (retrieve and the reader), [`admin`] (wipe, purge, wait, watch), [`extract`] (values at
+//! index ranges).
 
 // In the order the header lists them.
 pub mod admin;
@@ -16,6 +17,8 @@ pub mod handles;
 pub mod list;
 pub mod read;
 pub mod store;
+// After them: extraction (design §16).
+pub mod extract;
 
 use std::ffi::{c_char, c_int};
 
