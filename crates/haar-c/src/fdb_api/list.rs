@@ -91,10 +91,27 @@ pub fn elements(
     let all = Request::default();
     let req = req.unwrap_or(&all);
     let fields = store.list(req)?;
+    let problems = store.problems(req)?;
+    // Damage is never a clean listing (issue 27): what it hides may be any field.
+    let damage: Vec<&str> = problems
+        .iter()
+        .filter(|p| haar_store::frontend::is_damage(p))
+        .map(String::as_str)
+        .collect();
+    if !damage.is_empty() {
+        return Err(Failure {
+            kind: crate::ffi::Kind::Storage,
+            message: format!(
+                "fdb_list: {} is damaged, so a listing would be incomplete: {}; restore the \
+                 named files from a copy, or move the damaged database away",
+                store.describe(),
+                damage.join("; ")
+            ),
+        });
+    }
     if fields.is_empty() {
-        // Nothing listed where the store knows of damage or of databases it cannot read (one
-        // FDB5 wrote under the same root): say so rather than list nothing.
-        let problems = store.problems(req)?;
+        // Nothing listed where the store knows of databases it cannot read (one FDB5 wrote
+        // under the same root): say so rather than list nothing.
         if !problems.is_empty() {
             return Err(Failure::input(format!(
                 "fdb_list: nothing listed in {}, which reports: {}",
