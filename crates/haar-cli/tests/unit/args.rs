@@ -34,6 +34,7 @@ fn each_subcommand_takes_the_options_it_uses() {
         ("archive", &ALL),
         ("list", &ALL),
         ("retrieve", &ALL),
+        ("extract", &ALL),
         ("axes", &ALL),
         ("wipe", &ALL),
         ("purge", &ALL),
