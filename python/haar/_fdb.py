@@ -590,15 +590,20 @@ class FDB:
             ranges=None if ranges is None else [(int(i), int(j)) for i, j in ranges],
             points=None if points is None else [(float(a), float(b)) for a, b in points],
         )
-        return [
-            ExtractionResult(
-                key=key,
-                method=method,
-                ranges=[tuple(r) for r in rngs],
-                values=[np.asarray(v, dtype=np.float64) for v in vals],
+        results = []
+        for key, method, rngs, flat in out:
+            # One array per field, split into views per range (no Python float per value).
+            arr = np.frombuffer(flat, dtype="<f8")
+            cuts = np.cumsum([j - i for i, j in rngs])[:-1]
+            results.append(
+                ExtractionResult(
+                    key=key,
+                    method=method,
+                    ranges=[(int(i), int(j)) for i, j in rngs],
+                    values=np.split(arr, cuts) if rngs else [],
+                )
             )
-            for key, method, rngs, vals in out
-        ]
+        return results
 
     def list(
         self,

@@ -51,10 +51,11 @@ class Store:
         ranges: builtins.list[tuple[int, int]] | None = None,
         points: builtins.list[tuple[float, float]] | None = None,
     ) -> builtins.list[
-        tuple[dict[str, str], str, builtins.list[tuple[int, int]], builtins.list[builtins.list[float]]]
+        tuple[dict[str, str], str, builtins.list[tuple[int, int]], bytes]
     ]:
         """Values of each field of a selection at half-open index ranges (or nearest to
-        points): ``(key, method, ranges, values)`` per field, one list of floats per range."""
+        points): ``(key, method, ranges, values)`` per field, ``values`` every range's values
+        in order as little-endian float64 bytes."""
         ...
     def wipe(self, selection: _Required, doit: bool) -> tuple[builtins.list[str], int, int]: ...
     def purge(self, selection: _Selection = None, doit: bool = False) -> tuple[int, int, int, int]: ...

@@ -414,8 +414,10 @@ impl Store {
 
     /// Values of each field of a selection at half-open index `ranges` `[(i, j), ...]`, or at
     /// the grid points nearest to `points` `[(lat, lon), ...]`: a list of
-    /// `(key, method, ranges, values)` per field, `values` one list of floats per range (NaN
-    /// where missing), `method` `"jump"` (only those bytes read) or `"eccodes-whole-field"`.
+    /// `(key, method, ranges, values)` per field, `values` the values of every range in range
+    /// order as little-endian float64 bytes (NaN where missing; one bytes object per field, not
+    /// a Python float per value), `method` `"jump"` (only those bytes read) or
+    /// `"eccodes-whole-field"`.
     #[pyo3(signature = (selection, ranges=None, points=None))]
     fn extract<'py>(
         &self,
@@ -440,11 +442,17 @@ impl Store {
         })?;
         let out = PyList::empty(py);
         for e in &got {
+            let flat: Vec<u8> = e
+                .values
+                .iter()
+                .flatten()
+                .flat_map(|v| v.to_le_bytes())
+                .collect();
             out.append((
                 key_dict(py, &e.key)?,
                 e.method.as_str(),
                 e.ranges.clone(),
-                e.values.clone(),
+                PyBytes::new(py, &flat),
             ))?;
         }
         Ok(out)
