@@ -110,17 +110,20 @@ impl<'a> Job<'a> {
         let Some(&(index, offset, len)) = self.msgs.get(i) else {
             return false;
         };
-        if i < self.first_fault.load(Ordering::Relaxed) {
+        if i < self.first_fault.load(Ordering::Acquire) {
             let r = keying.message(
                 &self.name,
                 &self.bytes[offset..offset + len],
                 index + 1,
                 offset,
             );
-            if r.is_err() {
-                self.first_fault.fetch_min(i, Ordering::Relaxed);
-            }
+            let failed = r.is_err();
             let _ = self.outcomes[i].set(r);
+            if failed {
+                // After the outcome is set (Release): a reader that sees the fault's position
+                // (Acquire) sees its outcome too, never "skipped" for the fault itself.
+                self.first_fault.fetch_min(i, Ordering::Release);
+            }
         }
         self.done.fetch_add(1, Ordering::AcqRel);
         // Every message, not only the last: the archiving thread stores a file's fields in
@@ -138,8 +141,10 @@ impl<'a> Job<'a> {
             if let Some(o) = self.outcomes[i].get() {
                 return Some(o);
             }
-            if i >= self.first_fault.load(Ordering::Relaxed) {
-                return None;
+            if i >= self.first_fault.load(Ordering::Acquire) {
+                // Skipped after an earlier fault, or the fault itself, whose outcome was set
+                // before its position was published: look once more.
+                return self.outcomes[i].get();
             }
             if !self.work_one(keying, shared) {
                 // Every message is claimed: wait for the worker keying this one.
@@ -161,7 +166,7 @@ impl<'a> Job<'a> {
             q = shared.wake.wait(q).unwrap_or_else(|e| e.into_inner());
         }
         drop(q);
-        let first = self.first_fault.load(Ordering::Relaxed);
+        let first = self.first_fault.load(Ordering::Acquire);
         match self.outcomes.get(first).and_then(OnceLock::get) {
             Some(Err(e)) => Some(e),
             _ => None,

@@ -169,7 +169,18 @@ impl State<'_> {
                     fault = Some(e.clone());
                     break;
                 }
-                None => unreachable!("messages before the first fault are all keyed"),
+                // Messages before the first fault are all keyed (keying.rs publishes a fault's
+                // position only after its outcome), so this is a bug: the input is refused
+                // whole rather than the process brought down.
+                None => {
+                    fault = Some(format!(
+                        "{}: message {} was not keyed (an internal error of haar's ingest; \
+                         nothing of this input was archived): please report it",
+                        job.name,
+                        i + 1
+                    ));
+                    break;
+                }
             }
         }
         // Checked last: a truncation may have shown up as zeros, or not at all.
