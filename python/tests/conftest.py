@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -56,3 +57,17 @@ FIRST = {
     "levelist": "500",
     "param": "129",
 }
+
+
+@pytest.fixture
+def count_retrieves(monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
+    """Count haar.FDB.retrieve calls from now on (the only way the view reads a field)."""
+    calls: list[object] = []
+    original = haar.FDB.retrieve
+
+    def counting(self: haar.FDB, selection: Any) -> haar.DataHandle:
+        calls.append(selection)
+        return original(self, selection)
+
+    monkeypatch.setattr(haar.FDB, "retrieve", counting)
+    return lambda: len(calls)

@@ -73,20 +73,6 @@ def era5(config: dict[str, object]) -> tuple[haar.FDB, list[bytes]]:
     return fdb, msgs
 
 
-@pytest.fixture
-def count_retrieves(monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
-    """Count haar.FDB.retrieve calls from now on (the only way the view reads a field)."""
-    calls: list[object] = []
-    original = haar.FDB.retrieve
-
-    def counting(self: haar.FDB, selection: Any) -> haar.DataHandle:
-        calls.append(selection)
-        return original(self, selection)
-
-    monkeypatch.setattr(haar.FDB, "retrieve", counting)
-    return lambda: len(calls)
-
-
 def test_opening_reads_the_catalogue_and_one_field_per_param(
     era5: tuple[haar.FDB, list[bytes]], count_retrieves: Callable[[], int]
 ) -> None:

@@ -5,7 +5,6 @@ earthkit-data's fdb source has), the lazy field list, and partial requests (eart
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 
@@ -18,20 +17,6 @@ dask = pytest.importorskip("dask")
 FULL = {"class": "ea", "expver": "0001", "stream": "enda", "date": ["20170101", "20170102"], "time": ["0000", "1200"],
         "domain": "g", "type": "an", "levtype": "pl", "step": "0", "number": [str(n) for n in range(10)],
         "levelist": ["500", "850"], "param": "130"}
-
-
-@pytest.fixture
-def count_retrieves(monkeypatch: pytest.MonkeyPatch) -> Callable[[], int]:
-    """Count haar.FDB.retrieve calls from now on."""
-    calls: list[object] = []
-    original = haar.FDB.retrieve
-
-    def counting(self: haar.FDB, selection: Any) -> haar.DataHandle:
-        calls.append(selection)
-        return original(self, selection)
-
-    monkeypatch.setattr(haar.FDB, "retrieve", counting)
-    return lambda: len(calls)
 
 
 def test_lazy_to_xarray_is_the_zarr_view_and_reads_only_what_is_computed(
