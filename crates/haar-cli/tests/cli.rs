@@ -4,20 +4,12 @@
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
+mod common;
+use common::haar_at as haar;
+
 #[path = "common/small_fs.rs"]
 mod small_fs;
 use small_fs::SmallFs;
-
-fn haar(root: &Path, backend: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_haar"))
-        .arg("--root")
-        .arg(root)
-        .args(["--backend", backend])
-        .args(args)
-        .env_remove("HAAR_CONFIG")
-        .output()
-        .expect("run haar")
-}
 
 fn ok(o: &Output) -> String {
     assert!(

@@ -4,20 +4,12 @@
 //! damage, never "no store", and archiving does not re-create it over them.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::Output;
+
+mod common;
+use common::haar_at as haar;
 
 const DB: &str = "class=od,expver=1,stream=oper,date=20260901,time=12,domain=g";
-
-fn haar(root: &Path, backend: &str, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_haar"))
-        .arg("--root")
-        .arg(root)
-        .args(["--backend", backend])
-        .args(args)
-        .env_remove("HAAR_CONFIG")
-        .output()
-        .expect("run haar")
-}
 
 fn code(o: &Output) -> i32 {
     o.status.code().expect("exit code")

@@ -111,6 +111,18 @@ where
         .expect("run haar")
 }
 
+/// Runs `haar --root ROOT --backend BACKEND ARGS` (a local store), as [`haar`] does.
+pub fn haar_at(root: &Path, backend: &str, args: &[&str]) -> Output {
+    let mut all: Vec<&OsStr> = vec![
+        OsStr::new("--root"),
+        root.as_os_str(),
+        OsStr::new("--backend"),
+        OsStr::new(backend),
+    ];
+    all.extend(args.iter().map(OsStr::new));
+    haar(all)
+}
+
 /// Runs `haar ARGS` and panics with its stderr unless it succeeds; returns stdout.
 pub fn haar_ok<I, S>(args: I) -> String
 where
