@@ -14,6 +14,8 @@ command -v gcc >/dev/null 2>&1 || need_apt+=(gcc)
 command -v g++ >/dev/null 2>&1 || need_apt+=(g++)  # the FDB5 store plugin (fdb5-plugin/, C++ against the fdb5lib wheel)
 command -v gfortran >/dev/null 2>&1 || need_apt+=(gfortran)  # the Fortran module and its example
 command -v make >/dev/null 2>&1 || need_apt+=(make)
+command -v patchelf >/dev/null 2>&1 || need_apt+=(patchelf)  # make install: SONAME of the installed libhaar
+command -v man >/dev/null 2>&1 || need_apt+=(man-db)  # install-test reads the installed man pages
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)  # network-namespace cluster tests
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip)
 # Staging under a real Slurm (issue 15): slurmctld/slurmd with burst_buffer/lua, and munge.
