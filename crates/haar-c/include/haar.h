@@ -12,19 +12,21 @@
  *   only by libhaar; free each with its *_free / haar_close. Out-pointers to handles are set
  *   to NULL on failure. Strings passed in are copied or read during the call only; strings
  *   handed out belong to the object named in each function's comment.
- * - A NULL handle gives HAAR_ERR_INPUT. A handle already freed gives HAAR_ERR_INPUT too:
- *   libhaar never returns a handle's memory to the allocator but keeps it for the next
- *   handle of the same type, so the check is reliable until that memory is reused by a new
- *   handle of the same type — then the stale pointer reaches the new handle. Do not use a
- *   handle after freeing it; the check is a safety net, not an API.
+ * - A NULL handle gives HAAR_ERR_INPUT. A handle already freed (closed) gives
+ *   HAAR_ERR_INPUT too, and never reaches another handle: a handle is not an address but a
+ *   slot number with a generation that its close retires (a slot reused 2^31 times is the
+ *   limit). Do not use a handle after freeing it; the check is a safety net, not an API.
  * - No panic or C++-style exception crosses this API: a bug inside haar gives
  *   HAAR_ERR_INTERNAL and a message.
  *
  * Thread safety
  * - A haar_t may be shared by threads: calls on it are serialised by a mutex inside it
  *   (haar_wait and haar_watch do not take it). Open one haar_t per thread for parallel
- *   archiving. Do not close a haar_t while another thread uses it.
- * - haar_key_t, haar_list_t, haar_reader_t and haar_axes_t are used by one thread at a time.
+ *   archiving. haar_close while other threads are inside calls on the handle waits for those
+ *   calls to return; their later calls give HAAR_ERR_INPUT (already freed).
+ * - haar_key_t, haar_list_t, haar_reader_t and haar_axes_t are used by one thread at a time:
+ *   a call while another thread is inside a call on the same one gives HAAR_ERR_INPUT (in use
+ *   by another thread); freeing one waits for such a call.
  * - The last-error message is per thread.
  */
 
@@ -388,7 +390,9 @@ int haar_open_yaml(const char *yaml, haar_t **out);
 
 // Closes a store handle. Fields archived and not flushed are dropped (as in FDB5: flush
 // first); flushed fields are durable. NULL is accepted; a handle already closed gives
-// `HAAR_ERR_INPUT`. No other thread may use `h` during or after the call.
+// `HAAR_ERR_INPUT`, also once a new handle has been opened (a handle never reaches another).
+// Calls other threads are making on `h` are waited for; their later calls on `h` give
+// `HAAR_ERR_INPUT` (already freed).
 //
 // # Safety
 // `h` is NULL or a handle from `haar_open`/`haar_open_yaml`.

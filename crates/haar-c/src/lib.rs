@@ -12,3 +12,4 @@
 pub mod fdb_api;
 pub mod ffi;
 pub mod haar_api;
+pub mod table;

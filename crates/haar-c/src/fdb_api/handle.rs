@@ -65,12 +65,7 @@ impl Missing {
         }
     }
 }
-kind!(
-    HandleObj,
-    0x6861_6172_6664_6231,
-    "fdb_handle_t",
-    "fdb_new_handle"
-);
+kind!(HandleObj, 0x1a, "fdb_handle_t", "fdb_new_handle");
 
 /// FDB5's `fdb_handle_t`.
 pub type fdb_handle_t = Obj<HandleObj>;
@@ -78,7 +73,7 @@ pub type fdb_handle_t = Obj<HandleObj>;
 fn open(opts: &OpenOptions) -> FfiResult<*mut fdb_handle_t> {
     let missing = Missing::configured(opts)?;
     let store = opts.field_store()?;
-    Ok(object::new(HandleObj { store, missing }))
+    object::new(HandleObj { store, missing })
 }
 
 /// Opens the store the environment names in `*fdb`: `$HAAR_CONFIG` (haar's configuration),
@@ -162,7 +157,7 @@ pub unsafe extern "C" fn fdb_archive(
 ) -> c_int {
     call_ok(|| {
         // SAFETY: per the caller's contract.
-        let (h, k) = unsafe { (object::live(fdb)?, object::live(key)?) };
+        let (mut h, k) = unsafe { (object::live(fdb)?, object::live(key)?) };
         // SAFETY: per the caller's contract.
         let bytes = unsafe { bytes_arg(data, length)? };
         h.store.archive(&k.key, bytes)?;
@@ -201,10 +196,10 @@ pub unsafe extern "C" fn fdb_archive_multiple(
 ) -> c_int {
     call_ok(|| {
         // SAFETY: per the caller's contract.
-        let (h, r) = unsafe { (object::live(fdb)?, object::optional(req)?) };
+        let (mut h, r) = unsafe { (object::live(fdb)?, object::optional(req)?) };
         // SAFETY: per the caller's contract.
         let bytes = unsafe { bytes_arg(data, length)? };
-        archive_multiple(&mut *h.store, r.map(|r| &r.request), bytes)
+        archive_multiple(&mut *h.store, r.as_deref().map(|r| &r.request), bytes)
     })
 }
 
@@ -361,7 +356,7 @@ impl FieldStore for Checked<'_> {
 pub unsafe extern "C" fn fdb_flush(fdb: *mut fdb_handle_t) -> c_int {
     call_ok(|| {
         // SAFETY: per the caller's contract.
-        let h = unsafe { object::live(fdb)? };
+        let mut h = unsafe { object::live(fdb)? };
         h.store.flush()?;
         Ok(())
     })
@@ -385,7 +380,7 @@ pub unsafe extern "C" fn fdb_retrieve(
 ) -> c_int {
     call_ok(|| {
         // SAFETY: per the caller's contract.
-        let (h, r, d) = unsafe { (object::live(fdb)?, object::live(req)?, object::live(dr)?) };
+        let (h, r, mut d) = unsafe { (object::live(fdb)?, object::live(req)?, object::live(dr)?) };
         d.set(retrieve(&*h.store, &r.request, h.missing)?);
         Ok(())
     })
@@ -434,9 +429,11 @@ fn retrieve(store: &dyn FieldStore, req: &Request, missing: Missing) -> FfiResul
 pub unsafe extern "C" fn fdb_delete_handle(fdb: *mut fdb_handle_t) -> c_int {
     call_ok(|| {
         // SAFETY: per the caller's contract.
-        let h = unsafe { object::live(fdb)? };
+        let mut h = unsafe { object::live(fdb)? };
         let flushed = h.store.flush();
-        // SAFETY: live (checked above), not used again per the caller's contract.
+        // Released before the free, which waits for every call holding the handle.
+        drop(h);
+        // SAFETY: not used again per the caller's contract.
         unsafe { object::free(fdb)? };
         flushed.map_err(|e| {
             Failure::from(e).with_prefix(

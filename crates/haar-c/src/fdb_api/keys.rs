@@ -21,7 +21,7 @@ pub struct KeyObj {
     /// The pairs.
     pub key: Key,
 }
-kind!(KeyObj, 0x6861_6172_6b65_7931, "fdb_key_t", "fdb_new_key");
+kind!(KeyObj, 0x12, "fdb_key_t", "fdb_new_key");
 
 /// FDB5's `fdb_key_t`.
 pub type fdb_key_t = Obj<KeyObj>;
@@ -32,12 +32,7 @@ pub struct RequestObj {
     /// The request.
     pub request: Request,
 }
-kind!(
-    RequestObj,
-    0x6861_6172_7265_7131,
-    "fdb_request_t",
-    "fdb_new_request"
-);
+kind!(RequestObj, 0x13, "fdb_request_t", "fdb_new_request");
 
 /// FDB5's `fdb_request_t`.
 pub type fdb_request_t = Obj<RequestObj>;
@@ -55,12 +50,7 @@ pub struct SplitKeyObj {
     /// Whether a list iterator filled it.
     filled: bool,
 }
-kind!(
-    SplitKeyObj,
-    0x6861_6172_7370_6b31,
-    "fdb_split_key_t",
-    "fdb_new_splitkey"
-);
+kind!(SplitKeyObj, 0x14, "fdb_split_key_t", "fdb_new_splitkey");
 
 /// FDB5's `fdb_split_key_t`.
 pub type fdb_split_key_t = Obj<SplitKeyObj>;
@@ -103,7 +93,7 @@ pub fn c_string(s: &str) -> CString {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fdb_new_key(key: *mut *mut fdb_key_t) -> c_int {
     // SAFETY: per the caller's contract.
-    call_ok(|| unsafe { put(key, object::new(KeyObj::default()), "key") })
+    call_ok(|| unsafe { put(key, object::new(KeyObj::default())?, "key") })
 }
 
 /// Sets `param=value` in `key` (a keyword set again takes the new value, as in FDB5).
@@ -118,7 +108,7 @@ pub unsafe extern "C" fn fdb_key_add(
 ) -> c_int {
     call_ok(|| {
         // SAFETY: per the caller's contract.
-        let (k, p, v) = unsafe {
+        let (mut k, p, v) = unsafe {
             (
                 object::live(key)?,
                 str_arg(param, "param")?,
@@ -155,7 +145,7 @@ pub unsafe extern "C" fn fdb_new_request(req: *mut *mut fdb_request_t) -> c_int 
         request: Request::new("retrieve"),
     };
     // SAFETY: per the caller's contract.
-    call_ok(|| unsafe { put(req, object::new(r), "req") })
+    call_ok(|| unsafe { put(req, object::new(r)?, "req") })
 }
 
 /// Sets the values of `param` in `req` (replacing earlier ones): each of the `numValues`
@@ -174,7 +164,7 @@ pub unsafe extern "C" fn fdb_request_add(
 ) -> c_int {
     call_ok(|| {
         // SAFETY: per the caller's contract.
-        let (r, p) = unsafe { (object::live(req)?, str_arg(param, "param")?) };
+        let (mut r, p) = unsafe { (object::live(req)?, str_arg(param, "param")?) };
         let keyword = canonical_keyword(p).map_err(|c| {
             Failure::input(format!(
                 "param {p:?} is ambiguous: it abbreviates {}",
@@ -309,7 +299,7 @@ fn malloc_strings(items: &[String]) -> FfiResult<*mut *mut c_char> {
 pub unsafe extern "C" fn fdb_expand_request(req: *mut fdb_request_t) -> c_int {
     call_ok(|| {
         // SAFETY: per the caller's contract.
-        let r = unsafe { object::live(req)? };
+        let mut r = unsafe { object::live(req)? };
         let opts = StoreOptions::default();
         let resolved = r
             .request
@@ -338,7 +328,7 @@ pub unsafe extern "C" fn fdb_delete_request(req: *mut fdb_request_t) -> c_int {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fdb_new_splitkey(key: *mut *mut fdb_split_key_t) -> c_int {
     // SAFETY: per the caller's contract.
-    call_ok(|| unsafe { put(key, object::new(SplitKeyObj::default()), "key") })
+    call_ok(|| unsafe { put(key, object::new(SplitKeyObj::default())?, "key") })
 }
 
 /// Hands out the next keyword, value and level (0: database, 1: index, 2: datum) of a split
@@ -357,7 +347,7 @@ pub unsafe extern "C" fn fdb_splitkey_next_metadata(
 ) -> c_int {
     call(|| {
         // SAFETY: per the caller's contract.
-        let s = unsafe { object::live(it)? };
+        let s = &mut *unsafe { object::live(it)? };
         if key.is_null() || value.is_null() {
             return Err(Failure::input(
                 "key or value is NULL: pass where to store the result",

@@ -38,12 +38,7 @@ pub struct ListObj {
     #[cfg(feature = "fdb5-5_10")]
     pub(crate) text: std::ffi::CString,
 }
-kind!(
-    ListObj,
-    0x6861_6172_6c73_7431,
-    "fdb_listiterator_t",
-    "fdb_list"
-);
+kind!(ListObj, 0x15, "fdb_listiterator_t", "fdb_list");
 
 /// FDB5's `fdb_listiterator_t`.
 pub type fdb_listiterator_t = Obj<ListObj>;
@@ -218,7 +213,7 @@ pub unsafe extern "C" fn fdb_listiterator_splitkey(
 ) -> c_int {
     call_ok(|| {
         // SAFETY: per the caller's contract.
-        let (l, k) = unsafe { (object::live(it)?, object::live(key)?) };
+        let (l, mut k) = unsafe { (object::live(it)?, object::live(key)?) };
         k.fill(&l.current()?.split, l.depth);
         Ok(())
     })
@@ -279,9 +274,9 @@ mod api_5_25 {
             } else {
                 3
             };
-            let elements = elements(&*h.store, r.map(|r| &r.request), depth)?;
+            let elements = elements(&*h.store, r.as_deref().map(|r| &r.request), depth)?;
             // SAFETY: checked non-null; valid per the caller's contract.
-            unsafe { *it = object::new(ListObj::new(elements, depth)) };
+            unsafe { *it = object::new(ListObj::new(elements, depth))? };
             Ok(())
         })
     }
@@ -294,7 +289,7 @@ mod api_5_25 {
     pub unsafe extern "C" fn fdb_listiterator_next(it: *mut fdb_listiterator_t) -> c_int {
         call(|| {
             // SAFETY: per the caller's contract.
-            let l = unsafe { object::live(it)? };
+            let mut l = unsafe { object::live(it)? };
             Ok(if l.advance() {
                 FDB_SUCCESS
             } else {

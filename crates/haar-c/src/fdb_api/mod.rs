@@ -8,14 +8,15 @@
 //! FDB5's (listings sorted, a handle seeing later flushes) see `NOTES-fdb.md`.
 //!
 //! Layout: this module holds the error protocol, initialisation and versions; [`object`] the
-//! checked opaque objects (magic numbers catch NULL, freed and foreign pointers where they
-//! can); [`keys`] keys, requests and split keys; [`handle`] handles, archive, flush and
+//! checked opaque objects (tagged, generation-checked handles: NULL, freed, foreign and busy
+//! objects are refused); [`keys`] keys, requests and split keys; [`handle`] handles, archive, flush and
 //! retrieve; [`reader`] the data reader; [`list`] listing; [`wipe`] wipe and purge. With the
 //! cargo feature `fdb5-5_10`, `v5_10` replaces `fdb_list` and `fdb_listiterator_next` with
 //! FDB5 5.10's (Debian 12's `libfdb5-dev`), whose signatures differ under the same names.
 //!
-//! Thread safety is FDB5's: a handle (and every object) is used by one thread at a time;
-//! different handles may be used by different threads at once. The last error message is
+//! Thread safety is FDB5's: a handle (and every object) is used by one thread at a time
+//! (checked: another thread's call meanwhile is refused, a delete waits for a call in
+//! flight); different handles may be used by different threads at once. The last error message is
 //! per thread (FDB5's is process-wide); the failure handler is process-wide, as in FDB5.
 
 #![allow(non_camel_case_types)]

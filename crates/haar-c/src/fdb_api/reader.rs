@@ -19,12 +19,7 @@ pub struct ReaderObj {
     pos: usize,
     open: bool,
 }
-kind!(
-    ReaderObj,
-    0x6861_6172_7264_7231,
-    "fdb_datareader_t",
-    "fdb_new_datareader"
-);
+kind!(ReaderObj, 0x11, "fdb_datareader_t", "fdb_new_datareader");
 
 /// FDB5's `fdb_datareader_t`.
 pub type fdb_datareader_t = Obj<ReaderObj>;
@@ -77,7 +72,7 @@ fn long(n: usize) -> c_long {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fdb_new_datareader(dr: *mut *mut fdb_datareader_t) -> c_int {
     // SAFETY: per the caller's contract.
-    call_ok(|| unsafe { put(dr, object::new(ReaderObj::default()), "dr") })
+    call_ok(|| unsafe { put(dr, object::new(ReaderObj::default())?, "dr") })
 }
 
 /// Opens the reader at position 0 and stores the size of its data in `*size` (may be NULL).
@@ -91,7 +86,7 @@ pub unsafe extern "C" fn fdb_datareader_open(
 ) -> c_int {
     call_ok(|| {
         // SAFETY: per the caller's contract.
-        let r = unsafe { object::live(dr)? };
+        let mut r = unsafe { object::live(dr)? };
         let len = r.bytes()?.len();
         r.open = true;
         r.pos = 0;
@@ -111,7 +106,7 @@ pub unsafe extern "C" fn fdb_datareader_open(
 pub unsafe extern "C" fn fdb_datareader_close(dr: *mut fdb_datareader_t) -> c_int {
     call_ok(|| {
         // SAFETY: per the caller's contract.
-        let r = unsafe { object::live(dr)? };
+        let mut r = unsafe { object::live(dr)? };
         r.bytes()?;
         r.open = false;
         Ok(())
@@ -141,7 +136,7 @@ pub unsafe extern "C" fn fdb_datareader_tell(dr: *mut fdb_datareader_t, pos: *mu
 pub unsafe extern "C" fn fdb_datareader_seek(dr: *mut fdb_datareader_t, pos: c_long) -> c_int {
     call_ok(|| {
         // SAFETY: per the caller's contract.
-        let r = unsafe { object::live(dr)? };
+        let mut r = unsafe { object::live(dr)? };
         r.move_to(i128::from(pos))
     })
 }
@@ -154,7 +149,7 @@ pub unsafe extern "C" fn fdb_datareader_seek(dr: *mut fdb_datareader_t, pos: c_l
 pub unsafe extern "C" fn fdb_datareader_skip(dr: *mut fdb_datareader_t, count: c_long) -> c_int {
     call_ok(|| {
         // SAFETY: per the caller's contract.
-        let r = unsafe { object::live(dr)? };
+        let mut r = unsafe { object::live(dr)? };
         let to = r.pos as i128 + i128::from(count);
         r.move_to(to)
     })
@@ -193,7 +188,7 @@ pub unsafe extern "C" fn fdb_datareader_read(
 ) -> c_int {
     call_ok(|| {
         // SAFETY: per the caller's contract.
-        let r = unsafe { object::live(dr)? };
+        let mut r = unsafe { object::live(dr)? };
         if buf.is_null() || read.is_null() {
             return Err(Failure::input(
                 "buf or read is NULL: pass a buffer and where to store the count",

@@ -22,7 +22,7 @@ use crate::ffi::Failure;
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn fdb_new_listiterator(it: *mut *mut fdb_listiterator_t) -> c_int {
     // SAFETY: per the caller's contract.
-    call_ok(|| unsafe { put(it, object::new(ListObj::new(Vec::new(), 3)), "it") })
+    call_ok(|| unsafe { put(it, object::new(ListObj::new(Vec::new(), 3))?, "it") })
 }
 
 /// Lists every field matching `req` (NULL: every field) into the iterator `it` (made by
@@ -39,14 +39,14 @@ pub unsafe extern "C" fn fdb_list(
 ) -> c_int {
     call_ok(|| {
         // SAFETY: per the caller's contract.
-        let (h, r, l) = unsafe {
+        let (h, r, mut l) = unsafe {
             (
                 object::live(fdb)?,
                 object::optional(req.cast_mut())?,
                 object::live(it)?,
             )
         };
-        *l = ListObj::new(elements(&*h.store, r.map(|r| &r.request), 3)?, 3);
+        *l = ListObj::new(elements(&*h.store, r.as_deref().map(|r| &r.request), 3)?, 3);
         Ok(())
     })
 }
@@ -65,7 +65,7 @@ pub unsafe extern "C" fn fdb_listiterator_next(
 ) -> c_int {
     call_ok(|| {
         // SAFETY: per the caller's contract.
-        let l = unsafe { object::live(it)? };
+        let mut l = unsafe { object::live(it)? };
         if exist.is_null() || str.is_null() {
             return Err(Failure::input(
                 "exist or str is NULL: pass where to store the result",

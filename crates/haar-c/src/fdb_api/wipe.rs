@@ -21,33 +21,23 @@ pub struct Line(CString);
 
 /// A wipe iterator (`fdb_wipe_iterator_t`).
 pub struct WipeLines(pub Lines);
-kind!(
-    WipeLines,
-    0x6861_6172_7769_7031,
-    "fdb_wipe_iterator_t",
-    "fdb_wipe"
-);
+kind!(WipeLines, 0x16, "fdb_wipe_iterator_t", "fdb_wipe");
 /// A wipe element (`fdb_wipe_element_t`).
 pub struct WipeLine(pub Line);
 kind!(
     WipeLine,
-    0x6861_6172_7765_6c31,
+    0x17,
     "fdb_wipe_element_t",
     "fdb_wipe_iterator_next"
 );
 /// A purge iterator (`fdb_purge_iterator_t`).
 pub struct PurgeLines(pub Lines);
-kind!(
-    PurgeLines,
-    0x6861_6172_7075_7231,
-    "fdb_purge_iterator_t",
-    "fdb_purge"
-);
+kind!(PurgeLines, 0x18, "fdb_purge_iterator_t", "fdb_purge");
 /// A purge element (`fdb_purge_element_t`).
 pub struct PurgeLine(pub Line);
 kind!(
     PurgeLine,
-    0x6861_6172_7065_6c31,
+    0x19,
     "fdb_purge_element_t",
     "fdb_purge_iterator_next"
 );
@@ -144,7 +134,7 @@ pub unsafe extern "C" fn fdb_wipe(
 ) -> c_int {
     call_ok(|| {
         // SAFETY: per the caller's contract.
-        let (h, r) = unsafe { (object::live(fdb)?, object::live(req)?) };
+        let (mut h, r) = unsafe { (object::live(fdb)?, object::live(req)?) };
         if it.is_null() {
             return Err(Failure::input(
                 "it is NULL: pass where to store the iterator",
@@ -164,7 +154,7 @@ pub unsafe extern "C" fn fdb_wipe(
         text.extend(unowned_lines(&unowned, unsafe_wipe_all, porcelain));
         let l = WipeLines(lines(text));
         // SAFETY: per the caller's contract.
-        unsafe { put(it, object::new(l), "it") }
+        unsafe { put(it, object::new(l)?, "it") }
     })
 }
 
@@ -211,7 +201,7 @@ pub unsafe extern "C" fn fdb_purge(
 ) -> c_int {
     call_ok(|| {
         // SAFETY: per the caller's contract.
-        let (h, r) = unsafe { (object::live(fdb)?, object::live(req)?) };
+        let (mut h, r) = unsafe { (object::live(fdb)?, object::live(req)?) };
         if it.is_null() {
             return Err(Failure::input(
                 "it is NULL: pass where to store the iterator",
@@ -220,7 +210,7 @@ pub unsafe extern "C" fn fdb_purge(
         let report = h.store.purge(&r.request, doit)?;
         let l = PurgeLines(lines(purge_lines(&report, doit, porcelain)));
         // SAFETY: per the caller's contract.
-        unsafe { put(it, object::new(l), "it") }
+        unsafe { put(it, object::new(l)?, "it") }
     })
 }
 
@@ -239,7 +229,7 @@ unsafe fn next<E: Kind>(
         None => (CString::default(), FDB_ITERATION_COMPLETE),
     };
     // SAFETY: per the caller's contract.
-    unsafe { put(element, object::new(wrap(Line(line))), "element")? };
+    unsafe { put(element, object::new(wrap(Line(line)))?, "element")? };
     Ok(code)
 }
 
@@ -255,7 +245,7 @@ pub unsafe extern "C" fn fdb_wipe_iterator_next(
 ) -> c_int {
     call(|| {
         // SAFETY: per the caller's contract.
-        let l = unsafe { object::live(it)? };
+        let mut l = unsafe { object::live(it)? };
         // SAFETY: per the caller's contract.
         unsafe { next(&mut l.0, element, WipeLine) }
     })
@@ -313,7 +303,7 @@ pub unsafe extern "C" fn fdb_purge_iterator_next(
 ) -> c_int {
     call(|| {
         // SAFETY: per the caller's contract.
-        let l = unsafe { object::live(it)? };
+        let mut l = unsafe { object::live(it)? };
         // SAFETY: per the caller's contract.
         unsafe { next(&mut l.0, element, PurgeLine) }
     })

@@ -236,10 +236,12 @@ pub unsafe extern "C" fn haar_wait(
     run(|| {
         // SAFETY: per the caller's contract.
         unsafe { put(fields_out, 0) };
-        let opened = unsafe { handles::get(h, "h") }?;
+        // Only the configuration is needed: the handle is not held while waiting, so that
+        // closing it meanwhile does not wait for the timeout.
+        let opts = unsafe { handles::get(h, "h") }?.opts.clone();
         let req = unsafe { one_request(request, "wait") }?;
         let timeout = timeout_arg(timeout_s)?;
-        match haar::watch::wait(&opened.opts, &req, timeout)? {
+        match haar::watch::wait(&opts, &req, timeout)? {
             WaitOutcome::Complete { fields } => {
                 // SAFETY: per the caller's contract.
                 unsafe { put(fields_out, fields) };
@@ -296,7 +298,9 @@ pub unsafe extern "C" fn haar_watch(
     run(|| {
         // SAFETY: per the caller's contract.
         unsafe { put(events_out, 0) };
-        let opened = unsafe { handles::get(h, "h") }?;
+        // Not held while watching: a callback may close `h` (or another thread may), and a
+        // close must not wait for the watch's deadline.
+        let opts = unsafe { handles::get(h, "h") }?.opts.clone();
         let req = unsafe { one_request(request, "watch") }?;
         let timeout = timeout_arg(timeout_s)?;
         let Some(cb) = callback else {
@@ -305,7 +309,7 @@ pub unsafe extern "C" fn haar_watch(
             ));
         };
         let deadline = Instant::now() + timeout;
-        let mut watcher = haar::watch::Watcher::open(&opened.opts, &req)?;
+        let mut watcher = haar::watch::Watcher::open(&opts, &req)?;
         let mut events = 0usize;
         let end = loop {
             let Some(ev) = watcher.next_before(deadline) else {

@@ -20,7 +20,7 @@ pub struct Extraction {
 /// The values `haar_extract` found. Opaque; one thread at a time.
 #[allow(non_camel_case_types)]
 pub struct haar_extract_t(Shell<Extraction>);
-impl_handle!(haar_extract_t, Extraction, 0x6861_6172_5f78_7472);
+impl_handle!(haar_extract_t, Extraction, 0x06);
 
 /// Extracts from every stored field of `request` (`k=v/v,k=v`, a MARS request, or `@FILE`)
 /// the values at `nranges` half-open ranges of grid indices, `ranges[2k]` to `ranges[2k + 1]`
@@ -76,7 +76,7 @@ pub unsafe extern "C" fn haar_extract(
                 }
             }
         }
-        *slot = handles::alloc::<haar_extract_t>(Extraction { fields });
+        *slot = handles::alloc::<haar_extract_t>(Extraction { fields })?;
         Ok(HAAR_OK)
     })
 }

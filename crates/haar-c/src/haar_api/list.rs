@@ -46,16 +46,12 @@ impl Listing {
 /// An iterator over listed fields. Opaque; one thread at a time.
 #[allow(non_camel_case_types)]
 pub struct haar_list_t(Shell<Listing>);
-impl_handle!(haar_list_t, Listing, 0x6861_6172_5f6c_7374);
+impl_handle!(haar_list_t, Listing, 0x04);
 
 /// The axes of a request: keywords, each with its values. Opaque; one thread at a time.
 #[allow(non_camel_case_types)]
 pub struct haar_axes_t(Shell<Vec<(CString, Vec<CString>)>>);
-impl_handle!(
-    haar_axes_t,
-    Vec<(CString, Vec<CString>)>,
-    0x6861_6172_5f61_7873
-);
+impl_handle!(haar_axes_t, Vec<(CString, Vec<CString>)>, 0x05);
 
 /// Lists the flushed fields matching `request` (NULL: every field; else `k=v/v,k=v`, a MARS
 /// request, or `@FILE`) and writes an iterator to `*it` (NULL on failure); free it with
@@ -92,7 +88,7 @@ pub unsafe extern "C" fn haar_list(
             fields,
             next: 0,
             current: None,
-        });
+        })?;
         Ok(HAAR_OK)
     })
 }
@@ -106,7 +102,7 @@ pub unsafe extern "C" fn haar_list(
 pub unsafe extern "C" fn haar_list_next(it: *mut haar_list_t) -> c_int {
     run(|| {
         // SAFETY: per the caller's contract.
-        let l = unsafe { handles::get_mut(it, "it") }?;
+        let l = &mut *unsafe { handles::get_mut(it, "it") }?;
         let Some(f) = l.fields.get(l.next) else {
             l.current = None;
             return Ok(HAAR_END);
@@ -133,7 +129,7 @@ pub unsafe extern "C" fn haar_list_next(it: *mut haar_list_t) -> c_int {
 pub unsafe extern "C" fn haar_list_count(it: *mut haar_list_t, count: *mut usize) -> c_int {
     run(|| {
         // SAFETY: per the caller's contract.
-        let l = unsafe { handles::get_mut(it, "it") }?;
+        let l = &mut *unsafe { handles::get_mut(it, "it") }?;
         *unsafe { out(count, "count") }? = l.fields.len();
         Ok(HAAR_OK)
     })
@@ -149,7 +145,7 @@ pub unsafe extern "C" fn haar_list_count(it: *mut haar_list_t, count: *mut usize
 pub unsafe extern "C" fn haar_list_key(it: *mut haar_list_t, key: *mut *const c_char) -> c_int {
     run(|| {
         // SAFETY: per the caller's contract.
-        let l = unsafe { handles::get_mut(it, "it") }?;
+        let l = &mut *unsafe { handles::get_mut(it, "it") }?;
         *unsafe { out(key, "key") }? = l.current()?.key.as_ptr();
         Ok(HAAR_OK)
     })
@@ -163,7 +159,7 @@ pub unsafe extern "C" fn haar_list_key(it: *mut haar_list_t, key: *mut *const c_
 pub unsafe extern "C" fn haar_list_key_count(it: *mut haar_list_t, count: *mut usize) -> c_int {
     run(|| {
         // SAFETY: per the caller's contract.
-        let l = unsafe { handles::get_mut(it, "it") }?;
+        let l = &mut *unsafe { handles::get_mut(it, "it") }?;
         *unsafe { out(count, "count") }? = l.current()?.pairs.len();
         Ok(HAAR_OK)
     })
@@ -185,7 +181,7 @@ pub unsafe extern "C" fn haar_list_key_at(
 ) -> c_int {
     run(|| {
         // SAFETY: per the caller's contract.
-        let l = unsafe { handles::get_mut(it, "it") }?;
+        let l = &mut *unsafe { handles::get_mut(it, "it") }?;
         let kw = unsafe { out(keyword, "keyword") }?;
         let v = unsafe { out(value, "value") }?;
         let cur = l.current()?;
@@ -217,7 +213,7 @@ pub unsafe extern "C" fn haar_list_location(
 ) -> c_int {
     run(|| {
         // SAFETY: per the caller's contract.
-        let l = unsafe { handles::get_mut(it, "it") }?;
+        let l = &mut *unsafe { handles::get_mut(it, "it") }?;
         let cur = l.current()?;
         unsafe {
             put(database, cur.database.as_ptr());
@@ -273,7 +269,7 @@ pub unsafe extern "C" fn haar_axes(
             .into_iter()
             .map(|(k, vs)| (cstring(&k), vs.iter().map(|v| cstring(v)).collect()))
             .collect();
-        *slot = handles::alloc::<haar_axes_t>(flat);
+        *slot = handles::alloc::<haar_axes_t>(flat)?;
         Ok(HAAR_OK)
     })
 }
@@ -286,7 +282,7 @@ pub unsafe extern "C" fn haar_axes(
 pub unsafe extern "C" fn haar_axes_count(axes: *mut haar_axes_t, count: *mut usize) -> c_int {
     run(|| {
         // SAFETY: per the caller's contract.
-        let a = unsafe { handles::get_mut(axes, "axes") }?;
+        let a = &mut *unsafe { handles::get_mut(axes, "axes") }?;
         *unsafe { out(count, "count") }? = a.len();
         Ok(HAAR_OK)
     })
@@ -306,7 +302,7 @@ pub unsafe extern "C" fn haar_axes_keyword(
 ) -> c_int {
     run(|| {
         // SAFETY: per the caller's contract.
-        let a = unsafe { handles::get_mut(axes, "axes") }?;
+        let a = &mut *unsafe { handles::get_mut(axes, "axes") }?;
         let kw = unsafe { out(keyword, "keyword") }?;
         let (k, vs) = a
             .get(i)
@@ -331,7 +327,7 @@ pub unsafe extern "C" fn haar_axes_value(
 ) -> c_int {
     run(|| {
         // SAFETY: per the caller's contract.
-        let a = unsafe { handles::get_mut(axes, "axes") }?;
+        let a = &mut *unsafe { handles::get_mut(axes, "axes") }?;
         let v = unsafe { out(value, "value") }?;
         let (k, vs) = a
             .get(i)

@@ -24,7 +24,7 @@ pub struct Reader {
 /// The bytes a retrieve returned, with a read position. Opaque; one thread at a time.
 #[allow(non_camel_case_types)]
 pub struct haar_reader_t(Shell<Reader>);
-impl_handle!(haar_reader_t, Reader, 0x6861_6172_5f72_6472);
+impl_handle!(haar_reader_t, Reader, 0x03);
 
 /// Every field of `reqs`, concatenated in request order; missing fields are an error naming
 /// them.
@@ -106,7 +106,7 @@ pub unsafe extern "C" fn haar_retrieve(
             let store = opened.lock()?;
             retrieve_all(&**store, &reqs)?
         };
-        *slot = handles::alloc::<haar_reader_t>(Reader { bytes, pos: 0 });
+        *slot = handles::alloc::<haar_reader_t>(Reader { bytes, pos: 0 })?;
         Ok(HAAR_OK)
     })
 }
@@ -126,7 +126,7 @@ pub unsafe extern "C" fn haar_reader_read(
 ) -> c_int {
     run(|| {
         // SAFETY: per the caller's contract.
-        let r = unsafe { handles::get_mut(reader, "reader") }?;
+        let r = &mut *unsafe { handles::get_mut(reader, "reader") }?;
         let n_out = unsafe { out(nread, "nread") }?;
         *n_out = 0;
         if len == 0 {
@@ -155,7 +155,7 @@ pub unsafe extern "C" fn haar_reader_read(
 pub unsafe extern "C" fn haar_reader_seek(reader: *mut haar_reader_t, offset: u64) -> c_int {
     run(|| {
         // SAFETY: per the caller's contract.
-        let r = unsafe { handles::get_mut(reader, "reader") }?;
+        let r = &mut *unsafe { handles::get_mut(reader, "reader") }?;
         let size = r.bytes.len();
         match usize::try_from(offset) {
             Ok(o) if o <= size => {
@@ -177,7 +177,7 @@ pub unsafe extern "C" fn haar_reader_seek(reader: *mut haar_reader_t, offset: u6
 pub unsafe extern "C" fn haar_reader_tell(reader: *mut haar_reader_t, offset: *mut u64) -> c_int {
     run(|| {
         // SAFETY: per the caller's contract.
-        let r = unsafe { handles::get_mut(reader, "reader") }?;
+        let r = &mut *unsafe { handles::get_mut(reader, "reader") }?;
         *unsafe { out(offset, "offset") }? = r.pos as u64;
         Ok(HAAR_OK)
     })
@@ -191,7 +191,7 @@ pub unsafe extern "C" fn haar_reader_tell(reader: *mut haar_reader_t, offset: *m
 pub unsafe extern "C" fn haar_reader_size(reader: *mut haar_reader_t, size: *mut u64) -> c_int {
     run(|| {
         // SAFETY: per the caller's contract.
-        let r = unsafe { handles::get_mut(reader, "reader") }?;
+        let r = &mut *unsafe { handles::get_mut(reader, "reader") }?;
         *unsafe { out(size, "size") }? = r.bytes.len() as u64;
         Ok(HAAR_OK)
     })
@@ -213,7 +213,7 @@ pub unsafe extern "C" fn haar_reader_view(
 ) -> c_int {
     run(|| {
         // SAFETY: per the caller's contract.
-        let r = unsafe { handles::get_mut(reader, "reader") }?;
+        let r = &mut *unsafe { handles::get_mut(reader, "reader") }?;
         let d = unsafe { out(data, "data") }?;
         let l = unsafe { out(len, "len") }?;
         let bytes: &[u8] = &r.bytes;

@@ -35,12 +35,12 @@ impl Opened {
 /// An open store (local, remote, dist or select, as its configuration says). Opaque.
 #[allow(non_camel_case_types)]
 pub struct haar_t(Shell<Opened>);
-impl_handle!(haar_t, Opened, 0x6861_6172_5f73_746f);
+impl_handle!(haar_t, Opened, 0x01);
 
 /// A key being built: keyword=value pairs in order. Opaque.
 #[allow(non_camel_case_types)]
 pub struct haar_key_t(Shell<KeyBuilder>);
-impl_handle!(haar_key_t, KeyBuilder, 0x6861_6172_5f6b_6579);
+impl_handle!(haar_key_t, KeyBuilder, 0x02);
 
 /// A key being built, and where the next `haar_key_add` probably goes: a producer sets the
 /// same keywords in the same order for every field, so the keyword after the last one set is
@@ -115,7 +115,7 @@ unsafe fn open_into(opts: OpenOptions, out_h: *mut *mut haar_t) -> FfiResult<c_i
     *slot = handles::alloc::<haar_t>(Opened {
         store: Mutex::new(store),
         opts,
-    });
+    })?;
     Ok(HAAR_OK)
 }
 
@@ -191,7 +191,9 @@ pub unsafe extern "C" fn haar_open_yaml(yaml: *const c_char, out: *mut *mut haar
 
 /// Closes a store handle. Fields archived and not flushed are dropped (as in FDB5: flush
 /// first); flushed fields are durable. NULL is accepted; a handle already closed gives
-/// `HAAR_ERR_INPUT`. No other thread may use `h` during or after the call.
+/// `HAAR_ERR_INPUT`, also once a new handle has been opened (a handle never reaches another).
+/// Calls other threads are making on `h` are waited for; their later calls on `h` give
+/// `HAAR_ERR_INPUT` (already freed).
 ///
 /// # Safety
 /// `h` is NULL or a handle from `haar_open`/`haar_open_yaml`.
@@ -288,7 +290,7 @@ pub unsafe extern "C" fn haar_archive_with(
     run(|| {
         // SAFETY: per the caller's contract.
         let opened = unsafe { handles::get(h, "h") }?;
-        let k = unsafe { handles::get_mut(key, "key") }?;
+        let k = &mut *unsafe { handles::get_mut(key, "key") }?;
         let data = unsafe { bytes_arg(data, len, "data") }?;
         if n > 0 && (keywords.is_null() || values.is_null()) {
             return Err(Failure::input(format!(
@@ -488,7 +490,7 @@ pub unsafe extern "C" fn haar_key_new(out: *mut *mut haar_key_t) -> c_int {
         *slot = handles::alloc::<haar_key_t>(KeyBuilder {
             key: Key::new(),
             next: 0,
-        });
+        })?;
         Ok(HAAR_OK)
     })
 }
@@ -510,7 +512,7 @@ pub unsafe extern "C" fn haar_key_add(
 ) -> c_int {
     run(|| {
         // SAFETY: per the caller's contract.
-        let k = unsafe { handles::get_mut(key, "key") }?;
+        let k = &mut *unsafe { handles::get_mut(key, "key") }?;
         unsafe { k.set(keyword, value) }?;
         Ok(HAAR_OK)
     })
