@@ -2,9 +2,7 @@
 //! by exactly what a client did through it (archive, flush, retrieve, a refused login), the
 //! page is OpenMetrics text, and every stderr line of a JSON log is a JSON object.
 
-use std::collections::HashMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::TcpStream;
+use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -13,6 +11,10 @@ use haar_core::Key;
 use haar_core::request::Request;
 use haar_net::{ClientConfig, RemoteStore};
 use haar_store::FieldStore;
+
+#[path = "common/metrics.rs"]
+mod metrics;
+use metrics::{get, parse, value};
 
 const TOKEN: &str = "metrics-test-token";
 const HAAR: &str = env!("CARGO_BIN_EXE_haar");
@@ -70,65 +72,6 @@ fn serve(root: &Path, log: &Path, extra: &[&str], log_env: Option<&str>) -> Serv
         addr,
         metrics,
     }
-}
-
-/// The body of `GET path`, after checking the status and content type.
-fn get(addr: &str, path: &str) -> (String, String) {
-    let mut s = TcpStream::connect(addr).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {addr}\r\nAccept: */*\r\n\r\n"
-    )
-    .unwrap();
-    let mut text = String::new();
-    s.read_to_string(&mut text).unwrap();
-    let (head, body) = text.split_once("\r\n\r\n").expect("an HTTP head");
-    (head.to_string(), body.to_string())
-}
-
-/// Samples of an exposition (`name{labels}` → value), checking its form on the way: every
-/// sample belongs to a family declared by `# TYPE` before it, and the text ends with `# EOF`.
-fn parse(text: &str) -> HashMap<String, f64> {
-    assert!(text.ends_with("# EOF\n"), "no # EOF at the end: {text}");
-    let mut types: HashMap<String, String> = HashMap::new();
-    let mut samples = HashMap::new();
-    for line in text.lines() {
-        if let Some(rest) = line.strip_prefix("# TYPE ") {
-            let (name, kind) = rest.split_once(' ').unwrap();
-            assert!(["counter", "gauge", "histogram"].contains(&kind), "{line}");
-            types.insert(name.to_string(), kind.to_string());
-            continue;
-        }
-        if line.starts_with('#') {
-            assert!(
-                line.starts_with("# HELP ") || line == "# EOF",
-                "unexpected comment {line}"
-            );
-            continue;
-        }
-        let (series, value) = line.rsplit_once(' ').unwrap();
-        let value: f64 = value.parse().unwrap_or_else(|_| panic!("value of {line}"));
-        let name = series.split('{').next().unwrap();
-        assert!(name.starts_with("haar_"), "{line}");
-        let family = types
-            .keys()
-            .filter(|f| name.starts_with(f.as_str()))
-            .max_by_key(|f| f.len())
-            .unwrap_or_else(|| panic!("{line}: no # TYPE before it"));
-        let suffix = &name[family.len()..];
-        let ok = match types[family].as_str() {
-            "counter" => suffix == "_total",
-            "gauge" => suffix.is_empty(),
-            _ => ["_sum", "_count", "_bucket"].contains(&suffix),
-        };
-        assert!(ok, "{line}: {suffix:?} in a {} family", types[family]);
-        samples.insert(series.to_string(), value);
-    }
-    samples
-}
-
-fn value(samples: &HashMap<String, f64>, series: &str) -> f64 {
-    samples.get(series).copied().unwrap_or(0.0)
 }
 
 fn key(step: u32) -> Key {
@@ -233,9 +176,58 @@ fn metrics_count_what_clients_did_and_parse_as_openmetrics() {
     assert_eq!(v("haar_connections_accepted_total"), 2.0);
     assert_eq!(v("haar_connections_open"), 0.0);
 
+    // The store's usage, found at a scrape (a scrape right after the last may show the
+    // figures it found).
+    let usage = metrics::scrape_until(&s.metrics, "usage after the flush", |m| {
+        value(m, "haar_store_live_bytes") == total as f64
+    });
+    assert_eq!(value(&usage, "haar_store_fields"), 3.0);
+    assert_eq!(value(&usage, "haar_store_databases"), 1.0);
+    assert_eq!(value(&usage, "haar_store_dead_bytes"), 0.0);
+    let disk = |name: &str| {
+        (usage.iter())
+            .find(|(k, _)| k.starts_with(&format!("{name}{{path=")))
+            .map(|(_, v)| *v)
+            .unwrap_or_else(|| panic!("no {name}: {usage:?}"))
+    };
+    assert!(disk("haar_disk_free_bytes") > 0.0);
+    assert!(disk("haar_disk_size_bytes") >= disk("haar_disk_free_bytes"));
+
     // Anything else than /metrics is not found.
     let (head, _) = get(&s.metrics, "/");
     assert!(head.starts_with("HTTP/1.1 404 "), "{head}");
+}
+
+/// A pmem pool's server shows its heap, and a field archived again moves the first copy's
+/// bytes from live to dead (a purge would free them).
+#[test]
+fn a_pool_servers_usage_shows_live_dead_and_heap_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = serve(
+        &dir.path().join("root"),
+        &dir.path().join("log"),
+        &["--backend", "pmem"],
+        None,
+    );
+    let mut c = client(&s.addr, TOKEN).unwrap();
+    c.archive(&key(0), &[7u8; 5000]).unwrap();
+    c.flush().unwrap();
+    let m = metrics::scrape_until(&s.metrics, "the first field", |m| {
+        value(m, "haar_store_live_bytes") == 5000.0
+    });
+    assert!(value(&m, "haar_pool_size_bytes") > 0.0, "{m:?}");
+    assert!(value(&m, "haar_pool_heap_used_bytes") >= 5000.0, "{m:?}");
+    c.archive(&key(0), &[8u8; 3000]).unwrap();
+    c.flush().unwrap();
+    let m = metrics::scrape_until(&s.metrics, "the field archived again", |m| {
+        value(m, "haar_store_live_bytes") == 3000.0
+    });
+    assert_eq!(value(&m, "haar_store_dead_bytes"), 5000.0, "{m:?}");
+    assert_eq!(value(&m, "haar_store_fields"), 1.0, "{m:?}");
+    assert!(
+        (m.keys()).any(|k| k.starts_with("haar_disk_free_bytes{path=")),
+        "{m:?}"
+    );
 }
 
 #[test]
@@ -253,22 +245,11 @@ fn json_log_lines_are_objects_with_level_and_peer() {
         .list(&Request::default())
         .unwrap();
     let _ = client(&s.addr, "not-the-token").map(|_| ()).unwrap_err();
-    let until = Instant::now() + Duration::from_secs(30);
-    let lines: Vec<serde_json::Value> = loop {
-        let text = std::fs::read_to_string(&log).unwrap();
-        // Only whole lines: the last one may be being written.
-        let whole = &text[..text.rfind('\n').map_or(0, |i| i + 1)];
-        let lines: Vec<serde_json::Value> = (whole.lines())
-            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}")))
-            .collect();
+    let lines = metrics::json_log_until(&log, |lines| {
         let refused = lines.iter().any(|l| l["message"] == "refused");
         let logged_in = lines.iter().any(|l| l["message"] == "logged in");
-        if refused && logged_in {
-            break lines;
-        }
-        assert!(Instant::now() < until, "{text}");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+        refused && logged_in
+    });
     for l in &lines {
         assert!(l["level"].is_string(), "{l}");
     }

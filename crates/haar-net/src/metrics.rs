@@ -1,15 +1,19 @@
-//! What `haar serve` counts, and the `GET /metrics` endpoint that shows it (design,
-//! "Operations: metrics and logs").
+//! What `haar serve` counts, and the `GET /metrics` endpoint that shows it and every other
+//! long-running face's counters (docs/operations.md).
 //!
 //! Every server keeps its [`Metrics`] (atomic counters: a few nanoseconds per request); they
 //! are shown only when [`serve_metrics`] runs, which `haar serve --metrics ADDR` starts. The
 //! text is the OpenMetrics exposition format (which Prometheus scrapes), formatted by the
 //! official Prometheus client, `prometheus-client`.
+//!
+//! The endpoint serves anything that is an [`Exposition`]: the stage daemon and `haar mount`
+//! keep their own registries (in their crates) and reuse [`listen`] rather than a server of
+//! their own.
 
 use std::io::{self, BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
-use std::sync::Arc;
-use std::time::Duration;
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use prometheus_client::encoding::text::encode;
 use prometheus_client::metrics::counter::Counter;
@@ -77,7 +81,120 @@ pub fn op_label(kind: Kind) -> &'static str {
     }
 }
 
-/// A server's counters (see the module's documentation for their names).
+/// Something whose metrics the endpoint shows.
+pub trait Exposition: Send + Sync {
+    /// The OpenMetrics text, ending with `# EOF`; called once per scrape, on the endpoint's
+    /// thread.
+    fn render(&self) -> String;
+}
+
+/// The OpenMetrics text of `registry` (ending with `# EOF`).
+pub fn encode_registry(registry: &Registry) -> String {
+    let mut s = String::new();
+    // Writing into a String does not fail.
+    let _ = encode(&mut s, registry);
+    s
+}
+
+/// How full the store is, as a scrape finds it: what `haar info` reports.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Usage {
+    /// Databases.
+    pub databases: u64,
+    /// Live fields (the newest of each key).
+    pub fields: u64,
+    /// Bytes of the live fields.
+    pub live_bytes: u64,
+    /// Bytes of masked or wiped fields still stored (a purge frees them).
+    pub dead_bytes: u64,
+    /// A pmem pool: its file's size, its heap's used bytes, and the bytes of its free list
+    /// (reused by new fields).
+    pub pool: Option<PoolUsage>,
+    /// The file systems the store lives on: `(path, size, free)` in bytes, free as an
+    /// unprivileged writer sees it (`f_bavail`).
+    pub disks: Vec<(String, u64, u64)>,
+}
+
+/// A pmem pool's space (see [`Usage::pool`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolUsage {
+    /// The pool file's length.
+    pub size_bytes: u64,
+    /// Bytes of the heap handed out so far (live, dead, free and other).
+    pub heap_used_bytes: u64,
+    /// Bytes on the heap's free list.
+    pub free_bytes: u64,
+}
+
+/// Finds the store's [`Usage`] at scrape time.
+pub type UsageProbe = Box<dyn Fn() -> Option<Usage> + Send + Sync>;
+
+/// The store usage gauges and what fills them, with the last figures and what they cost.
+struct UsageGauges {
+    databases: Gauge,
+    fields: Gauge,
+    live: Gauge,
+    dead: Gauge,
+    pool_size: Gauge,
+    pool_heap: Gauge,
+    pool_free: Gauge,
+    disk_size: Family<PathLabel, Gauge>,
+    disk_free: Family<PathLabel, Gauge>,
+    seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
+    probe: Mutex<Option<(UsageProbe, Option<LastRun>)>>,
+}
+
+/// When the probe last ran, and how long it took.
+type LastRun = (Instant, Duration);
+
+/// `path="/dev/shm/haar"`.
+type PathLabel = [(&'static str, String); 1];
+
+fn gauge_of(n: u64) -> i64 {
+    i64::try_from(n).unwrap_or(i64::MAX)
+}
+
+impl UsageGauges {
+    /// Runs the probe unless the last run was so recent that running it again would spend
+    /// more than a tenth of the time since on it (a store of millions of fields takes a
+    /// while to add up; a scraper that polls fast then sees figures a little older).
+    fn refresh(&self) {
+        let mut probe = self.probe.lock().unwrap_or_else(|p| p.into_inner());
+        let Some((run, last)) = probe.as_mut() else {
+            return;
+        };
+        if let Some((at, took)) = *last
+            && at.elapsed() < took * 10
+        {
+            return;
+        }
+        let start = Instant::now();
+        let usage = run();
+        let took = start.elapsed();
+        *last = Some((start, took));
+        self.seconds.set(took.as_secs_f64());
+        let Some(u) = usage else { return };
+        self.databases.set(gauge_of(u.databases));
+        self.fields.set(gauge_of(u.fields));
+        self.live.set(gauge_of(u.live_bytes));
+        self.dead.set(gauge_of(u.dead_bytes));
+        if let Some(p) = u.pool {
+            self.pool_size.set(gauge_of(p.size_bytes));
+            self.pool_heap.set(gauge_of(p.heap_used_bytes));
+            self.pool_free.set(gauge_of(p.free_bytes));
+        }
+        for (path, size, free) in u.disks {
+            self.disk_size
+                .get_or_create(&[("path", path.clone())])
+                .set(gauge_of(size));
+            self.disk_free
+                .get_or_create(&[("path", path)])
+                .set(gauge_of(free));
+        }
+    }
+}
+
+/// A server's counters (see docs/operations.md for their names).
 pub struct Metrics {
     registry: Registry,
     requests: Family<OpResult, Counter>,
@@ -87,10 +204,11 @@ pub struct Metrics {
     open: Gauge,
     accepted: Counter,
     refused: Family<Label, Counter>,
+    usage: UsageGauges,
 }
 
-fn latency_histogram() -> Histogram {
-    // 10 µs to about 42 s, by factors of 4.
+/// The buckets of every latency histogram haar shows: 10 µs to about 42 s, by factors of 4.
+pub fn latency_histogram() -> Histogram {
     Histogram::new(exponential_buckets(1e-5, 4.0, 12))
 }
 
@@ -141,6 +259,73 @@ impl Default for Metrics {
             "Connections that did not get to log in, by cause",
             refused.clone(),
         );
+        let usage = UsageGauges {
+            databases: Gauge::default(),
+            fields: Gauge::default(),
+            live: Gauge::default(),
+            dead: Gauge::default(),
+            pool_size: Gauge::default(),
+            pool_heap: Gauge::default(),
+            pool_free: Gauge::default(),
+            disk_size: Family::default(),
+            disk_free: Family::default(),
+            seconds: Gauge::default(),
+            probe: Mutex::new(None),
+        };
+        for (name, help, g) in [
+            (
+                "store_databases",
+                "Databases in the served store",
+                &usage.databases,
+            ),
+            (
+                "store_fields",
+                "Live fields in the served store (the newest of each key)",
+                &usage.fields,
+            ),
+            (
+                "store_live_bytes",
+                "Bytes of the live fields in the served store",
+                &usage.live,
+            ),
+            (
+                "store_dead_bytes",
+                "Bytes of masked or wiped fields the served store still holds (a purge frees them)",
+                &usage.dead,
+            ),
+            (
+                "pool_size_bytes",
+                "Length of the pmem pool file (pmem backend only)",
+                &usage.pool_size,
+            ),
+            (
+                "pool_heap_used_bytes",
+                "Bytes of the pmem pool's heap handed out: live, dead, free and other (pmem backend only)",
+                &usage.pool_heap,
+            ),
+            (
+                "pool_free_bytes",
+                "Bytes on the pmem pool heap's free list, reused by new fields (pmem backend only)",
+                &usage.pool_free,
+            ),
+        ] {
+            registry.register(name, help, g.clone());
+        }
+        registry.register(
+            "disk_size_bytes",
+            "Size of the file system holding each store root or pool file",
+            usage.disk_size.clone(),
+        );
+        registry.register(
+            "disk_free_bytes",
+            "Bytes free for unprivileged writers on the file system holding each store root or pool file",
+            usage.disk_free.clone(),
+        );
+        registry.register(
+            "usage_probe_seconds",
+            "Time the last computation of the store usage gauges took (they are recomputed at a scrape unless that would spend more than a tenth of the time since)",
+            usage.seconds.clone(),
+        );
         Metrics {
             registry,
             requests,
@@ -150,6 +335,7 @@ impl Default for Metrics {
             open,
             accepted,
             refused,
+            usage,
         }
     }
 }
@@ -198,13 +384,36 @@ impl Metrics {
             .inc();
     }
 
-    /// The OpenMetrics text (ending with `# EOF`).
-    pub fn render(&self) -> String {
-        let mut s = String::new();
-        // Writing into a String does not fail.
-        let _ = encode(&mut s, &self.registry);
-        s
+    /// Sets what finds the store usage gauges at each scrape (`haar_store_*`, `haar_pool_*`,
+    /// `haar_disk_*`); without one they stay 0.
+    pub fn set_usage_probe(&self, probe: UsageProbe) {
+        *self.usage.probe.lock().unwrap_or_else(|p| p.into_inner()) = Some((probe, None));
     }
+
+    /// The OpenMetrics text (ending with `# EOF`), store usage found now.
+    pub fn render(&self) -> String {
+        self.usage.refresh();
+        encode_registry(&self.registry)
+    }
+}
+
+impl Exposition for Metrics {
+    fn render(&self) -> String {
+        Metrics::render(self)
+    }
+}
+
+/// Binds `addr` (`HOST:PORT`; port 0 picks a free one) and serves `GET /metrics` of `source`
+/// there ([`serve_metrics`]); returns the bound address. What `--metrics ADDR` of every
+/// long-running face calls.
+pub fn listen<E: Exposition + ?Sized + 'static>(
+    addr: &str,
+    source: Arc<E>,
+) -> io::Result<SocketAddr> {
+    let listener = TcpListener::bind(addr)?;
+    let at = listener.local_addr()?;
+    serve_metrics(listener, source)?;
+    Ok(at)
 }
 
 /// Serves `GET /metrics` on `listener` on a thread of its own, forever.
@@ -213,14 +422,17 @@ impl Metrics {
 /// page that a scraper fetches every few seconds, one connection at a time is plenty, and the
 /// server stays free of an async runtime. Each scrape reads the request head (at most 8 KiB,
 /// 5 s), answers and closes.
-pub fn serve_metrics(listener: TcpListener, metrics: Arc<Metrics>) -> io::Result<()> {
+pub fn serve_metrics<E: Exposition + ?Sized + 'static>(
+    listener: TcpListener,
+    metrics: Arc<E>,
+) -> io::Result<()> {
     std::thread::Builder::new()
         .name("haar-metrics".into())
         .spawn(move || {
             for stream in listener.incoming() {
                 match stream {
                     Ok(s) => {
-                        if let Err(e) = answer(s, &metrics) {
+                        if let Err(e) = answer(s, &*metrics) {
                             tracing::debug!(error = %e, "metrics request failed");
                         }
                     }
@@ -234,7 +446,7 @@ pub fn serve_metrics(listener: TcpListener, metrics: Arc<Metrics>) -> io::Result
     Ok(())
 }
 
-fn answer(stream: TcpStream, metrics: &Metrics) -> io::Result<()> {
+fn answer<E: Exposition + ?Sized>(stream: TcpStream, metrics: &E) -> io::Result<()> {
     stream.set_read_timeout(Some(Duration::from_secs(5)))?;
     stream.set_write_timeout(Some(Duration::from_secs(5)))?;
     let mut reader = BufReader::new(io::Read::take(&stream, 8192));
@@ -259,12 +471,12 @@ fn answer(stream: TcpStream, metrics: &Metrics) -> io::Result<()> {
         ("GET" | "HEAD", _) => (
             "404 Not Found",
             "text/plain; charset=utf-8",
-            "haar serve: the metrics are at /metrics\n".to_string(),
+            "haar: the metrics are at /metrics\n".to_string(),
         ),
         _ => (
             "405 Method Not Allowed",
             "text/plain; charset=utf-8",
-            "haar serve: GET /metrics\n".to_string(),
+            "haar: GET /metrics\n".to_string(),
         ),
     };
     let mut w = &stream;

@@ -79,9 +79,10 @@ pub struct ServeArgs {
     pub frame_tags: haar_net::protocol::FrameTags,
     /// Serve metrics over HTTP at `http://ADDR/metrics` (`HOST:PORT`; port 0 picks a free
     /// one, named by a second stdout line `metrics on HOST:PORT`): requests, field bytes in and
-    /// out and latency by operation, connections, refused logins by cause, in the OpenMetrics
-    /// text format that Prometheus scrapes. Off by default. The endpoint has no
-    /// authentication: bind it to a loopback or management address.
+    /// out and latency by operation, connections, refused logins by cause, and the store's
+    /// usage (live, dead and free bytes, a pmem pool's heap, the disk), in the OpenMetrics
+    /// text format that Prometheus scrapes (names: docs/operations.md). Off by default. The
+    /// endpoint has no authentication: bind it to a loopback or management address.
     #[arg(long, value_name = "ADDR")]
     pub metrics: Option<String>,
     /// Form of the log on stderr: `text` (default), one line per event with its fields
@@ -220,17 +221,12 @@ pub fn serve(cli: &Cli, a: &ServeArgs) -> Result<(), Failure> {
         .map_err(|e| Failure::io(e.to_string()))?;
     // Bound before the first line is printed, so that a caller who reads `listening on` can
     // scrape at once.
-    let metrics = match &a.metrics {
-        Some(m) => {
-            let listener = std::net::TcpListener::bind(m)
-                .map_err(|e| Failure::io(format!("--metrics {m}: cannot listen: {e}")))?;
-            let at = (listener.local_addr()).map_err(|e| Failure::io(e.to_string()))?;
-            haar_net::metrics::serve_metrics(listener, server.metrics())
-                .map_err(|e| Failure::io(format!("--metrics {m}: {e}")))?;
-            Some(at)
-        }
-        None => None,
-    };
+    let metrics = (a.metrics.as_deref())
+        .map(|m| {
+            haar_net::metrics::listen(m, server.metrics())
+                .map_err(|e| Failure::io(format!("--metrics {m}: cannot listen: {e}")))
+        })
+        .transpose()?;
     let mut out = std::io::stdout();
     writeln!(out, "listening on {addr}")
         .and_then(|_| match metrics {
