@@ -102,6 +102,21 @@ pub enum Request {
 }
 
 impl Request {
+    /// The operation's name on the wire (the `op` label of the service's metrics).
+    pub(crate) fn op(&self) -> &'static str {
+        match self {
+            Request::Hello { .. } => "hello",
+            Request::Submit { .. } => "submit",
+            Request::Status { .. } => "status",
+            Request::Cancel { .. } => "cancel",
+            Request::Register { .. } => "register",
+            Request::Unregister { .. } => "unregister",
+            Request::Drain { .. } => "drain",
+            Request::Undrain { .. } => "undrain",
+            Request::Purge { .. } => "purge",
+        }
+    }
+
     pub(crate) fn token(&self) -> Option<&str> {
         match self {
             Request::Hello { token }
@@ -263,6 +278,8 @@ mod tests {
             serde_json::from_value(json!({"op": "purge", "user": "alice", "token": "t"})).unwrap();
         assert!(matches!(r, Request::Purge { ref user, .. } if user == "alice"));
         assert_eq!(r.token(), Some("t"));
+        // The metrics' op label is the wire's.
+        assert_eq!(serde_json::to_value(&r).unwrap()["op"], r.op());
         assert!(serde_json::from_value::<Request>(json!({"op": "drain", "as": 0})).is_err());
         assert!(serde_json::from_value::<Request>(json!({"op": "become_root"})).is_err());
     }

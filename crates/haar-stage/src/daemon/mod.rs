@@ -15,12 +15,14 @@
 //! - `peer`: who is at the other end of the socket, as the kernel says;
 //! - `tokens`: the admin token, read from its file and compared in constant time;
 //! - `server`: the [`Daemon`], its state directory, [`Limits`] and runners;
-//! - `client`: the [`Client`] the CLI uses.
+//! - `client`: the [`Client`] the CLI uses;
+//! - `metrics`: what the service counts, shown by [`Daemon::serve_metrics`].
 
 #![warn(unreachable_pub)]
 
 mod client;
 mod codec;
+mod metrics;
 mod peer;
 mod server;
 mod tokens;

@@ -8,6 +8,7 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsE
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::os::unix::process::CommandExt as _;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -15,6 +16,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::codec::{PROTOCOL_VERSION, Request, decode_line, encode_line, read_request};
+use super::metrics::{Refusal, STATES, StageMetrics, state_label};
 use super::peer::{Peer, peer_of};
 use super::tokens::same_secret;
 use crate::dataspace::{Dataspace, Dataspaces, valid_name};
@@ -89,6 +91,10 @@ pub struct Daemon {
     live: Arc<Mutex<std::collections::HashSet<(u32, String)>>>,
     /// Connections open now: in all, and per uid.
     open: Mutex<Open>,
+    /// What it counts (`--metrics`).
+    metrics: Arc<StageMetrics>,
+    /// The number of the next connection (the `conn` field of its log span).
+    next_conn: AtomicU64,
 }
 
 /// The connections a daemon has open, and whose refusals were logged since their last
@@ -182,6 +188,8 @@ impl Daemon {
             registered: Mutex::new(registered),
             live: Arc::default(),
             open: Mutex::default(),
+            metrics: Arc::default(),
+            next_conn: AtomicU64::new(1),
         }))
     }
 
@@ -274,6 +282,10 @@ impl Daemon {
             return Ok(());
         }
         let r = self.start_runner(st, uid, gid, id);
+        if r.is_ok() {
+            self.metrics.runner_started();
+            tracing::info!(uid, task = id, "runner started");
+        }
         if r.is_err() {
             self.live
                 .lock()
@@ -317,11 +329,14 @@ impl Daemon {
         }
         // The umask: what the runner creates beside the modes it keeps (crate::copy) gets the
         // usual 022, not whatever the daemon was started with.
+        // What the task had staged before this runner (a resumed task keeps its objects).
+        let bytes_before = st.status(id).map_or(0, |r| r.bytes_done);
         let mut child = launch::spawn_detached(cmd, log, Some(0o022))
             .map_err(|e| Error::io("start the runner", &self.cfg.runner, e))?;
         // Reaps the runner; a task it never started would stay queued for ever: fail it,
-        // pointing at the runner's output.
+        // pointing at the runner's output. Then counts how the task ended.
         let (st, id, live) = (st.clone(), id.to_string(), Arc::clone(&self.live));
+        let metrics = Arc::clone(&self.metrics);
         std::thread::spawn(move || {
             let how = match child.wait() {
                 Ok(s) => s.to_string(),
@@ -333,7 +348,30 @@ impl Daemon {
                  output: {}",
                 log_path.display()
             );
-            let _ = as_user(uid, gid, || st.fail_unstarted(&id, &why));
+            let rec = as_user(uid, gid, || {
+                st.fail_unstarted(&id, &why)?;
+                st.status(&id)
+            });
+            match rec {
+                Ok(rec) => {
+                    let state = state_label(rec.state);
+                    let bytes = rec.bytes_done.saturating_sub(bytes_before);
+                    metrics.runner_ended(state, bytes);
+                    match (rec.state, &rec.error) {
+                        (State::Failed, Some(e)) => tracing::warn!(
+                            uid, task = %id, state, bytes, class = rec.error_class.as_deref().unwrap_or("io"),
+                            "task failed: {e}"
+                        ),
+                        _ => {
+                            tracing::info!(uid, task = %id, state, bytes, runner = %how, "runner ended")
+                        }
+                    }
+                }
+                Err(e) => {
+                    metrics.runner_ended("unknown", 0);
+                    tracing::warn!(uid, task = %id, runner = %how, "runner ended; its task's record cannot be read: {e}");
+                }
+            }
         });
         Ok(())
     }
@@ -402,9 +440,14 @@ impl Daemon {
                 }
             };
             let Ok(peer) = peer_of(&conn) else { continue };
-            if let Err((why, first)) = self.admit(peer) {
+            if let Err((why, first, cause)) = self.admit(peer) {
+                self.metrics.refused(cause);
                 if first {
-                    tracing::warn!(uid = peer.uid, pid = peer.pid, "connection refused: {why}");
+                    tracing::warn!(
+                        uid = peer.uid,
+                        pid = peer.pid,
+                        "connection refused (logged once until the uid is admitted again): {why}"
+                    );
                 }
                 let _ = conn.set_nonblocking(true);
                 let _ =
@@ -428,39 +471,47 @@ impl Daemon {
 
     /// Counts a new connection of `peer` in, or says which limit it is over (and whether
     /// this is the first refusal of `peer` since it was last admitted).
-    fn admit(&self, peer: Peer) -> std::result::Result<(), (String, bool)> {
+    fn admit(&self, peer: Peer) -> std::result::Result<(), (String, bool, Refusal)> {
         let l = self.cfg.limits;
         let mut open = self.open.lock().expect("lock");
         let why = if open.total >= l.connections {
-            Some(format!(
-                "the stage service on {} has {} connections open, its limit: try again later",
-                self.cfg.socket.display(),
-                l.connections
+            Some((
+                Refusal::Busy,
+                format!(
+                    "the stage service on {} has {} connections open, its limit: try again later",
+                    self.cfg.socket.display(),
+                    l.connections
+                ),
             ))
         } else if peer.uid != 0 && open.per_uid.get(&peer.uid).copied().unwrap_or(0) >= l.per_user {
-            Some(format!(
-                "uid {} has {} connections open to the stage service on {}, the limit per \
+            Some((
+                Refusal::UserLimit,
+                format!(
+                    "uid {} has {} connections open to the stage service on {}, the limit per \
                  user: close some (each `haar stage` command needs one)",
-                peer.uid,
-                l.per_user,
-                self.cfg.socket.display()
+                    peer.uid,
+                    l.per_user,
+                    self.cfg.socket.display()
+                ),
             ))
         } else {
             None
         };
-        if let Some(why) = why {
+        if let Some((cause, why)) = why {
             let first = open.refusal_logged.insert(peer.uid);
-            return Err((why, first));
+            return Err((why, first, cause));
         }
         open.refusal_logged.remove(&peer.uid);
         *open.per_uid.entry(peer.uid).or_default() += 1;
         open.total += 1;
+        self.metrics.accepted(open.total);
         Ok(())
     }
 
     fn leave(&self, peer: Peer) {
         let mut open = self.open.lock().expect("lock");
         open.total = open.total.saturating_sub(1);
+        self.metrics.set_open(open.total);
         if let Some(n) = open.per_uid.get_mut(&peer.uid) {
             *n = n.saturating_sub(1);
             if *n == 0 {
@@ -470,6 +521,15 @@ impl Daemon {
     }
 
     fn connection(&self, conn: UnixStream, peer: Peer) {
+        // Every event of the connection carries who is at the other end. The span's level is
+        // ERROR so that any filter that lets an event through keeps its fields on it.
+        let span = tracing::error_span!(
+            "stage_connection",
+            uid = peer.uid,
+            pid = peer.pid,
+            conn = self.next_conn.fetch_add(1, Ordering::Relaxed)
+        );
+        let _in = span.enter();
         let Ok(mut w) = conn.try_clone() else { return };
         // A reply the peer does not read must not hold the thread for ever either.
         let _ = w.set_write_timeout(Some(self.cfg.limits.request_deadline));
@@ -483,7 +543,21 @@ impl Daemon {
                 Ok(Some(l)) => l,
                 Ok(None) => return,
                 Err(e) => {
-                    tracing::debug!(uid = peer.uid, pid = peer.pid, "connection closed: {e}");
+                    use std::io::ErrorKind;
+                    let cause = match e.kind() {
+                        ErrorKind::TimedOut => "deadline",
+                        ErrorKind::InvalidData => "bad_line",
+                        ErrorKind::UnexpectedEof => "eof",
+                        _ => "io",
+                    };
+                    self.metrics.dropped(cause);
+                    // A line too long or not text is someone's mistake or hostility: said; an
+                    // idle or vanished peer is not news.
+                    if cause == "bad_line" {
+                        tracing::warn!(cause, "connection closed: {e}");
+                    } else {
+                        tracing::debug!(cause, "connection closed: {e}");
+                    }
                     let _ = w.write_all(
                         encode_line(&refusal(ErrorClass::Input, &e.to_string())).as_bytes(),
                     );
@@ -491,12 +565,20 @@ impl Daemon {
                 }
             };
             let (reply, close) = match decode_line(&line) {
-                Err(m) => (refusal(ErrorClass::Input, &m), true),
+                Err(m) => {
+                    self.metrics.request("invalid", ErrorClass::Input.name());
+                    tracing::warn!(cause = %m, "request refused: not a protocol line");
+                    (refusal(ErrorClass::Input, &m), true)
+                }
                 Ok(v) => match serde_json::from_value::<Request>(v) {
-                    Err(e) => (
-                        refusal(ErrorClass::Input, &format!("bad request: {e}")),
-                        false,
-                    ),
+                    Err(e) => {
+                        self.metrics.request("invalid", ErrorClass::Input.name());
+                        tracing::debug!(cause = %e, "request refused: bad request");
+                        (
+                            refusal(ErrorClass::Input, &format!("bad request: {e}")),
+                            false,
+                        )
+                    }
                     Ok(req) => (self.handle(peer, req), false),
                 },
             };
@@ -514,12 +596,74 @@ impl Daemon {
             }
     }
 
-    /// Answers one request from `peer`.
+    /// Answers one request from `peer`, counting it; a denied request is logged with its
+    /// cause (once: here), a failure of the service's own at warn, the rest at debug.
     pub fn handle(&self, peer: Peer, req: Request) -> Value {
+        let op = req.op();
         match self.answer(peer, &req) {
-            Ok(v) => v,
-            Err(e) => refusal(e.class(), &e.to_string()),
+            Ok(v) => {
+                self.metrics.request(op, "ok");
+                match (&req, v["task"]["id"].as_str()) {
+                    (Request::Submit { .. } | Request::Cancel { .. }, Some(task)) => {
+                        tracing::info!(uid = peer.uid, op, task, "request done")
+                    }
+                    _ => tracing::debug!(uid = peer.uid, op, "request done"),
+                }
+                v
+            }
+            Err(e) => {
+                let class = e.class();
+                self.metrics.request(op, class.name());
+                match class {
+                    ErrorClass::Denied => {
+                        tracing::warn!(uid = peer.uid, pid = peer.pid, op, "request denied: {e}")
+                    }
+                    ErrorClass::Io => {
+                        tracing::warn!(uid = peer.uid, pid = peer.pid, op, "request failed: {e}")
+                    }
+                    _ => tracing::debug!(
+                        uid = peer.uid,
+                        op,
+                        class = class.name(),
+                        "request refused: {e}"
+                    ),
+                }
+                refusal(class, &e.to_string())
+            }
         }
+    }
+
+    /// Serves `GET /metrics` at `addr` (`HOST:PORT`; port 0 picks one) on a thread of its
+    /// own, with haar-net's endpoint; returns the bound address. The task gauges are found
+    /// at each scrape, from every user's journal.
+    pub fn serve_metrics(self: &Arc<Self>, addr: &str) -> Result<std::net::SocketAddr> {
+        haar_net::metrics::listen(addr, Arc::clone(self))
+            .map_err(|e| Error::io("serve metrics on", Path::new(addr), e))
+    }
+
+    /// Sets the task gauges from every user's journal (each read as its user).
+    fn count_tasks(&self) {
+        let mut by_state = [0u64; STATES.len()];
+        let (mut done, mut total) = (0u64, 0u64);
+        for (uid, gid, dir) in self.users() {
+            let recs = as_user(uid, gid, || {
+                Stager {
+                    spaces: self.cfg.spaces.clone(),
+                    journal: Journal::new_unchecked(&dir),
+                }
+                .list()
+            });
+            for r in recs.into_iter().flatten() {
+                if let Some(k) = STATES.iter().position(|(s, _)| *s == r.state) {
+                    by_state[k] += 1;
+                }
+                if matches!(r.state, State::Queued | State::Running) {
+                    done += r.bytes_done;
+                    total += r.bytes_total;
+                }
+            }
+        }
+        self.metrics.set_tasks(&by_state, done, total);
     }
 
     fn answer(&self, peer: Peer, req: &Request) -> Result<Value> {
@@ -721,6 +865,13 @@ fn init_registries(spaces: &Dataspaces) {
         if let Err(e) = crate::persist::init(&one) {
             tracing::warn!(dataspace = %name, "no persist registry: {e}");
         }
+    }
+}
+
+impl haar_net::metrics::Exposition for Daemon {
+    fn render(&self) -> String {
+        self.count_tasks();
+        haar_net::metrics::encode_registry(&self.metrics.registry)
     }
 }
 
