@@ -108,7 +108,14 @@ impl Fields {
             .and_then(|r| r.into_iter().next())
             .ok_or(libc::EIO)?;
         let listed = self.store.list(&all).map_err(|e| {
-            eprintln!("haar mount: cannot list the store for fields/: {e}");
+            let (op, uid, pid) = crate::metrics::requester();
+            tracing::error!(
+                op,
+                uid,
+                pid,
+                errno = "EIO",
+                "cannot list the store for fields/: {e}"
+            );
             libc::EIO
         })?;
         let mut entries: HashMap<u64, Entry> = HashMap::new();
@@ -194,7 +201,8 @@ impl Fields {
             return Err(libc::EISDIR);
         };
         let fail = |e: haar_store::Error| {
-            eprintln!("haar mount: cannot read {key}: {e}");
+            let (op, uid, pid) = crate::metrics::requester();
+            tracing::error!(op, uid, pid, errno = "EIO", "cannot read {key}: {e}");
             libc::EIO
         };
         if let Some(lent) = self.store.retrieve_lent(key) {

@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use haar_core::Key;
@@ -153,10 +154,15 @@ pub struct Files {
     /// The store said its storage is full (ENOSPC, EDQUOT, a pool that cannot grow) and no
     /// barrier has succeeded with the reserve held again since: said once, not per call.
     full: bool,
+    /// `full`, for the metrics endpoint's thread (`haar_mount_storage_full`).
+    full_flag: Arc<AtomicBool>,
 }
 
+/// Logs a failure of the store that the mount answers with EIO, naming the request's
+/// process, and returns EIO.
 fn io_err(what: &str, e: impl std::fmt::Display) -> Errno {
-    eprintln!("haar mount: {what}: {e}");
+    let (op, uid, pid) = crate::metrics::requester();
+    tracing::error!(op, uid, pid, errno = "EIO", "{what}: {e}");
     libc::EIO
 }
 
@@ -392,6 +398,7 @@ impl Files {
             unflushed: false,
             reserve: None,
             full: false,
+            full_flag: Arc::default(),
         };
         if let std::collections::hash_map::Entry::Vacant(e) = files.nodes.entry(ROOT) {
             e.insert(Node::new(new_record(Kind::Dir, 0o755, uid, gid)));
@@ -419,16 +426,25 @@ impl Files {
         }
         if !self.full {
             self.full = true;
-            eprintln!(
-                "haar mount: {what}: {e}; the store's storage is full: writes and creations fail with {} until space is freed there (removals through the mount still work)",
-                if code == libc::EDQUOT {
-                    "EDQUOT"
-                } else {
-                    "ENOSPC"
-                }
+            self.full_flag.store(true, Ordering::Relaxed);
+            let (op, uid, pid) = crate::metrics::requester();
+            let errno = crate::metrics::errno_name(code);
+            tracing::warn!(
+                op,
+                uid,
+                pid,
+                errno,
+                cause = %e,
+                "{what}: the store's storage is full: writes and creations fail with {errno} until space is freed there (removals through the mount still work; said once until then)"
             );
         }
         code
+    }
+
+    /// Whether the store's storage is full now (see [`Files`]'s `full`), shared for reading
+    /// from other threads.
+    pub fn full_flag(&self) -> Arc<AtomicBool> {
+        Arc::clone(&self.full_flag)
     }
 
     /// Before a removal: on full storage, the reserve's bytes are given back for its records.
@@ -445,7 +461,8 @@ impl Files {
     fn recovered(&mut self) {
         if self.full && self.reserve.as_mut().is_none_or(Reserve::take) {
             self.full = false;
-            eprintln!("haar mount: the store has room again");
+            self.full_flag.store(false, Ordering::Relaxed);
+            tracing::warn!("the store has room again: writes and creations work");
         }
     }
 
@@ -950,8 +967,13 @@ impl Files {
         // This mount knows the chunk holds data; an empty one is another mount's removal or
         // truncation (design §15.6): say so rather than read zeros.
         if self.shared && chunk.as_ref().is_some_and(|b| b.is_empty()) {
-            eprintln!(
-                "haar mount: {key} was emptied by another mount (file removed or truncated there); mount again to see its namespace"
+            let (op, uid, pid) = crate::metrics::requester();
+            tracing::warn!(
+                op,
+                uid,
+                pid,
+                errno = "ESTALE",
+                "{key} was emptied by another mount (file removed or truncated there); mount again to see its namespace"
             );
             return Err(libc::ESTALE);
         }

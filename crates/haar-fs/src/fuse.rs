@@ -22,6 +22,7 @@ use haar_store::FieldBytes;
 use crate::fields::{Entry, Fields};
 use crate::files::{Attr, Files, ROOT};
 use crate::format::{CHUNK_SIZE, Kind};
+use crate::metrics::{MountMetrics, Op};
 
 /// First inode number of the `fields/` view (its root); the writable part's are below it.
 pub const FIELDS_BASE: u64 = 1 << 62;
@@ -41,6 +42,8 @@ pub struct HaarFs {
     statfs_path: Option<PathBuf>,
     uid: u32,
     gid: u32,
+    /// What the mount counts (`haar mount --metrics`).
+    metrics: Arc<MountMetrics>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -126,7 +129,12 @@ impl HaarFs {
     pub fn new(files: Option<Files>, fields: Fields, statfs_path: Option<PathBuf>) -> HaarFs {
         // SAFETY: getuid/getgid cannot fail.
         let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+        let metrics = Arc::new(MountMetrics::default());
+        if let Some(f) = &files {
+            metrics.watch_full(f.full_flag());
+        }
         HaarFs {
+            metrics,
             files: files.map(Mutex::new),
             fields: Mutex::new(fields),
             handles: Mutex::new(HashMap::new()),
@@ -135,6 +143,16 @@ impl HaarFs {
             uid,
             gid,
         }
+    }
+
+    /// What this mount counts, for [`haar_net::metrics::listen`].
+    pub fn metrics(&self) -> Arc<MountMetrics> {
+        Arc::clone(&self.metrics)
+    }
+
+    /// Starts counting a request of `op` from `req`'s process.
+    fn call(&self, op: Op, req: &Request) -> crate::metrics::Call<'_> {
+        self.metrics.call(op, req.uid(), req.pid())
     }
 
     fn files(&self) -> Result<MutexGuard<'_, Files>, i32> {
@@ -243,13 +261,18 @@ impl HaarFs {
     }
 }
 
+/// Answers with the result of `$res` (the value through `$ok`, or the errno), counted by
+/// `$call` (started before `$res` is found).
 macro_rules! answer {
-    ($reply:ident, $res:expr, |$v:ident| $ok:expr) => {
-        match $res {
+    ($call:expr, $reply:ident, $res:expr, |$v:ident| $ok:expr) => {{
+        let call = $call;
+        let res = $res;
+        call.result(&res);
+        match res {
             Ok($v) => $ok,
             Err(e) => $reply.error(errno(e)),
         }
-    };
+    }};
 }
 
 impl Filesystem for HaarFs {
@@ -264,25 +287,28 @@ impl Filesystem for HaarFs {
         if let Some(f) = &self.files
             && let Err(e) = lock(f).barrier()
         {
-            eprintln!("haar mount: the last flush at unmount failed (errno {e})");
+            tracing::error!(
+                errno = crate::metrics::errno_name(e),
+                "the last flush at unmount failed (errno {e}): data written since the last fsync or close may be lost"
+            );
         }
     }
 
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
-        answer!(reply, self.lookup_of(parent.0, name), |a| reply.entry(
-            &TTL,
-            &a,
-            Generation(0)
-        ))
+    fn lookup(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let call = self.call(Op::Lookup, req);
+        answer!(call, reply, self.lookup_of(parent.0, name), |a| reply
+            .entry(&TTL, &a, Generation(0)))
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        answer!(reply, self.getattr_of(ino.0), |a| reply.attr(&TTL, &a))
+    fn getattr(&self, req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let call = self.call(Op::Getattr, req);
+        answer!(call, reply, self.getattr_of(ino.0), |a| reply
+            .attr(&TTL, &a))
     }
 
     fn setattr(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         mode: Option<u32>,
         uid: Option<u32>,
@@ -298,6 +324,7 @@ impl Filesystem for HaarFs {
         _flags: Option<fuser::BsdFileFlags>,
         reply: ReplyAttr,
     ) {
+        let call = self.call(Op::Setattr, req);
         let res = (|| {
             if ino.0 >= FIELDS_BASE {
                 return Err(libc::EROFS);
@@ -311,12 +338,13 @@ impl Filesystem for HaarFs {
                 Ok(attr_of(&a))
             }
         })();
-        answer!(reply, res, |a| reply.attr(&TTL, &a))
+        answer!(call, reply, res, |a| reply.attr(&TTL, &a))
     }
 
-    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+    fn readlink(&self, req: &Request, ino: INodeNo, reply: ReplyData) {
+        let call = self.call(Op::Readlink, req);
         let res = (|| self.files()?.readlink(ino.0))();
-        answer!(reply, res, |t| reply.data(&t))
+        answer!(call, reply, res, |t| reply.data(&t))
     }
 
     fn mknod(
@@ -329,13 +357,14 @@ impl Filesystem for HaarFs {
         _rdev: u32,
         reply: ReplyEntry,
     ) {
+        let call = self.call(Op::Mknod, req);
         let res = if mode & libc::S_IFMT == libc::S_IFREG {
             self.make(req, parent.0, name, Kind::File, mode & !umask, &[])
         } else {
             // Devices, FIFOs and sockets are not kept (design §15.3).
             Err(libc::EPERM)
         };
-        answer!(reply, res, |a| reply.entry(&TTL, &a, Generation(0)))
+        answer!(call, reply, res, |a| reply.entry(&TTL, &a, Generation(0)))
     }
 
     fn mkdir(
@@ -347,8 +376,9 @@ impl Filesystem for HaarFs {
         umask: u32,
         reply: ReplyEntry,
     ) {
+        let call = self.call(Op::Mkdir, req);
         let res = self.make(req, parent.0, name, Kind::Dir, mode & !umask, &[]);
-        answer!(reply, res, |a| reply.entry(&TTL, &a, Generation(0)))
+        answer!(call, reply, res, |a| reply.entry(&TTL, &a, Generation(0)))
     }
 
     fn symlink(
@@ -359,6 +389,7 @@ impl Filesystem for HaarFs {
         target: &Path,
         reply: ReplyEntry,
     ) {
+        let call = self.call(Op::Symlink, req);
         let res = self.make(
             req,
             parent.0,
@@ -367,28 +398,30 @@ impl Filesystem for HaarFs {
             0o777,
             target.as_os_str().as_bytes(),
         );
-        answer!(reply, res, |a| reply.entry(&TTL, &a, Generation(0)))
+        answer!(call, reply, res, |a| reply.entry(&TTL, &a, Generation(0)))
     }
 
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn unlink(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let call = self.call(Op::Unlink, req);
         let res = (|| {
             self.writable(parent.0, name)?;
             self.files()?.remove(parent.0, name.as_bytes(), false)
         })();
-        answer!(reply, res, |_v| reply.ok())
+        answer!(call, reply, res, |_v| reply.ok())
     }
 
-    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let call = self.call(Op::Rmdir, req);
         let res = (|| {
             self.writable(parent.0, name)?;
             self.files()?.remove(parent.0, name.as_bytes(), true)
         })();
-        answer!(reply, res, |_v| reply.ok())
+        answer!(call, reply, res, |_v| reply.ok())
     }
 
     fn rename(
         &self,
-        _req: &Request,
+        req: &Request,
         parent: INodeNo,
         name: &OsStr,
         newparent: INodeNo,
@@ -396,6 +429,7 @@ impl Filesystem for HaarFs {
         flags: RenameFlags,
         reply: ReplyEmpty,
     ) {
+        let call = self.call(Op::Rename, req);
         let res = (|| {
             if flags.intersects(RenameFlags::RENAME_EXCHANGE | RenameFlags::RENAME_WHITEOUT) {
                 return Err(libc::EINVAL);
@@ -413,27 +447,30 @@ impl Filesystem for HaarFs {
                 flags.contains(RenameFlags::RENAME_NOREPLACE),
             )
         })();
-        answer!(reply, res, |_v| reply.ok())
+        answer!(call, reply, res, |_v| reply.ok())
     }
 
     fn link(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _newparent: INodeNo,
         _newname: &OsStr,
         reply: ReplyEntry,
     ) {
+        let call = self.call(Op::Link, req);
         // Hard links are not kept (design §15.3).
         let e = if ino.0 >= FIELDS_BASE {
             libc::EROFS
         } else {
             libc::EPERM
         };
+        call.done(Some(e), 0);
         reply.error(errno(e))
     }
 
-    fn open(&self, _req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+    fn open(&self, req: &Request, ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        let call = self.call(Op::Open, req);
         let res = (|| {
             if ino.0 >= FIELDS_BASE {
                 if flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
@@ -447,12 +484,12 @@ impl Filesystem for HaarFs {
             self.files()?.open(ino.0)?;
             Ok((0, FopenFlags::empty()))
         })();
-        answer!(reply, res, |v| reply.opened(FileHandle(v.0), v.1))
+        answer!(call, reply, res, |v| reply.opened(FileHandle(v.0), v.1))
     }
 
     fn read(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         offset: u64,
@@ -461,6 +498,7 @@ impl Filesystem for HaarFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
+        let call = self.call(Op::Read, req);
         if ino.0 >= FIELDS_BASE {
             let bytes = lock(&self.handles).get(&fh.0).cloned();
             match bytes {
@@ -468,19 +506,31 @@ impl Filesystem for HaarFs {
                     // The reply is written from the lent range itself (a pmem pool's mapping).
                     let start = (offset as usize).min(b.len());
                     let end = start.saturating_add(size as usize).min(b.len());
+                    call.done(None, (end - start) as u64);
                     reply.data(&b[start..end]);
                 }
-                None => reply.error(Errno::EBADF),
+                None => {
+                    call.done(Some(libc::EBADF), 0);
+                    reply.error(Errno::EBADF)
+                }
             }
             return;
         }
-        let res = (|| self.files()?.read(ino.0, offset, size))();
-        answer!(reply, res, |d| reply.data(&d))
+        match self.files().and_then(|mut f| f.read(ino.0, offset, size)) {
+            Ok(d) => {
+                call.done(None, d.len() as u64);
+                reply.data(&d)
+            }
+            Err(e) => {
+                call.done(Some(e), 0);
+                reply.error(errno(e))
+            }
+        }
     }
 
     fn write(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
@@ -490,30 +540,40 @@ impl Filesystem for HaarFs {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        let res = (|| self.files()?.write(ino.0, offset, data))();
-        answer!(reply, res, |n| reply.written(n as u32))
+        let call = self.call(Op::Write, req);
+        match self.files().and_then(|mut f| f.write(ino.0, offset, data)) {
+            Ok(n) => {
+                call.done(None, n as u64);
+                reply.written(n as u32)
+            }
+            Err(e) => {
+                call.done(Some(e), 0);
+                reply.error(errno(e))
+            }
+        }
     }
 
     fn flush(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         _lock_owner: LockOwner,
         reply: ReplyEmpty,
     ) {
+        let call = self.call(Op::Flush, req);
         // close(2) is a durability barrier (design §15.3).
         let res = if ino.0 >= FIELDS_BASE {
             Ok(())
         } else {
             (|| self.files()?.barrier())()
         };
-        answer!(reply, res, |_v| reply.ok())
+        answer!(call, reply, res, |_v| reply.ok())
     }
 
     fn release(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         fh: FileHandle,
         _flags: OpenFlags,
@@ -521,29 +581,31 @@ impl Filesystem for HaarFs {
         _flush: bool,
         reply: ReplyEmpty,
     ) {
+        let call = self.call(Op::Release, req);
         let res = if ino.0 >= FIELDS_BASE {
             lock(&self.handles).remove(&fh.0);
             Ok(())
         } else {
             (|| self.files()?.release(ino.0))()
         };
-        answer!(reply, res, |_v| reply.ok())
+        answer!(call, reply, res, |_v| reply.ok())
     }
 
     fn fsync(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         _datasync: bool,
         reply: ReplyEmpty,
     ) {
+        let call = self.call(Op::Fsync, req);
         let res = if ino.0 >= FIELDS_BASE {
             Ok(())
         } else {
             (|| self.files()?.barrier())()
         };
-        answer!(reply, res, |_v| reply.ok())
+        answer!(call, reply, res, |_v| reply.ok())
     }
 
     fn fsyncdir(
@@ -559,12 +621,13 @@ impl Filesystem for HaarFs {
 
     fn readdir(
         &self,
-        _req: &Request,
+        req: &Request,
         ino: INodeNo,
         _fh: FileHandle,
         offset: u64,
         reply: ReplyDirectory,
     ) {
+        let call = self.call(Op::Readdir, req);
         let res: Result<Vec<(u64, FileType, Vec<u8>)>, i32> = (|| {
             let mut out = Vec::new();
             if ino.0 >= FIELDS_BASE {
@@ -602,10 +665,12 @@ impl Filesystem for HaarFs {
             out.extend(entries.into_iter().map(|(i, k, n)| (i, file_type(k), n)));
             Ok(out)
         })();
+        call.result(&res);
         reply_dir(reply, res, offset)
     }
 
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+    fn statfs(&self, req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        let call = self.call(Op::Statfs, req);
         let (files, _) = self.files.as_ref().map_or((0, 0), |f| lock(f).usage());
         let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
         let ok = self.statfs_path.as_ref().is_some_and(|p| {
@@ -615,6 +680,7 @@ impl Filesystem for HaarFs {
             // SAFETY: a valid C string and a zeroed struct of the right type.
             unsafe { libc::statvfs(c.as_ptr(), &mut st) == 0 }
         });
+        call.done(None, 0);
         if ok {
             reply.statfs(
                 st.f_blocks,
@@ -633,7 +699,7 @@ impl Filesystem for HaarFs {
 
     fn setxattr(
         &self,
-        _req: &Request,
+        req: &Request,
         _ino: INodeNo,
         _name: &OsStr,
         _value: &[u8],
@@ -641,21 +707,17 @@ impl Filesystem for HaarFs {
         _position: u32,
         reply: ReplyEmpty,
     ) {
+        self.call(Op::Xattr, req).done(Some(libc::ENOTSUP), 0);
         reply.error(Errno::from_i32(libc::ENOTSUP))
     }
 
-    fn getxattr(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _size: u32,
-        reply: ReplyXattr,
-    ) {
+    fn getxattr(&self, req: &Request, _ino: INodeNo, _name: &OsStr, _size: u32, reply: ReplyXattr) {
+        self.call(Op::Xattr, req).done(Some(libc::ENODATA), 0);
         reply.error(Errno::from_i32(libc::ENODATA))
     }
 
-    fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: ReplyXattr) {
+    fn listxattr(&self, req: &Request, _ino: INodeNo, size: u32, reply: ReplyXattr) {
+        self.call(Op::Xattr, req).done(None, 0);
         if size == 0 {
             reply.size(0)
         } else {
@@ -673,12 +735,13 @@ impl Filesystem for HaarFs {
         _flags: i32,
         reply: ReplyCreate,
     ) {
+        let call = self.call(Op::Create, req);
         let res = (|| {
             let a = self.make(req, parent.0, name, Kind::File, mode & !umask, &[])?;
             self.files()?.open(a.ino.0)?;
             Ok(a)
         })();
-        answer!(reply, res, |a| reply.created(
+        answer!(call, reply, res, |a| reply.created(
             &TTL,
             &a,
             Generation(0),

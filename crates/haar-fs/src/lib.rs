@@ -27,6 +27,7 @@ pub mod fields;
 pub mod files;
 pub mod format;
 pub mod fuse;
+pub mod metrics;
 pub mod powerfail;
 
 use std::path::{Path, PathBuf};
@@ -55,6 +56,9 @@ pub struct MountOptions {
     /// This mount's id: the high bits of the inode numbers it makes (design §15.2). Mounts
     /// of one file system that run at the same time need different ids.
     pub mount_id: u32,
+    /// Serve the mount's metrics at `http://ADDR/metrics` (`HOST:PORT`; port 0 picks one):
+    /// [`Mount::metrics_addr`] says where.
+    pub metrics: Option<String>,
 }
 
 impl MountOptions {
@@ -66,6 +70,7 @@ impl MountOptions {
             threads: 2,
             allow_other: false,
             mount_id: 0,
+            metrics: None,
         }
     }
 }
@@ -85,6 +90,14 @@ pub enum MountError {
         /// The mount point.
         path: PathBuf,
         /// What the kernel or fusermount3 said.
+        source: std::io::Error,
+    },
+    /// The metrics endpoint could not listen.
+    #[error("--metrics {addr}: cannot listen: {source}")]
+    Metrics {
+        /// The address asked for.
+        addr: String,
+        /// Why.
         source: std::io::Error,
     },
 }
@@ -157,12 +170,24 @@ pub fn files_store(backend: Arc<dyn haar_store::Backend>) -> haar_store::Result<
 pub struct Mount {
     session: fuser::Session<HaarFs>,
     path: PathBuf,
+    metrics: Option<std::net::SocketAddr>,
 }
 
 impl Mount {
-    /// Builds the file system ([`build`]) and mounts it on `path`.
+    /// Builds the file system ([`build`]), serves its metrics when `opts.metrics` asks (before
+    /// mounting: a bad address leaves nothing mounted), and mounts it on `path`.
     pub fn new(opts: &MountOptions, path: &Path) -> Result<Mount, MountError> {
         let fs = build(opts)?;
+        let metrics = (opts.metrics.as_deref())
+            .map(|addr| {
+                haar_net::metrics::listen(addr, fs.metrics()).map_err(|source| {
+                    MountError::Metrics {
+                        addr: addr.into(),
+                        source,
+                    }
+                })
+            })
+            .transpose()?;
         let mut cfg = fuser::Config::default();
         cfg.mount_options = vec![
             fuser::MountOption::FSName("haar".into()),
@@ -181,7 +206,13 @@ impl Mount {
         Ok(Mount {
             session,
             path: path.into(),
+            metrics,
         })
+    }
+
+    /// Where the metrics are served (`MountOptions::metrics`), if they are.
+    pub fn metrics_addr(&self) -> Option<std::net::SocketAddr> {
+        self.metrics
     }
 
     /// Serves the kernel until the file system is unmounted (`fusermount3 -u`, `umount`) or
@@ -220,7 +251,7 @@ impl Mount {
                         .status()
                         .is_ok_and(|s| s.success());
                 if !lazy {
-                    eprintln!("haar mount: cannot unmount {}: {e}", path.display());
+                    tracing::error!(mountpoint = %path.display(), "cannot unmount: {e}");
                 }
             }
         });
