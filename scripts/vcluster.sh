@@ -128,7 +128,11 @@ munged --socket="$RUN/local/munge.socket.2" --key-file="$RUN/etc/munge.key" \
     --seed-file="$RUN/local/munge.seed" --force
 # Every node mounts /shared, the controller too: the burst-buffer hook keeps each job
 # staging plan there, for its compute nodes (burst_buffer_haar.conf: state).
+# No attribute, entry or negative caching: a file another node appended to then reads in
+# full, as on Lustre (with the 1 s defaults, a reader saw the new length of an index and then a
+# short read: docs/cluster.md).
 glusterfs --volfile-server=storage --volfile-id=shared \
+    --attribute-timeout=0 --entry-timeout=0 --negative-timeout=0 \
     --log-file="$RUN/local/glusterfs-client.log" /shared
 for _ in $(seq 100); do mountpoint -q /shared && break; sleep 0.1; done
 mountpoint -q /shared || { echo "$NAME: /shared did not mount; see $RUN/node/$NAME/glusterfs-client.log" >&2; exit 1; }
@@ -320,6 +324,11 @@ cmd_up() {
     for _ in $(seq 100); do in_node storage gluster --mode=script volume list >/dev/null 2>&1 && { ok=1; break; }; sleep 0.1; done
     [ $ok = 1 ] || die "glusterd did not answer; see $RUN/node/storage/glusterlog/"
     in_node storage gluster --mode=script volume create shared transport tcp "storage:$RUN/local/brick" force >/dev/null
+    # Client-side caches off, for the same coherence between nodes (docs/cluster.md).
+    local opt
+    for opt in quick-read io-cache read-ahead stat-prefetch open-behind; do
+        in_node storage gluster --mode=script volume set shared "performance.$opt" off >/dev/null
+    done
     in_node storage gluster --mode=script volume start shared >/dev/null
     node_daemons storage
 

@@ -17,6 +17,14 @@ pub fn available() -> bool {
 /// Prepares a self-contained FDB5 under `root` (config, schema, empty dbnames, `db/`)
 /// and returns the environment its processes need.
 pub fn setup_root(root: &Path) -> Result<Vec<(String, String)>, Error> {
+    setup_root_at(root, root)
+}
+
+/// [`setup_root`] for processes that name the directory `root` reaches as `there` (another
+/// mount namespace's view of it, e.g. a virtual-cluster node's `/shared/…` reached from here
+/// through `/proc/PID/root`): files are written through `root`, and the configuration and
+/// environment name paths under `there`.
+pub fn setup_root_at(root: &Path, there: &Path) -> Result<Vec<(String, String)>, Error> {
     let io = |what: &str, p: &Path| io(format!("FDB5 set-up: cannot {what} {}", p.display()));
     let db = root.join("db");
     std::fs::create_dir_all(&db).map_err(io("create", &db))?;
@@ -34,13 +42,19 @@ pub fn setup_root(root: &Path) -> Result<Vec<(String, String)>, Error> {
     let config = root.join("fdb5-config.yaml");
     let text = format!(
         "---\ntype: local\nengine: toc\nschema: {}\nspaces:\n  - handler: Default\n    roots:\n      - path: {}\n",
-        schema.display(),
-        db.display()
+        there.join("schema").display(),
+        there.join("db").display()
     );
     std::fs::write(&config, text).map_err(io("write", &config))?;
     Ok(vec![
-        ("FDB5_CONFIG_FILE".into(), config.display().to_string()),
-        ("FDB_DBNAMES_FILE".into(), dbnames.display().to_string()),
+        (
+            "FDB5_CONFIG_FILE".into(),
+            there.join("fdb5-config.yaml").display().to_string(),
+        ),
+        (
+            "FDB_DBNAMES_FILE".into(),
+            there.join("dbnames").display().to_string(),
+        ),
     ])
 }
 

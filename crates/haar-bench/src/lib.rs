@@ -36,6 +36,7 @@ pub mod progress;
 pub mod scale;
 pub mod stats;
 pub mod target;
+pub mod vcluster;
 pub mod worker;
 pub mod workflow;
 

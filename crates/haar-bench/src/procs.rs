@@ -300,7 +300,7 @@ impl Group {
     pub fn kill_all(&mut self) {
         for w in &mut self.workers {
             if !w.done {
-                let _ = w.child.kill();
+                kill_with_children(&mut w.child);
                 let _ = w.child.wait();
                 w.done = true;
             }
@@ -361,6 +361,17 @@ impl Reporter {
     }
 }
 
+/// Where one server of [`Servers::start_placed`] runs.
+#[derive(Debug, Clone)]
+pub struct ServerPlace {
+    /// Its store's root, as the server names it.
+    pub data: PathBuf,
+    /// Its `--listen` address (port 0: any free port).
+    pub listen: String,
+    /// The virtual-cluster node it runs on; this host when `None`.
+    pub node: Option<crate::vcluster::Node>,
+}
+
 /// Local `haar serve` processes for a run; stopped on drop.
 pub struct Servers {
     children: Vec<Child>,
@@ -380,9 +391,30 @@ impl Servers {
         pool_size: Option<u64>,
         token_file: Option<&Path>,
     ) -> Result<Servers, Error> {
+        let places: Vec<ServerPlace> = (0..n)
+            .map(|i| ServerPlace {
+                data: root.join(format!("node{i}")),
+                listen: "127.0.0.1:0".into(),
+                node: None,
+            })
+            .collect();
+        Servers::start_placed(&places, root, backend, pool_size, token_file)
+    }
+
+    /// Starts one server per entry of `places`, each with its data directory, listening
+    /// address and node (see [`ServerPlace`]); their configurations and, unless `token_file`
+    /// names one, a new shared token go into `control`, a directory every server's node sees.
+    pub fn start_placed(
+        places: &[ServerPlace],
+        control: &Path,
+        backend: &str,
+        pool_size: Option<u64>,
+        token_file: Option<&Path>,
+    ) -> Result<Servers, Error> {
         let exe = std::env::current_exe().map_err(io("cannot find the haar executable"))?;
-        std::fs::create_dir_all(root).map_err(io(format!("cannot create {}", root.display())))?;
-        let token_file = token_file.map_or_else(|| root.join("token"), Path::to_path_buf);
+        std::fs::create_dir_all(control)
+            .map_err(io(format!("cannot create {}", control.display())))?;
+        let token_file = token_file.map_or_else(|| control.join("token"), Path::to_path_buf);
         if !token_file.exists() {
             write_private(&token_file, &haar_net::auth::nonce())?;
         }
@@ -391,9 +423,9 @@ impl Servers {
             addrs: Vec::new(),
             token_file,
         };
-        for i in 0..n {
-            let dir = root.join(format!("node{i}"));
-            let config = root.join(format!("node{i}.yaml"));
+        for (i, place) in places.iter().enumerate() {
+            let dir = &place.data;
+            let config = control.join(format!("node{i}.yaml"));
             let mut text = format!("backend: {backend}\nroots: [\"{}\"]\n", dir.display());
             if let Some(p) = pool_size {
                 text.push_str(&format!("pool_size: {p}\n"));
@@ -403,10 +435,13 @@ impl Servers {
             let mut cmd = Command::new(&exe);
             cmd.arg("--config")
                 .arg(&config)
-                .args(["serve", "--listen", "127.0.0.1:0", "--token-file"])
+                .args(["serve", "--listen", &place.listen, "--token-file"])
                 .arg(&s.token_file)
-                .env_remove("HAAR_CONFIG")
-                .stdin(Stdio::null())
+                .env_remove("HAAR_CONFIG");
+            if let Some(node) = &place.node {
+                cmd = node.command(&cmd);
+            }
+            cmd.stdin(Stdio::null())
                 .stdout(Stdio::piped())
                 .stderr(Stdio::piped());
             die_with_parent(&mut cmd);
@@ -428,8 +463,13 @@ impl Servers {
                     &mut err,
                 );
                 let _ = child.wait();
+                let on = place
+                    .node
+                    .as_ref()
+                    .map(|n| format!(" on node {}", n.name))
+                    .unwrap_or_default();
                 return Err(Error::Failed(format!(
-                    "server {i} ({backend} under {}) did not start: {}",
+                    "server {i}{on} ({backend} under {}) did not start: {}",
                     dir.display(),
                     err.trim()
                 )));
@@ -456,7 +496,7 @@ impl Servers {
     /// Stops every server.
     pub fn stop(&mut self) {
         for c in &mut self.children {
-            let _ = c.kill();
+            kill_with_children(c);
             let _ = c.wait();
         }
         self.children.clear();
@@ -467,6 +507,23 @@ impl Drop for Servers {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// SIGKILLs `child` and its own children: a process placed on a virtual-cluster node is the
+/// child of `nsenter`, which forks to enter the node's PID namespace and does not pass signals
+/// on (docs/cluster.md).
+pub fn kill_with_children(child: &mut Child) {
+    let pid = child.id();
+    if let Ok(list) = std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")) {
+        for c in list
+            .split_whitespace()
+            .filter_map(|c| c.parse::<i32>().ok())
+        {
+            // SAFETY: kill(2) with a pid read from our own child's children list.
+            unsafe { libc::kill(c, libc::SIGKILL) };
+        }
+    }
+    let _ = child.kill();
 }
 
 /// Creates `path` readable by its owner only, holding `text`.

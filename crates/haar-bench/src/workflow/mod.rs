@@ -35,7 +35,7 @@ pub use consumer::{ConsumerSpec, consumer};
 pub use producer::{ProducerSpec, producer};
 
 use report::Row;
-use topology::Backend;
+use topology::{Backend, Site};
 
 pub(crate) const SALT: u64 = 0x0077_666c_6f77; // "wflow"
 pub(crate) const GIB: f64 = (1u64 << 30) as f64;
@@ -61,12 +61,20 @@ pub struct Options {
     /// Backends to compare, in order: `shared-posix`, `haar`, `fdb5` (skipped with a note
     /// where FDB5 is not installed).
     pub backends: Vec<String>,
-    /// Local servers to start for `haar` (ignored when the store options name servers).
+    /// Local servers to start for `haar` (ignored when the store options name servers, and
+    /// with `vcluster`: one server per node).
     pub nodes: usize,
-    /// Where the servers' pmem pools go.
-    pub pmem_dir: PathBuf,
-    /// Where the shared POSIX directory and FDB5's root go.
-    pub shared_dir: PathBuf,
+    /// Where the servers' pmem pools go (default `/dev/shm`; `/mnt/pmem0` on the virtual
+    /// cluster).
+    pub pmem_dir: Option<PathBuf>,
+    /// Where the shared POSIX directory and FDB5's root go (default `/var/tmp`; `/shared`, the
+    /// GlusterFS volume, on the virtual cluster).
+    pub shared_dir: Option<PathBuf>,
+    /// Run across the first N nodes of the virtual cluster (`scripts/vcluster.sh up N`):
+    /// members on the first half of them, product generation on the rest, one haar server per
+    /// node over its own tier, the shared file system at `/shared` (SC'19 Table 9 where the
+    /// contention happens).
+    pub vcluster: Option<usize>,
     /// Consumers read each member's field as soon as it is flushed (per-field notifications,
     /// haar only) instead of waiting for the whole step.
     pub streaming: bool,
@@ -120,13 +128,19 @@ pub fn run(opts: &OpenOptions, a: &Options) -> Result<(), Error> {
             "--consumers must be at least 1 (product generation is the point)".into(),
         ));
     }
-    if a.nodes == 0 && opts.servers.is_none() {
+    if a.vcluster.is_some() && opts.servers.is_some() {
+        return Err(Error::Usage(
+            "--vcluster starts one server per node itself: drop --servers".into(),
+        ));
+    }
+    let nodes = a.vcluster.unwrap_or(a.nodes);
+    if nodes == 0 && opts.servers.is_none() {
         return Err(Error::Usage("--nodes must be at least 1".into()));
     }
-    if opts.replicas == 0 || (opts.servers.is_none() && opts.replicas > a.nodes) {
+    if opts.replicas == 0 || (opts.servers.is_none() && opts.replicas > nodes) {
         return Err(Error::Usage(format!(
-            "--replicas {} must be between 1 and --nodes ({})",
-            opts.replicas, a.nodes
+            "--replicas {} must be between 1 and the number of servers ({nodes}: --nodes, or --vcluster)",
+            opts.replicas
         )));
     }
     let mut backends = Vec::new();
@@ -145,14 +159,7 @@ pub fn run(opts: &OpenOptions, a: &Options) -> Result<(), Error> {
     if backends.is_empty() {
         return Err(Error::Usage("no backend to run (see --backends)".into()));
     }
-    for dir in [&a.shared_dir, &a.pmem_dir] {
-        if !dir.is_dir() {
-            return Err(Error::Usage(format!(
-                "{} is not a directory (see --shared-dir, --pmem-dir)",
-                dir.display()
-            )));
-        }
-    }
+    let site = Site::new(a)?;
     // The figure is drawn at the end: a missing font must not cost the whole run.
     haar_mem::plot::prepare_fonts().map_err(Error::Usage)?;
     crate::procs::install_interrupt_handler();
@@ -166,6 +173,9 @@ pub fn run(opts: &OpenOptions, a: &Options) -> Result<(), Error> {
         a.consumers,
         a.compute_ms
     );
+    if site.cluster.is_some() {
+        eprintln!("haar workflow: {}", site.describe());
+    }
     let floor_ms = product_floor(&l, a.consumers);
     eprintln!(
         "haar workflow: in-memory floor of a step's products (no store, {} threads): {floor_ms:.1} ms",
@@ -176,15 +186,29 @@ pub fn run(opts: &OpenOptions, a: &Options) -> Result<(), Error> {
         let mut alone = None;
         let mut describe = String::new();
         if !a.only_with_consumers {
-            let p = topology::prepare(opts, a, b, &l, "alone")?;
+            let p = topology::prepare(opts, a, &site, b, &l, "alone")?;
             describe = p.describe.clone();
-            alone = Some(runs::run_once(a, &p, &l, 0, &format!("{} alone", b.id()))?);
+            alone = Some(runs::run_once(
+                a,
+                &site,
+                &p,
+                &l,
+                0,
+                &format!("{} alone", b.id()),
+            )?);
         }
-        let p = topology::prepare(opts, a, b, &l, "with")?;
+        let p = topology::prepare(opts, a, &site, b, &l, "with")?;
         if describe.is_empty() {
             describe = p.describe.clone();
         }
-        let with = runs::run_once(a, &p, &l, a.consumers, &format!("{} + consumers", b.id()))?;
+        let with = runs::run_once(
+            a,
+            &site,
+            &p,
+            &l,
+            a.consumers,
+            &format!("{} + consumers", b.id()),
+        )?;
         drop(p);
         let row = Row {
             backend: b.id().into(),
@@ -195,8 +219,8 @@ pub fn run(opts: &OpenOptions, a: &Options) -> Result<(), Error> {
         eprintln!("haar workflow: {}", row.line());
         rows.push(row);
     }
-    let report = report::report(a, &l, opts.replicas, floor_ms, &rows);
-    report::print_table(&l, a, floor_ms, &rows);
+    let report = report::report(a, &site, &l, opts.replicas, floor_ms, &rows);
+    report::print_table(&l, a, &site, floor_ms, &rows);
     report::plot(&a.plot, &rows)?;
     println!("plot: {}", a.plot.display());
     if let Some(p) = &a.json {

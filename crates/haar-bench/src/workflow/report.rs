@@ -9,6 +9,7 @@ use std::path::Path;
 use serde_json::{Value, json};
 
 use super::runs::RunFigures;
+use super::topology::Site;
 use super::{GIB, Options};
 use crate::error::Error;
 use crate::layout::Layout;
@@ -65,6 +66,7 @@ impl Row {
 
 pub(super) fn report(
     a: &Options,
+    site: &Site,
     l: &Layout,
     replicas: usize,
     floor_ms: f64,
@@ -76,7 +78,18 @@ pub(super) fn report(
         "layout": l,
         "consumers": a.consumers,
         "compute_ms": a.compute_ms,
-        "nodes": a.nodes,
+        "nodes": a.vcluster.unwrap_or(a.nodes),
+        "site": site.describe(),
+        "vcluster": site.cluster.as_ref().map(|c| json!({
+            "nodes": c.vc.nodes.iter().map(|n| &n.name).collect::<Vec<_>>(),
+            "producer_nodes": c.producers.iter().map(|&i| &c.vc.nodes[i].name).collect::<Vec<_>>(),
+            "consumer_nodes": c.consumers.iter().map(|&i| &c.vc.nodes[i].name).collect::<Vec<_>>(),
+            "shared_bw": c.vc.shared_bw,
+            "node_bw": c.vc.node_bw,
+            "pmem_size": c.vc.pmem_size,
+            "shared_dir": site.shared_dir,
+            "pmem_dir": site.pmem_dir,
+        })),
         "replicas": replicas,
         "volume_bytes_per_run": l.total_bytes(),
         "product_floor_ms": floor_ms,
@@ -101,7 +114,7 @@ pub(super) fn report(
     })
 }
 
-pub(super) fn print_table(l: &Layout, a: &Options, floor_ms: f64, rows: &[Row]) {
+pub(super) fn print_table(l: &Layout, a: &Options, site: &Site, floor_ms: f64, rows: &[Row]) {
     println!();
     println!(
         "Forecast workflow, {} members x {} steps x {} fields of {:.0} KiB ({:.2} GiB per run), {} consumers, {} ms model time per step",
@@ -114,6 +127,9 @@ pub(super) fn print_table(l: &Layout, a: &Options, floor_ms: f64, rows: &[Row]) 
         a.compute_ms
     );
     println!("(shaped like SC'19 Table 9: producer run time without and with product generation)");
+    if site.cluster.is_some() {
+        println!("({})", site.describe());
+    }
     println!();
     println!(
         "{:<52} {:>8} {:>8} {:>9} {:>9} {:>17} {:>7} {:>15}",
@@ -156,9 +172,15 @@ pub(super) fn print_table(l: &Layout, a: &Options, floor_ms: f64, rows: &[Row]) 
         "product: last member's flush of a step -> every product of the step flushed; trigger: -> every consumer knows the step is complete."
     );
     if rows.iter().any(|r| r.backend == "haar") && haar_net::ClientConfig::default().local_reads {
-        println!(
-            "haar: consumers on the servers' machine read the pools directly while connected (same-host reads, design §8; HAAR_LOCAL_READS=0: over TCP)."
-        );
+        if site.cluster.is_some() {
+            println!(
+                "haar: a consumer reads its own node's server's pool directly while connected, the other nodes' fields over TCP (same-host reads, design §8; HAAR_LOCAL_READS=0: all over TCP)."
+            );
+        } else {
+            println!(
+                "haar: consumers on the servers' machine read the pools directly while connected (same-host reads, design §8; HAAR_LOCAL_READS=0: over TCP)."
+            );
+        }
     }
     println!(
         "/floor: product p50 over the in-memory floor measured in this run, {floor_ms:.1} ms: the consumers' computation alone for one step (reduce {} x {} fields, pack {} products) on {} threads, no store.",

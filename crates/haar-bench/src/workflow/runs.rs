@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use super::topology::Prepared;
+use super::topology::{Prepared, Site};
 use super::{ConsumerSpec, Options, ProducerSpec};
 use crate::error::Error;
 use crate::layout::Layout;
@@ -39,21 +39,31 @@ pub(super) struct RunFigures {
 
 pub(super) fn run_once(
     a: &Options,
+    site: &Site,
     p: &Prepared,
     l: &Layout,
     consumers: u32,
     title: &str,
 ) -> Result<RunFigures, Error> {
     let mut group = Group::new();
-    let spawn = |group: &mut Group, name: String, spec: WorkerSpec| -> Result<(), Error> {
+    let spawn = |group: &mut Group,
+                 name: String,
+                 node: Option<&crate::vcluster::Node>,
+                 spec: WorkerSpec|
+     -> Result<(), Error> {
         let mut cmd = worker::command(&p.globals, &spec)?;
         cmd.envs(p.env.iter().map(|(k, v)| (k, v)));
-        group.spawn(name, cmd).map(|_| ())
+        let name = match node {
+            Some(n) => format!("{name} on {}", n.name),
+            None => name,
+        };
+        group.spawn(name, Site::place(node, cmd)).map(|_| ())
     };
     for m in 1..=l.members {
         spawn(
             &mut group,
             format!("producer (member {m})"),
+            site.producer_node(m),
             WorkerSpec::Producer(ProducerSpec {
                 layout: l.clone(),
                 member: m,
@@ -66,6 +76,7 @@ pub(super) fn run_once(
         spawn(
             &mut group,
             format!("consumer {c}"),
+            site.consumer_node(c),
             WorkerSpec::Consumer(ConsumerSpec {
                 layout: l.clone(),
                 index: c,
@@ -141,6 +152,7 @@ pub(super) fn run_once(
         spawn(
             &mut checker,
             "product checker".into(),
+            site.consumer_node(0),
             WorkerSpec::Consumer(ConsumerSpec {
                 layout: l.clone(),
                 index: 0,

@@ -178,7 +178,8 @@ OUTPUT
 EXAMPLES
     haar workflow                                        # the embedded default, ~1 GiB per run
     haar workflow --members 10 --levels 20 --params 5 --steps 4   # 10 x 100 fields per step
-    haar --servers n1:7000,n2:7000 --token-file t workflow --backends haar")]
+    haar --servers n1:7000,n2:7000 --token-file t workflow --backends haar
+    scripts/vcluster.sh up 4 && haar workflow --vcluster 4 --json t9.json   # across 4 nodes")]
 pub struct WorkflowArgs {
     /// Ensemble members (producer processes).
     #[arg(long, default_value_t = 10)]
@@ -208,12 +209,21 @@ pub struct WorkflowArgs {
     /// Local servers to start for `haar` (ignored with --servers).
     #[arg(long, default_value_t = 3)]
     pub nodes: usize,
-    /// Where the servers' pmem pools go (a DAX mount on real persistent memory).
-    #[arg(long, value_name = "DIR", default_value = "/dev/shm")]
-    pub pmem_dir: PathBuf,
-    /// Where the shared POSIX directory and FDB5's root go (the parallel file system).
-    #[arg(long, value_name = "DIR", default_value = "/var/tmp")]
-    pub shared_dir: PathBuf,
+    /// Where the servers' pmem pools go (a DAX mount on real persistent memory) [default:
+    /// /dev/shm; /mnt/pmem0 of every node with --vcluster].
+    #[arg(long, value_name = "DIR")]
+    pub pmem_dir: Option<PathBuf>,
+    /// Where the shared POSIX directory and FDB5's root go (the parallel file system)
+    /// [default: /var/tmp; /shared, the virtual cluster's GlusterFS, with --vcluster].
+    #[arg(long, value_name = "DIR")]
+    pub shared_dir: Option<PathBuf>,
+    /// Run across the first N nodes of the virtual cluster (root; bring it up first with
+    /// `scripts/vcluster.sh up N`): members on the first half of the nodes, product
+    /// generation on the others, one haar server per node over its /mnt/pmem0, the shared
+    /// POSIX directory and FDB5's root on /shared (GlusterFS behind the storage node's shaped
+    /// link). The JSON's `nodes` is N.
+    #[arg(long, value_name = "N")]
+    pub vcluster: Option<usize>,
     /// Consumers read each member's field as soon as it is flushed (per-field notifications,
     /// haar only) instead of waiting for the whole step; products still complete per step.
     #[arg(long)]
@@ -251,6 +261,7 @@ impl WorkflowArgs {
             nodes: self.nodes,
             pmem_dir: self.pmem_dir.clone(),
             shared_dir: self.shared_dir.clone(),
+            vcluster: self.vcluster,
             streaming: self.streaming,
             only_with_consumers: self.only_with_consumers,
             timeout: self.timeout,
