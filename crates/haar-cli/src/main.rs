@@ -113,9 +113,10 @@ fn main() -> ExitCode {
             return ExitCode::from(code);
         }
     };
-    let json_log = matches!(&cli.command, args::Command::Serve(a)
-        if a.log_format == commands::net::LogFormat::Json);
-    init_log(cli.verbose, json_log);
+    init_log(
+        cli.verbose,
+        log_format(&cli.command) == commands::net::LogFormat::Json,
+    );
     // A worker's stdout is its parent's protocol pipe (and its println! goes to stderr): a
     // worker that loses it must not pass for one that finished, so it keeps the plain panic.
     if !matches!(cli.command, args::Command::WorkloadWorker(_)) {
@@ -133,11 +134,23 @@ fn main() -> ExitCode {
     }
 }
 
-/// Events (the server's refusals, failed logins, closed connections) go to stderr, one line
+/// The `--log-format` of the long-running faces (`serve`, `stage daemon`, `mount`); text for
+/// every other command.
+fn log_format(command: &args::Command) -> commands::net::LogFormat {
+    match command {
+        args::Command::Serve(a) => a.log_format,
+        args::Command::Mount(a) => a.log_format,
+        args::Command::Stage(a) => a.log_format(),
+        _ => commands::net::LogFormat::Text,
+    }
+}
+
+/// Events (the server's refusals, failed logins, closed connections; the stage service's
+/// denied requests and tasks; the mount's failures and full storage) go to stderr, one line
 /// each with their fields (`peer=… reason=…`): warnings and errors by default, more with each
 /// `-v`; `HAAR_LOG` (tracing's filter syntax, e.g. `info` or `haar_net=debug`) replaces both.
-/// With `json` (`haar serve --log-format json`), one JSON object per line: the event's fields
-/// at the top level, beside `timestamp`, `level`, `target` and `span` (the connection's).
+/// With `json` (`--log-format json`), one JSON object per line: the event's fields at the top
+/// level, beside `timestamp`, `level`, `target` and `span` (the connection's).
 fn init_log(verbose: u8, json: bool) {
     use tracing_subscriber::EnvFilter;
     let by_flag = ["warn", "info", "debug", "trace"][usize::from(verbose.min(3))];

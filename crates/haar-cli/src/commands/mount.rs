@@ -42,6 +42,21 @@ pub struct MountArgs {
     /// mounted; messages before that are printed by `haar mount --daemon` itself).
     #[arg(long, value_name = "FILE")]
     pub log: Option<PathBuf>,
+    /// Serve metrics over HTTP at `http://ADDR/metrics` (`HOST:PORT`; port 0 picks a free
+    /// one, named by a second stdout line `metrics on HOST:PORT`, after `mounted`):
+    /// operations, bytes read and written and latency by operation, errors by errno (ENOSPC
+    /// among them), whether the store is full, in the OpenMetrics text format Prometheus
+    /// scrapes (names: docs/operations.md). Off by default. No authentication: bind it to a
+    /// loopback or management address.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
+    /// Form of the log on stderr (or --log): `text` (default), one line per event with its
+    /// fields, or `json`, one JSON object per line (`timestamp`, `level`, `message`, and the
+    /// request's `op`, `uid`, `pid`, `errno`). Failures of the store and full storage (once
+    /// until it has room again) are logged by default; `HAAR_LOG=debug` adds every request
+    /// answered with an error.
+    #[arg(long, value_name = "text|json", default_value = "text")]
+    pub log_format: crate::commands::net::LogFormat,
     /// Internal: this process is the server --daemon started.
     #[arg(long, hide = true)]
     pub daemon_child: bool,
@@ -89,7 +104,15 @@ RUNNING
     serves it in the foreground until it is unmounted (fusermount3 -u, umount) or until
     SIGINT/SIGTERM, which unmount it; then it exits 0. If files are open then, the mount
     is detached (umount -l): new paths no longer reach it, and haar mount goes on serving
-    the open files until they are closed. --daemon returns after that line.
+    the open files until they are closed. --daemon returns after that line (and, with
+    --metrics, after the `metrics on HOST:PORT` line that follows it).
+
+OPERATIONS (docs/operations.md)
+    --metrics ADDR serves http://ADDR/metrics: haar_mount_operations_total{op},
+    haar_mount_operation_duration_seconds{op}, haar_mount_bytes_total{op=read|write},
+    haar_mount_errors_total{op,errno} (ENOSPC among them), haar_mount_storage_full.
+    --log-format json writes one JSON object per log line, with the request's op, uid
+    and pid; HAAR_LOG (e.g. haar_fs=debug) chooses what is logged.
 
 EXAMPLES
     haar --backend pmem --root /dev/shm/haar mount /mnt/haar &
@@ -100,13 +123,14 @@ EXAMPLES
 /// Runs `haar mount`.
 pub fn run(cli: &Cli, a: &MountArgs) -> Result<(), Failure> {
     if a.daemon {
-        return daemonise();
+        return daemonise(a.metrics.is_some());
     }
     let mut opts = haar_fs::MountOptions::new(crate::open::open_options(cli));
     opts.fs_name.clone_from(&a.fs_name);
     opts.threads = a.threads;
     opts.allow_other = a.allow_other;
     opts.mount_id = a.mount_id;
+    opts.metrics.clone_from(&a.metrics);
     let mount = haar_fs::Mount::new(&opts, &a.mountpoint).map_err(|e| match e {
         haar_fs::MountError::Store(e) => Failure::from(e),
         e => Failure::io(e.to_string()),
@@ -115,6 +139,11 @@ pub fn run(cli: &Cli, a: &MountArgs) -> Result<(), Failure> {
     std::io::stdout()
         .flush()
         .map_err(crate::commands::out_err)?;
+    if let Some(at) = mount.metrics_addr() {
+        // A reader that took only the first line and left must not stop the mount.
+        let mut out = std::io::stdout();
+        let _ = writeln!(out, "metrics on {at}").and_then(|_| out.flush());
+    }
     if a.daemon_child {
         detach_output(a.log.as_deref())?;
     }
@@ -147,8 +176,9 @@ fn detach_output(log: Option<&std::path::Path>) -> Result<(), Failure> {
 }
 
 /// `--daemon`: runs this command again as the server, in a new session, and returns once it
-/// says it has mounted; if it fails first, prints what it said and exits with its status.
-fn daemonise() -> Result<(), Failure> {
+/// says it has mounted (and, with `metrics`, where they are); if it fails first, prints what
+/// it said and exits with its status.
+fn daemonise(metrics: bool) -> Result<(), Failure> {
     let exe = std::env::current_exe().map_err(|e| Failure::io(format!("cannot find haar: {e}")))?;
     let args = std::env::args_os().skip(1).map(|a| {
         if a == "--daemon" {
@@ -174,11 +204,19 @@ fn daemonise() -> Result<(), Failure> {
         .spawn()
         .map_err(|e| Failure::io(format!("cannot start haar mount: {e}")))?;
     let mut line = String::new();
-    if let Some(out) = child.stdout.take() {
-        let _ = BufReader::new(out).read_line(&mut line);
+    let mut out = child.stdout.take().map(BufReader::new);
+    if let Some(out) = &mut out {
+        let _ = out.read_line(&mut line);
     }
     if line.starts_with("mounted ") {
         outln!("{}", line.trim_end())?;
+        let mut second = String::new();
+        if let Some(out) = out.as_mut().filter(|_| metrics) {
+            let _ = out.read_line(&mut second);
+        }
+        if second.starts_with("metrics on ") {
+            outln!("{}", second.trim_end())?;
+        }
         return Ok(());
     }
     if let Some(mut err) = child.stderr.take() {

@@ -253,6 +253,10 @@ fn serve(cli: &Cli, a: &StageArgs, d: &DaemonArgs) -> Result<(), Failure> {
     .map_err(fail)?;
     let listener = daemon::bind(&socket).map_err(fail)?;
     let resumed = service.recover().map_err(fail)?;
+    // Bound before the first line is printed, so that a caller who reads it can scrape.
+    let metrics = (d.metrics.as_deref())
+        .map(|m| service.serve_metrics(m).map_err(fail))
+        .transpose()?;
     outln!(
         "haar stage daemon: listening on {}, state {}, {} task(s) resumed{}",
         socket.display(),
@@ -263,6 +267,9 @@ fn serve(cli: &Cli, a: &StageArgs, d: &DaemonArgs) -> Result<(), Failure> {
             .map(|(uid, id)| format!(" {id} (uid {uid})"))
             .collect::<String>()
     )?;
+    if let Some(at) = metrics {
+        outln!("metrics on {at}")?;
+    }
     service.serve(listener).map_err(fail)
 }
 

@@ -81,6 +81,16 @@ pub struct StageArgs {
     pub registered: Option<PathBuf>,
 }
 
+impl StageArgs {
+    /// The daemon's `--log-format`; text for every other action.
+    pub fn log_format(&self) -> crate::commands::net::LogFormat {
+        match &self.action {
+            StageAction::Daemon(d) => d.log_format,
+            _ => crate::commands::net::LogFormat::Text,
+        }
+    }
+}
+
 /// How to start a task.
 #[derive(Debug, Args)]
 pub struct MoveArgs {
@@ -265,6 +275,21 @@ pub struct DaemonArgs {
     /// Seconds a request line may take to arrive whole (an idle connection is closed then).
     #[arg(long, value_name = "SECONDS", default_value_t = daemon::Limits::default().request_deadline.as_secs_f64())]
     pub request_timeout: f64,
+    /// Serve metrics over HTTP at `http://ADDR/metrics` (`HOST:PORT`; port 0 picks a free
+    /// one, named by a second stdout line `metrics on HOST:PORT`): requests by operation and
+    /// result (denied ones too), connections and refusals, runners started and ended, bytes
+    /// staged, every user's tasks by state, in the OpenMetrics text format Prometheus scrapes
+    /// (names: docs/operations.md). Off by default. No authentication: bind it to a loopback
+    /// or management address.
+    #[arg(long, value_name = "ADDR")]
+    pub metrics: Option<String>,
+    /// Form of the log on stderr: `text` (default), one line per event with its fields, or
+    /// `json`, one JSON object per line (`timestamp`, `level`, `message`, the event's fields
+    /// such as `op`, `task`, `cause`, and `span` with the connection's `uid`, `pid` and `conn`).
+    /// What is logged is chosen by `-v` or `HAAR_LOG` either way (denied requests, refused
+    /// connections and failed tasks are warnings; each request and runner is `info`).
+    #[arg(long, value_name = "text|json", default_value = "text")]
+    pub log_format: crate::commands::net::LogFormat,
 }
 
 /// `haar stage submit` options.
