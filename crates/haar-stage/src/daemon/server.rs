@@ -357,11 +357,17 @@ impl Daemon {
                     let state = state_label(rec.state);
                     let bytes = rec.bytes_done.saturating_sub(bytes_before);
                     metrics.runner_ended(state, bytes);
+                    let class = rec.error_class.as_deref().unwrap_or("io");
                     match (rec.state, &rec.error) {
-                        (State::Failed, Some(e)) => tracing::warn!(
-                            uid, task = %id, state, bytes, class = rec.error_class.as_deref().unwrap_or("io"),
-                            "task failed: {e}"
-                        ),
+                        // Trouble of the service's own (storage, a runner that died, a
+                        // permission) is the operator's; a user's missing source or wrong
+                        // endpoint is the user's, told in the task's record.
+                        (State::Failed, Some(e)) if matches!(class, "io" | "denied") => {
+                            tracing::warn!(uid, task = %id, state, bytes, class, "task failed: {e}")
+                        }
+                        (State::Failed, Some(e)) => {
+                            tracing::info!(uid, task = %id, state, bytes, class, "task failed: {e}")
+                        }
                         _ => {
                             tracing::info!(uid, task = %id, state, bytes, runner = %how, "runner ended")
                         }
