@@ -209,7 +209,10 @@ fn request_of(sel: Option<Selection>) -> Outcome<Request> {
                 // A full keyword with plain values is taken as is (the one-field retrieve
                 // path); anything else goes through the request language, so that
                 // abbreviations, `all` and `to`/`by` mean what they mean in a MARS string.
-                if is_plain(&k, &v) {
+                // One empty value is an optional keyword the field does not have, as `list`
+                // shows it (`levelist=` of a surface field): the request language has no
+                // spelling for it, so it is taken as is.
+                if is_plain(&k, &v) || is_empty_value(&k, &v) {
                     r.set(k, Values::List(v));
                     continue;
                 }
@@ -236,6 +239,12 @@ fn is_plain(keyword: &str, values: &[String]) -> bool {
     };
     (KEYWORDS.contains(&keyword) || canonical_keyword(keyword).is_ok_and(|c| c == keyword))
         && !values.iter().any(|v| special(v))
+}
+
+/// One empty value of a full keyword: an optional keyword a field does not have.
+fn is_empty_value(keyword: &str, values: &[String]) -> bool {
+    matches!(values, [v] if v.is_empty())
+        && (KEYWORDS.contains(&keyword) || canonical_keyword(keyword).is_ok_and(|c| c == keyword))
 }
 
 /// The one key a request names, if every keyword has exactly one plain value.
@@ -386,15 +395,16 @@ impl Store {
                 }));
             }
             let store = self.lock()?;
-            // One complete key: lent by the store where it can. A key the schema cannot
-            // split (a partial one) takes the general path below, which reports it properly.
+            // One complete key: lent by the store where it can. A key it does not hold as
+            // written (one that leaves out an optional keyword such as `domain`, which the
+            // general path matches with any value, as `list` does) or cannot split (a partial
+            // one) takes the general path below, which finds it or names what is missing.
             if let Some(key) = single_key(&req)
                 && let Some(lent) = store.retrieve_lent(&key)
             {
                 match lent {
                     Ok(Some((_, bytes))) => return Ok(Buffer { bytes }),
-                    Ok(None) => return Err(missing_error(&req, &self.description, &[key])),
-                    Err(Error::BadKey { .. }) => {}
+                    Ok(None) | Err(Error::BadKey { .. }) => {}
                     Err(e) => return Err(e.into()),
                 }
             }
@@ -756,6 +766,15 @@ mod tests {
         let two = request(map(&[("class", &["od"]), ("step", &["6", "12"])]));
         assert!(single_key(&two).is_none());
         assert!(single_key(&Request::default()).is_none());
+    }
+
+    #[test]
+    fn one_empty_value_names_an_optional_keyword_the_field_lacks() {
+        // What list shows for a surface field (`levelist=`) retrieves it as one key.
+        let r = request(map(&[("levtype", &["sfc"]), ("levelist", &[""])]));
+        assert_eq!(single_key(&r).unwrap().to_string(), "levtype=sfc,levelist=");
+        assert!(!is_empty_value("LEVELIST", &["".into()]));
+        assert!(!is_empty_value("levelist", &["".into(), "500".into()]));
     }
 
     #[test]
