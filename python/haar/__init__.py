@@ -1,4 +1,6 @@
-"""haar: a weather-field store (FDB5-like) for Python, in pyfdb's shape.
+"""haar: a weather-field store (FDB5-like) for Python, in pyfdb 5's shape: ``import haar as
+pyfdb`` runs code written for pyfdb 5.25 (``FDB``, ``list``/``inspect``/``retrieve``/``axes``,
+``wipe``/``purge``/``status``/``control`` iterators, ``ControlIdentifier``, ``URI``).
 
 >>> import haar
 >>> fdb = haar.FDB()                        # doctest: +SKIP
@@ -20,30 +22,46 @@ from typing import TYPE_CHECKING
 from ._errors import BadRequestError, Error, MissingError, StorageError, TimeoutError
 from ._fdb import (
     FDB,
+    URI,
     Config,
+    ControlAction,
+    ControlElement,
+    ControlIdentifier,
     DataHandle,
     Event,
     ExtractionResult,
     IndexAxis,
     ListElement,
-    PurgeReport,
+    MarsIdentifier,
+    MarsSelection,
+    PurgeElement,
     Selection,
     StatsElement,
-    WipeReport,
+    StatusElement,
+    WipeElement,
+    WipeElementType,
 )
 
 __all__ = [
     "FDB",
+    "URI",
     "Config",
+    "ControlAction",
+    "ControlElement",
+    "ControlIdentifier",
     "DataHandle",
     "Event",
     "ExtractionResult",
     "IndexAxis",
     "ListElement",
-    "PurgeReport",
+    "MarsIdentifier",
+    "MarsSelection",
+    "PurgeElement",
     "Selection",
     "StatsElement",
-    "WipeReport",
+    "StatusElement",
+    "WipeElement",
+    "WipeElementType",
     "Error",
     "MissingError",
     "BadRequestError",

@@ -7,12 +7,15 @@ are read by the Rust library through ``haar._haar``, with the GIL released.
 from __future__ import annotations
 
 import builtins
+import enum
 import io
 import json
 import os
-from collections.abc import Iterable, Iterator, Mapping
+import threading
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Union
+from urllib import parse
 
 from . import _haar
 from ._errors import BadRequestError
@@ -23,10 +26,18 @@ __all__ = [
     "ListElement",
     "IndexAxis",
     "Event",
-    "WipeReport",
-    "PurgeReport",
+    "URI",
+    "WipeElement",
+    "WipeElementType",
+    "PurgeElement",
+    "StatusElement",
+    "ControlElement",
+    "ControlAction",
+    "ControlIdentifier",
     "StatsElement",
     "Selection",
+    "MarsSelection",
+    "MarsIdentifier",
     "Config",
 ]
 
@@ -36,6 +47,10 @@ Value = Union[str, int, float]
 Selection = Union[str, Mapping[str, Union[Value, Iterable[Value]]]]
 #: A configuration: YAML text, a path, or a dict (haar's keys or FDB5's local TOC config).
 Config = Union[str, "os.PathLike[str]", Mapping[str, Any]]
+#: pyfdb 5's name for a selection given as keyword → value(s); haar takes MARS strings too.
+MarsSelection = Selection
+#: pyfdb 5's name for an archive identifier: one value per keyword, as a dict or pairs.
+MarsIdentifier = Union[Mapping[str, Value], builtins.list[tuple[str, Value]]]
 
 
 def _selection(sel: Selection | None) -> Selection | None:
@@ -238,19 +253,100 @@ class DataHandle(_haar.BufferExporter):
         return f"<haar.DataHandle {state}, {self._size} bytes, {kind}>"
 
 
+class URI:
+    """A resource identifier, as pyfdb 5's ``URI``: where a field's bytes or a database are.
+
+    For a local store it is the file (``file:///root/db/0123.data``; a pmem field's is the
+    pool, the offset being within it); for fields behind a server, haar's name for the store
+    and data object (``haar:remote host:7000#0123``), which is not a file.
+
+    Parameters
+    ----------
+    uri : str or path-like
+        The identifier; a path without a scheme is taken as is (``scheme`` is then empty).
+    scheme : str, optional
+        The scheme to assume where `uri` has none.
+
+    Examples
+    --------
+    >>> u = URI("file:///dev/shm/haar/x.data")
+    >>> u.scheme(), u.path()
+    ('file', '/dev/shm/haar/x.data')
+    """
+
+    def __init__(self, uri: str | os.PathLike[str], scheme: str = "") -> None:
+        self._parts = parse.urlsplit(os.fspath(uri), scheme=scheme)
+
+    @classmethod
+    def _of_path(cls, path: str) -> URI:
+        return cls(parse.urlunsplit(("file", "", path, "", "")))
+
+    def scheme(self) -> str:
+        """Return the scheme (``file``, ``haar``), empty if none."""
+        return self._parts.scheme
+
+    def netloc(self) -> str:
+        """Return the network location (``user@host:port``), empty for files."""
+        return self._parts.netloc
+
+    def username(self) -> str | None:
+        """Return the user name of the network location, if any."""
+        return self._parts.username
+
+    def password(self) -> str | None:
+        """Return the password of the network location, if any."""
+        return self._parts.password
+
+    def hostname(self) -> str | None:
+        """Return the host of the network location, if any."""
+        return self._parts.hostname
+
+    def port(self) -> int | None:
+        """Return the port of the network location, if any."""
+        return self._parts.port
+
+    def path(self) -> str:
+        """Return the path (for ``file`` URIs, the file's path)."""
+        return self._parts.path
+
+    def query(self) -> str:
+        """Return the query, empty if none."""
+        return self._parts.query
+
+    def fragment(self) -> str:
+        """Return the fragment, empty if none."""
+        return self._parts.fragment
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, URI) and str(self) == str(other)
+
+    def __hash__(self) -> int:
+        return hash(str(self))
+
+    def __str__(self) -> str:
+        return parse.urlunsplit(self._parts)
+
+    def __repr__(self) -> str:
+        return str(self)
+
+
+def _uri(path: str | None, fallback: str) -> URI:
+    return URI._of_path(path) if path else URI(f"haar:{fallback}")
+
+
 class ListElement:
-    """One entry of :meth:`FDB.list`, in pyfdb 5's shape.
+    """One entry of :meth:`FDB.list` or :meth:`FDB.inspect`, in pyfdb 5's shape.
 
     ``element.keys()`` gives the key split by schema level, ``element.combined_key()`` the
     whole key; ``element["keys"]`` (older pyfdb's dict shape) is the whole key too.
-    Location: :meth:`offset`, :meth:`length` and :attr:`uri` (the store and data object; a pmem
-    field lives in a pool, not a file of its own).
+    Location: :meth:`offset`, :meth:`length` and :attr:`uri` (the file holding the bytes at
+    that offset: a posix data file, or a pmem pool; see :class:`URI`).
     """
 
     def __init__(
         self,
         keys: list[dict[str, str]],
-        location: tuple[str, int, int] | None,
+        location: tuple[URI, int, int] | None,
         fdb: FDB,
         *,
         _internal: bool = False,
@@ -285,20 +381,27 @@ class ListElement:
         return self._location[2] if self._location else None
 
     @property
-    def uri(self) -> str | None:
-        """str or None: the store and data object holding the field."""
+    def uri(self) -> URI | None:
+        """URI or None: the file holding the field's bytes at :meth:`offset` (None above
+        level 3)."""
         return self._location[0] if self._location else None
 
     @property
     def data_handle(self) -> DataHandle | None:
-        """DataHandle or None: the field's bytes (a retrieve of its key)."""
+        """DataHandle or None: the field's bytes, a retrieve of its exact key (None above
+        level 3).
+
+        The key is the one listed, optional keywords the field lacks included with their
+        empty value (``levelist=`` of a surface field), so exactly this field is read.
+        """
         return self._fdb.retrieve(self.combined_key()) if self._location else None
 
     def __getitem__(self, name: str) -> Any:
+        uri = self.uri
         items = {
             "keys": self.combined_key(),
-            "uri": self.uri,
-            "path": self.uri,
+            "uri": None if uri is None else str(uri),
+            "path": None if uri is None else (uri.path() if uri.scheme() == "file" else str(uri)),
             "offset": self.offset(),
             "length": self.length(),
         }
@@ -346,49 +449,171 @@ class Event:
     origin: str
 
 
-@dataclass(frozen=True)
-class WipeReport:
-    """What :meth:`FDB.wipe` removed, or would remove with ``doit=False``.
+class WipeElementType(enum.IntEnum):
+    """What a :class:`WipeElement` reports, as pyfdb 5 (FDB5's ``WipeElementType``)."""
 
-    Attributes
-    ----------
-    databases : list of str
-        Databases removed entirely.
-    fields : int
-        Fields removed from databases that stay.
-    bytes : int
-        Bytes of those fields.
-    doit : bool
-        False for a dry run: nothing was removed.
+    ERROR = 0
+    CATALOGUE_INFO = 1
+    CATALOGUE = 2
+    CATALOGUE_INDEX = 3
+    CATALOGUE_SAFE = 4
+    CATALOGUE_CONTROL = 5
+    STORE = 6
+    STORE_AUX = 7
+    STORE_SAFE = 8
+    UNKNOWN = 9
+
+    def __repr__(self) -> str:
+        return self.name
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class WipeElement:
+    """One part of what :meth:`FDB.wipe` removed, or would remove with ``doit=False``.
+
+    haar reports, in this order: a ``CATALOGUE_INFO`` summary (store, fields, bytes); one
+    ``CATALOGUE`` element per database removed whole (the message names it); a ``STORE``
+    element for fields removed from databases that stay; and an ``UNKNOWN`` element listing
+    files haar did not write in databases to be removed whole (a wipe with ``doit=True``
+    refuses them unless ``unsafe_wipe_all=True``, which removes them too).
     """
 
-    databases: list[str]
-    fields: int
-    bytes: int
-    doit: bool
+    def __init__(
+        self, kind: WipeElementType, msg: str, uris: builtins.list[URI], *, _internal: bool = False
+    ) -> None:
+        if not _internal:
+            raise TypeError("WipeElement is returned by FDB.wipe, not created directly")
+        self._type = kind
+        self._msg = msg
+        self._uris = uris
+
+    def type(self) -> WipeElementType:
+        """Return what the element reports."""
+        return self._type
+
+    def msg(self) -> str:
+        """Return the element's message."""
+        return self._msg
+
+    def uris(self) -> builtins.list[URI]:
+        """Return the files the element names (may be empty)."""
+        return builtins.list(self._uris)
+
+    def __repr__(self) -> str:
+        files = "".join(f"\n    {u}" for u in self._uris)
+        return f"{self._msg}{files}"
 
 
-@dataclass(frozen=True)
-class PurgeReport:
-    """What :meth:`FDB.purge` dropped, or would drop with ``doit=False``.
+class PurgeElement:
+    """One line of what :meth:`FDB.purge` dropped, or would drop with ``doit=False``.
 
-    Attributes
-    ----------
-    databases : int
-        Databases examined.
-    dropped_fields, dropped_bytes : int
-        Masked or wiped fields dropped, and their bytes.
-    freed_bytes : int
-        Bytes returned to the system.
-    doit : bool
-        False for a dry run.
+    As in pyfdb 5 the element is its text (``str(element)``); haar's lines give the store,
+    the masked or wiped fields dropped and their bytes, and the bytes freed.
     """
 
-    databases: int
-    dropped_fields: int
-    dropped_bytes: int
-    freed_bytes: int
-    doit: bool
+    def __init__(self, line: str, *, _internal: bool = False) -> None:
+        if not _internal:
+            raise TypeError("PurgeElement is returned by FDB.purge, not created directly")
+        self._line = line
+
+    def __str__(self) -> str:
+        return self._line
+
+    def __repr__(self) -> str:
+        return self._line
+
+
+class ControlAction(enum.IntEnum):
+    """What :meth:`FDB.control` does to the identifiers it is given, as pyfdb 5."""
+
+    NONE = 0
+    DISABLE = 1
+    ENABLE = 2
+
+    def __repr__(self) -> str:
+        return self.name
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class ControlIdentifier(enum.IntFlag):
+    """An operation that FDB5 can disable per database or configuration, as pyfdb 5.
+
+    haar disables none of them: :meth:`FDB.enabled` is True for each, and
+    :meth:`FDB.control` refuses ``ControlAction.DISABLE``.
+    """
+
+    NONE = 0
+    LIST = 1
+    RETRIEVE = 2
+    ARCHIVE = 4
+    WIPE = 8
+    UNIQUEROOT = 16
+
+    def __repr__(self) -> str:
+        names = [m.name for m in type(self) if m.value and self.value & m.value and m.name]
+        return "|".join(n for n in names if n) or "NONE"
+
+    def __str__(self) -> str:
+        return repr(self)
+
+
+class StatusElement:
+    """One database and the operations disabled on it, from :meth:`FDB.status`.
+
+    As pyfdb 5: :meth:`key`, :meth:`location` and :meth:`controlIdentifiers`; haar disables
+    nothing, so the last is always empty.
+    """
+
+    def __init__(
+        self,
+        key: dict[str, str],
+        location: URI,
+        identifiers: builtins.list[ControlIdentifier],
+        *,
+        _internal: bool = False,
+    ) -> None:
+        if not _internal:
+            raise TypeError(f"{type(self).__name__} is returned by FDB, not created directly")
+        self._key = key
+        self._location = location
+        self._identifiers = identifiers
+
+    def key(self) -> dict[str, builtins.list[str]]:
+        """Return the database key, keyword → values (one each), as pyfdb 5."""
+        return {k: [v] for k, v in self._key.items()}
+
+    def location(self) -> URI:
+        """Return where the database is (posix: its directory; pmem: the pool)."""
+        return self._location
+
+    def controlIdentifiers(self) -> builtins.list[ControlIdentifier]:  # noqa: N802 (pyfdb's name)
+        """Return the operations disabled on the database (haar: none)."""
+        return builtins.list(self._identifiers)
+
+    def __eq__(self, other: object) -> bool:
+        return (
+            isinstance(other, StatusElement)
+            and self.key() == other.key()
+            and self.location() == other.location()
+            and self.controlIdentifiers() == other.controlIdentifiers()
+        )
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(control_identifiers={self.controlIdentifiers()}, "
+            f"key={self.key()}, location={self.location()})"
+        )
+
+
+class ControlElement(StatusElement):
+    """One database :meth:`FDB.control` acted on, as pyfdb 5 (the shape of
+    :class:`StatusElement`)."""
 
 
 @dataclass(frozen=True)
@@ -413,6 +638,21 @@ class StatsElement:
     dead_fields: int
     dead_bytes: int
     problems: list[str] = field(default_factory=list)
+
+    def index_statistics(self) -> str:
+        """Return the fields' figures as text, as pyfdb 5's ``StatsElement`` does."""
+        return (
+            f"Fields                          : {self.fields + self.dead_fields:,}\n"
+            f"Size of fields                  : {self.bytes + self.dead_bytes:,}\n"
+            f"Reacheable fields               : {self.fields:,}\n"
+            f"Reachable size                  : {self.bytes:,}"
+        )
+
+    def db_statistics(self) -> str:
+        """Return the database's figures as text, as pyfdb 5's ``StatsElement`` does."""
+        lines = [f"Database                        : {self.db}"]
+        lines += [f"Problem                         : {p}" for p in self.problems]
+        return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -462,6 +702,10 @@ class FDB:
 
     Notes
     -----
+    As in pyfdb, making an ``FDB`` only checks the kind of `config`: the store is opened (the
+    configuration and schema read, a server reached) by the first call that needs it, and a
+    configuration that cannot be used fails there, naming what is wrong.
+
     One ``FDB`` may be shared by threads: calls are serialised on the store and release the
     GIL while they work. :meth:`flush` makes durable what any thread archived through this
     object. As in pyfdb, leaving a ``with FDB(...)`` block flushes, even when it is left by an
@@ -475,9 +719,23 @@ class FDB:
     b'GRIB'
     """
 
-    def __init__(self, config: Config | None = None, user_config: Mapping[str, Any] | None = None) -> None:
-        kind, value = _config(config)
-        self._store = _haar.Store(kind, value)
+    def __init__(self, config: Config | None = None, user_config: Config | None = None) -> None:
+        self._source = _config(config)
+        self._opened: _haar.Store | None = None
+        self._opening = threading.Lock()
+        self._dirty = False
+
+    @property
+    def _store(self) -> _haar.Store:
+        # Opened on first use (pyfdb's FDB fails on use, not when made); once, under a lock,
+        # since one FDB may be shared by threads. A failed open is tried again next call.
+        store = self._opened
+        if store is None:
+            with self._opening:
+                if self._opened is None:
+                    self._opened = _haar.Store(*self._source)
+                store = self._opened
+        return store
 
     def __enter__(self) -> FDB:
         return self
@@ -486,16 +744,22 @@ class FDB:
         self.flush()
 
     def __repr__(self) -> str:
-        return f"<haar.FDB {self._store.describe()}>"
+        if self._opened is None:
+            kind, value = self._source
+            shown = "the environment" if kind == "env" else f"{kind} {value!r}"[:80]
+            return f"<haar.FDB not opened yet, from {shown}>"
+        return f"<haar.FDB {self._opened.describe()}>"
 
-    def archive(self, data: bytes | bytearray | memoryview, identifier: Selection | None = None) -> int:
+    def archive(
+        self, data: bytes | bytearray | memoryview, identifier: Selection | MarsIdentifier | None = None
+    ) -> int:
         """Archive GRIB messages keyed by ecCodes, or bytes under a given key.
 
         Parameters
         ----------
         data : bytes-like
             One or more GRIB messages back to back; with `identifier`, any bytes.
-        identifier : dict or str, optional
+        identifier : dict, list of (str, str) or str, optional
             The key to store `data` under, one value per keyword; its bytes are not checked
             against it (as in pyfdb).
 
@@ -515,11 +779,48 @@ class FDB:
         Invisible to readers until :meth:`flush`.
         """
         payload = data if isinstance(data, bytes) else bytes(data)
-        return self._store.archive(payload, _selection(identifier))
+        if isinstance(identifier, builtins.list):
+            # pyfdb 5's pairs; a keyword given twice is refused, as there.
+            pairs = dict(identifier)
+            if len(pairs) != len(identifier):
+                raise BadRequestError(f"identifier {identifier!r}: a keyword is given twice")
+            identifier = pairs
+        n = self._store.archive(payload, _selection(identifier))
+        if n:
+            self._dirty = True
+        return n
 
     def flush(self) -> None:
         """Make every field archived through this object durable and visible."""
         self._store.flush()
+        self._dirty = False
+
+    def dirty(self) -> bool:
+        """Return whether fields were archived through this object since the last flush.
+
+        Returns
+        -------
+        bool
+            True if :meth:`flush` has something to make visible, as pyfdb 5's ``dirty``.
+        """
+        return self._dirty
+
+    def enabled(self, control_identifier: ControlIdentifier) -> bool:
+        """Return whether an operation is enabled, as pyfdb 5's ``enabled``.
+
+        Parameters
+        ----------
+        control_identifier : ControlIdentifier
+            The operation (flags may be combined).
+
+        Returns
+        -------
+        bool
+            Always True: haar has no per-database or per-configuration switches that disable
+            listing, retrieving, archiving or wiping (see :meth:`control`).
+        """
+        ControlIdentifier(control_identifier)  # a value pyfdb would refuse is refused here
+        return True
 
     def retrieve(self, selection: Selection) -> DataHandle:
         """Retrieve the fields of a selection.
@@ -619,7 +920,9 @@ class FDB:
         selection : dict or str, optional
             What to list; ``None`` lists everything.
         include_masked : bool, optional
-            Must be False: haar lists live fields (masked ones are counted by :meth:`stats`).
+            Accepted as in pyfdb 5, but haar lists only the live copy of each key either way:
+            masked copies (left by re-archiving a key) are not listed; :meth:`stats` counts
+            them and :meth:`purge` drops them.
         level : {1, 2, 3}, optional
             3: one element per field with its location; 2: per (database, index); 1: per
             database.
@@ -630,22 +933,118 @@ class FDB:
         ------
         ListElement
         """
-        if include_masked:
-            raise BadRequestError("list(include_masked=True): haar lists live fields only")
         if level not in (1, 2, 3):
             raise BadRequestError(f"list(level={level}): give 1, 2 or 3")
         rows = self._store.list(_selection(selection))
-        where = self._store.describe()
         seen: set[str] = set()
-        for db, index, datum, obj, offset, length in rows:
+        for row in rows:
             if level == 3:
-                yield ListElement([db, index, datum], (f"{where}#{obj:016x}", offset, length), self, _internal=True)
+                yield self._element(row)
                 continue
-            parts = [db, index][:level]
+            parts = [row[0], row[1]][:level]
             tag = json.dumps(parts, sort_keys=True)
             if tag not in seen:
                 seen.add(tag)
                 yield ListElement(parts, None, self, _internal=True)
+
+    def _element(self, row: tuple[dict[str, str], dict[str, str], dict[str, str], int, int, int, str | None]) -> ListElement:
+        db, index, datum, obj, offset, length, path = row
+        uri = _uri(path, f"{self._store.describe()}#{obj:016x}")
+        return ListElement([db, index, datum], (uri, offset, length), self, _internal=True)
+
+    def inspect(self, selection: Selection) -> Iterator[ListElement]:
+        """The fields a selection names completely, as pyfdb 5's ``inspect``.
+
+        Parameters
+        ----------
+        selection : dict or str
+            Complete keys (lists select several); keywords the schema makes optional may be
+            left out.
+
+        Yields
+        ------
+        ListElement
+            One per stored field whose whole key the selection names; a selection that leaves
+            out a keyword the schema needs matches nothing (use :meth:`list` for that).
+        """
+        for row in self._store.inspect(_required(selection)):
+            yield self._element(row)
+
+    def _databases(self, selection: Selection | None) -> Iterator[tuple[dict[str, str], URI]]:
+        # One entry per database with a field matching the selection, and where it is.
+        posix = self._store.describe().startswith("local posix")
+        seen: set[str] = set()
+        for db, _, _, obj, _, _, path in self._store.list(_selection(selection)):
+            tag = json.dumps(db, sort_keys=True)
+            if tag in seen:
+                continue
+            seen.add(tag)
+            if path and posix:
+                path = os.path.dirname(path)  # a posix database is a directory of data files
+            name = ",".join(f"{k}={v}" for k, v in db.items())
+            yield db, _uri(path, f"{self._store.describe()}#{{{name}}}")
+
+    def status(self, selection: Selection | None = None) -> Iterator[StatusElement]:
+        """The databases of a selection and the operations disabled on each, as pyfdb 5.
+
+        Parameters
+        ----------
+        selection : dict or str, optional
+            Databases to look at; ``None``: all.
+
+        Yields
+        ------
+        StatusElement
+            One per database holding a matching field; ``controlIdentifiers()`` is always
+            empty: haar disables nothing.
+        """
+        for db, location in self._databases(selection):
+            yield StatusElement(db, location, [], _internal=True)
+
+    def control(
+        self,
+        selection: Selection,
+        control_action: ControlAction,
+        control_identifiers: Collection[ControlIdentifier],
+    ) -> Iterator[ControlElement]:
+        """Enable or disable operations on the databases of a selection, as pyfdb 5 asks.
+
+        haar has no per-database locks (FDB5 writes ``retrieve.lock`` and the like into a
+        database's directory): every operation is always enabled. Enabling, or an action or
+        identifiers of ``NONE``, therefore changes nothing and yields each database as
+        :meth:`status` does; disabling is refused.
+
+        Parameters
+        ----------
+        selection : dict or str
+            The databases.
+        control_action : ControlAction
+            ``ENABLE``, ``DISABLE`` or ``NONE``.
+        control_identifiers : collection of ControlIdentifier
+            The operations.
+
+        Yields
+        ------
+        ControlElement
+            One per database, its ``controlIdentifiers()`` empty (nothing disabled).
+
+        Raises
+        ------
+        BadRequestError
+            ``DISABLE`` of any operation: nothing is changed. As in pyfdb, raised when the
+            iterator is first advanced.
+        """
+        action = ControlAction(control_action)
+        asked = ControlIdentifier.NONE
+        for ident in control_identifiers:
+            asked |= ControlIdentifier(ident)
+        if action == ControlAction.DISABLE and asked != ControlIdentifier.NONE:
+            raise BadRequestError(
+                f"control: haar cannot disable {asked!r} on databases: it has no per-database "
+                "locks (every operation is always enabled); nothing was changed"
+            )
+        for db, location in self._databases(_required(selection)):
+            yield ControlElement(db, location, [], _internal=True)
 
     def axes(self, selection: Selection | None = None, level: int = 3) -> IndexAxis:
         """Values present per keyword among the fields of a selection.
@@ -671,25 +1070,70 @@ class FDB:
                     out.setdefault(k, set()).add(v)
         return IndexAxis({k: sorted(v) for k, v in sorted(out.items())})
 
-    def wipe(self, selection: Selection, doit: bool = False) -> WipeReport:
-        """Remove the fields of a selection; a dry run unless `doit`.
+    def wipe(
+        self,
+        selection: Selection,
+        doit: bool = False,
+        porcelain: bool = False,
+        unsafe_wipe_all: bool = False,
+    ) -> Iterator[WipeElement]:
+        """Remove the fields of a selection; a dry run unless `doit`, as pyfdb 5's ``wipe``.
+
+        A selection naming whole databases (database-level keywords only) removes them with
+        their files; a narrower one hides its fields (:meth:`purge` frees their storage).
 
         Parameters
         ----------
         selection : dict or str
             What to remove (an empty selection is refused).
         doit : bool, optional
-            Remove for real (default: report only).
+            Remove for real (default: report what would be removed, change nothing).
+        porcelain : bool, optional
+            Yield only the elements naming databases and files (no summary).
+        unsafe_wipe_all : bool, optional
+            Also delete files haar did not write in the databases removed whole; without
+            it, a wipe with `doit` that meets such files removes nothing and raises.
 
-        Returns
-        -------
-        WipeReport
+        Yields
+        ------
+        WipeElement
+            See :class:`WipeElement` for what each says.
+
+        Raises
+        ------
+        BadRequestError
+            With `doit`: a database to remove whole holds files haar did not write (they are
+            named), and `unsafe_wipe_all` is False. Nothing was removed.
+
+        Notes
+        -----
+        As in pyfdb 5, nothing happens until the iterator is advanced: consume it
+        (``list(fdb.wipe(..., doit=True))``) for the wipe to take place.
         """
-        dbs, fields, nbytes = self._store.wipe(_required(selection), doit)
-        return WipeReport(list(dbs), fields, nbytes, doit)
+        dbs, fields, nbytes, unowned = self._store.wipe(_required(selection), doit, unsafe_wipe_all)
+        where = self._store.describe()
+        verb = "Wiped" if doit else "Would wipe (dry run; doit=True removes)"
+        if not porcelain:
+            yield WipeElement(
+                WipeElementType.CATALOGUE_INFO,
+                f"{verb} from {where}: {len(dbs)} database(s) whole, {fields} field(s), {nbytes} bytes",
+                [],
+                _internal=True,
+            )
+        for db in dbs:
+            yield WipeElement(WipeElementType.CATALOGUE, f"Database {'removed' if doit else 'to remove'}: {db}", [], _internal=True)
+        if unowned:
+            if unsafe_wipe_all:
+                what = "Files haar did not write, removed with their database" if doit else (
+                    "Files haar did not write, to remove with their database (unsafe_wipe_all)"
+                )
+            else:
+                what = "Files haar did not write: a wipe with doit=True refuses them unless unsafe_wipe_all=True"
+            yield WipeElement(WipeElementType.UNKNOWN, what, [URI._of_path(p) for p in unowned], _internal=True)
 
-    def purge(self, selection: Selection | None = None, doit: bool = False) -> PurgeReport:
-        """Drop masked (overwritten) and wiped fields; a dry run unless `doit`.
+    def purge(self, selection: Selection | None = None, doit: bool = False, porcelain: bool = False) -> Iterator[PurgeElement]:
+        """Drop masked (overwritten) and wiped fields; a dry run unless `doit`, as pyfdb 5's
+        ``purge``.
 
         Parameters
         ----------
@@ -697,13 +1141,35 @@ class FDB:
             Databases to purge; ``None``: all.
         doit : bool, optional
             Drop for real (default: report only).
+        porcelain : bool, optional
+            Yield only the figures (no line saying it was a dry run).
 
-        Returns
-        -------
-        PurgeReport
+        Yields
+        ------
+        PurgeElement
+            Lines: the store and databases examined, the fields and bytes dropped (or to be
+            dropped), the bytes freed.
+
+        Notes
+        -----
+        As in pyfdb 5, nothing happens until the iterator is advanced.
         """
         dbs, fields, nbytes, freed = self._store.purge(_selection(selection), doit)
-        return PurgeReport(dbs, fields, nbytes, freed, doit)
+        where = self._store.describe()
+        if doit:
+            yield PurgeElement(
+                f"Purged {where}: {dbs} database(s) examined, {fields} masked or wiped field(s) "
+                f"dropped, {nbytes} bytes, {freed} bytes freed",
+                _internal=True,
+            )
+        else:
+            yield PurgeElement(
+                f"Would purge {where}: {dbs} database(s) examined, {fields} masked or wiped field(s) "
+                f"to drop, {nbytes} bytes",
+                _internal=True,
+            )
+            if not porcelain:
+                yield PurgeElement("Dry run: nothing dropped; purge with doit=True drops them", _internal=True)
 
     def stats(self, selection: Selection | None = None) -> builtins.list[StatsElement]:
         """Per-database statistics.

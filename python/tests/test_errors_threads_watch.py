@@ -52,12 +52,15 @@ def test_an_identifier_must_name_one_value_per_keyword(config: dict[str, object]
 
 
 def test_bad_configurations(tmp_path: Path) -> None:
+    # Made without complaint, as pyfdb's FDB; the first use fails, naming the problem.
     with pytest.raises(haar.BadRequestError, match="nonexistent"):
-        haar.FDB("/nonexistent/haar.yaml")
+        list(haar.FDB("/nonexistent/haar.yaml").list())
     with pytest.raises(haar.BadRequestError):
-        haar.FDB({"backend": "floppy", "roots": [str(tmp_path)]})
+        haar.FDB({"backend": "floppy", "roots": [str(tmp_path)]}).flush()
     with pytest.raises(haar.BadRequestError, match="engine|unknown"):
-        haar.FDB({"type": "local", "engine": "rados", "spaces": []})
+        list(haar.FDB({"type": "local", "engine": "rados", "spaces": []}).list())
+    with pytest.raises(haar.BadRequestError, match="config"):
+        haar.FDB(42)  # type: ignore[arg-type]  # the kind is checked at once
 
 
 def test_storage_failures_are_os_errors(tmp_path: Path) -> None:

@@ -29,7 +29,7 @@ use haar_core::Key;
 use haar_core::request::{KEYWORDS, Request, Values, canonical_keyword};
 use haar_net::WaitOutcome;
 use haar_store::error::Class;
-use haar_store::{Error, FieldBytes};
+use haar_store::{Error, Field, FieldBytes};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMapping, PyString};
@@ -468,8 +468,9 @@ impl Store {
         Ok(out)
     }
 
-    /// Flushed fields matching a selection: `(db, index, datum, object, offset, length)`
-    /// tuples, keys as dicts, sorted by key.
+    /// Flushed fields matching a selection: `(db, index, datum, object, offset, length,
+    /// path)` tuples, keys as dicts, sorted by key; `path` is the file holding the bytes at
+    /// `offset` (posix: the data file, pmem: the pool), `None` where there is none (servers).
     #[pyo3(signature = (selection=None))]
     fn list<'py>(
         &self,
@@ -479,20 +480,48 @@ impl Store {
         let selection = read_selection(selection)?;
         let fields = run(py, || {
             let req = request_of(selection)?;
-            Ok(self.lock()?.list(&req)?)
+            let store = self.lock()?;
+            with_paths(&**store, store.list(&req)?)
         })?;
-        let out = PyList::empty(py);
-        for f in &fields {
-            out.append((
-                key_dict(py, &f.db)?,
-                key_dict(py, &f.index)?,
-                key_dict(py, &f.datum)?,
-                f.data.object,
-                f.data.offset,
-                f.data.length,
-            ))?;
-        }
-        Ok(out)
+        fields_list(py, &fields)
+    }
+
+    /// The fields a selection names completely, as `list` gives them: each field the
+    /// selection matches, kept only if the keywords the selection names are every keyword
+    /// its schema rule needs (optional ones left out match any value, as in a retrieve), as
+    /// FDB5's `inspect` finds the fields of complete keys and nothing for a partial one.
+    fn inspect<'py>(
+        &self,
+        py: Python<'py>,
+        selection: &Bound<'_, PyAny>,
+    ) -> PyResult<Bound<'py, PyList>> {
+        let selection = read_selection(Some(selection))?;
+        let fields = run(py, || {
+            let req = request_of(selection)?;
+            let store = self.lock()?;
+            let named: Vec<String> = req
+                .params
+                .iter()
+                .map(|p| canonical_keyword(&p.keyword).unwrap_or_else(|_| p.keyword.clone()))
+                .collect();
+            let mut kept = Vec::new();
+            for f in store.list(&req)? {
+                let key = f.key();
+                let mut given = Key::new();
+                for (k, v) in key.iter() {
+                    if named.iter().any(|n| n == k) {
+                        given.push(k.to_string(), v.to_string());
+                    }
+                }
+                // Complete when what was named splits by the schema (every keyword it needs
+                // is named; optional ones left out match any value, as in a retrieve).
+                if store.split(&given).is_ok() {
+                    kept.push(f);
+                }
+            }
+            with_paths(&**store, kept)
+        })?;
+        fields_list(py, &fields)
     }
 
     /// Values present per keyword among the fields matching a selection.
@@ -513,13 +542,19 @@ impl Store {
         })
     }
 
-    /// Removes fields (a dry run unless `doit`): `(databases removed, fields, bytes)`.
+    /// Removes fields (a dry run unless `doit`): `(databases removed, fields, bytes, files
+    /// haar did not write)`. The files are those in databases removed whole: a wipe with
+    /// `doit` refuses them (removing nothing) unless `unsafe_wipe_all`, which removes them
+    /// too; a dry run names them.
+    #[pyo3(signature = (selection, doit, unsafe_wipe_all=false))]
+    #[allow(clippy::type_complexity)]
     fn wipe(
         &self,
         py: Python<'_>,
         selection: &Bound<'_, PyAny>,
         doit: bool,
-    ) -> PyResult<(Vec<String>, usize, u64)> {
+        unsafe_wipe_all: bool,
+    ) -> PyResult<(Vec<String>, usize, u64, Vec<String>)> {
         let selection = read_selection(Some(selection))?;
         run(py, || {
             let req = request_of(selection)?;
@@ -529,8 +564,20 @@ impl Store {
                     reason: "an empty selection would wipe everything; name what to wipe".into(),
                 }));
             }
-            let r = self.lock()?.wipe(&req, doit)?;
-            Ok((r.databases, r.fields, r.bytes))
+            let mut store = self.lock()?;
+            // Looked at before a wipe removes them (unsafe_wipe_all) or refuses them (doit).
+            let unowned = if doit && !unsafe_wipe_all {
+                Vec::new()
+            } else {
+                store.unowned_files(&req)?
+            };
+            let r = if unsafe_wipe_all {
+                store.wipe_unsafe_all(&req, doit)?
+            } else {
+                store.wipe(&req, doit)?
+            };
+            let unowned = unowned.iter().map(|p| p.display().to_string()).collect();
+            Ok((r.databases, r.fields, r.bytes, unowned))
         })
     }
 
@@ -612,6 +659,46 @@ impl Store {
             }
         })
     }
+}
+
+/// Fields with the file holding each one's bytes, where the store has such a file.
+fn with_paths(store: &dyn FieldStore, fields: Vec<Field>) -> Outcome<Vec<(Field, Option<String>)>> {
+    let mut out = Vec::with_capacity(fields.len());
+    // One data file holds many fields: ask once per (database, object).
+    let mut known: Option<((Key, u64), Option<String>)> = None;
+    for f in fields {
+        let id = (f.db.clone(), f.data.object);
+        let path = match &known {
+            Some((k, p)) if *k == id => p.clone(),
+            _ => {
+                let p = store.data_path(&f)?.map(|p| p.display().to_string());
+                known = Some((id, p.clone()));
+                p
+            }
+        };
+        out.push((f, path));
+    }
+    Ok(out)
+}
+
+/// `list`'s tuples: `(db, index, datum, object, offset, length, path)`.
+fn fields_list<'py>(
+    py: Python<'py>,
+    fields: &[(Field, Option<String>)],
+) -> PyResult<Bound<'py, PyList>> {
+    let out = PyList::empty(py);
+    for (f, path) in fields {
+        out.append((
+            key_dict(py, &f.db)?,
+            key_dict(py, &f.index)?,
+            key_dict(py, &f.datum)?,
+            f.data.object,
+            f.data.offset,
+            f.data.length,
+            path.as_deref(),
+        ))?;
+    }
+    Ok(out)
 }
 
 fn duration(seconds: f64) -> PyResult<Duration> {
