@@ -141,11 +141,19 @@ struct UsageGauges {
     disk_size: Family<PathLabel, Gauge>,
     disk_free: Family<PathLabel, Gauge>,
     seconds: Gauge<f64, std::sync::atomic::AtomicU64>,
-    probe: Mutex<Option<(UsageProbe, Option<LastRun>)>>,
+    probe: Mutex<ProbeState>,
 }
 
-/// When the probe last ran, and how long it took.
-type LastRun = (Instant, Duration);
+/// The probe, when it last ran and how long it took, and whether it runs now.
+#[derive(Default)]
+struct ProbeState {
+    probe: Option<Arc<UsageProbe>>,
+    last: Option<(Instant, Duration)>,
+    running: bool,
+}
+
+/// How long a scrape waits for usage figures being found before it shows the last ones.
+const PROBE_WAIT: Duration = Duration::from_secs(1);
 
 /// `path="/dev/shm/haar"`.
 type PathLabel = [(&'static str, String); 1];
@@ -155,23 +163,50 @@ fn gauge_of(n: u64) -> i64 {
 }
 
 impl UsageGauges {
-    /// Runs the probe unless the last run was so recent that running it again would spend
-    /// more than a tenth of the time since on it (a store of millions of fields takes a
-    /// while to add up; a scraper that polls fast then sees figures a little older).
-    fn refresh(&self) {
-        let mut probe = self.probe.lock().unwrap_or_else(|p| p.into_inner());
-        let Some((run, last)) = probe.as_mut() else {
-            return;
+    /// Runs the probe on a thread of its own unless it runs already or its last run was so
+    /// recent that running it again would spend more than a tenth of the time since on it (a
+    /// store of millions of fields takes seconds to add up); waits at most [`PROBE_WAIT`] for
+    /// it, so that a scrape never waits longer: a longer run's figures show at a later scrape.
+    fn refresh(self: &Arc<Self>) {
+        let probe = {
+            let mut st = self.probe.lock().unwrap_or_else(|p| p.into_inner());
+            let due = st.last.is_none_or(|(at, took)| at.elapsed() >= took * 10);
+            match st.probe.clone() {
+                Some(p) if due && !st.running => {
+                    st.running = true;
+                    p
+                }
+                _ => return,
+            }
         };
-        if let Some((at, took)) = *last
-            && at.elapsed() < took * 10
-        {
-            return;
+        let (tx, rx) = std::sync::mpsc::channel();
+        let me = Arc::clone(self);
+        let spawned = std::thread::Builder::new()
+            .name("haar-usage".into())
+            .spawn(move || {
+                let start = Instant::now();
+                let usage = probe();
+                let took = start.elapsed();
+                me.show(usage, took);
+                let mut st = me.probe.lock().unwrap_or_else(|p| p.into_inner());
+                st.last = Some((start, took));
+                st.running = false;
+                drop(st);
+                let _ = tx.send(());
+            });
+        match spawned {
+            Ok(_) => {
+                let _ = rx.recv_timeout(PROBE_WAIT);
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "metrics: no thread to find the store's usage");
+                self.probe.lock().unwrap_or_else(|p| p.into_inner()).running = false;
+            }
         }
-        let start = Instant::now();
-        let usage = run();
-        let took = start.elapsed();
-        *last = Some((start, took));
+    }
+
+    /// Sets the gauges to what a probe found in `took`.
+    fn show(&self, usage: Option<Usage>, took: Duration) {
         self.seconds.set(took.as_secs_f64());
         let Some(u) = usage else { return };
         self.databases.set(gauge_of(u.databases));
@@ -204,7 +239,7 @@ pub struct Metrics {
     open: Gauge,
     accepted: Counter,
     refused: Family<Label, Counter>,
-    usage: UsageGauges,
+    usage: Arc<UsageGauges>,
 }
 
 /// The buckets of every latency histogram haar shows: 10 µs to about 42 s, by factors of 4.
@@ -259,7 +294,7 @@ impl Default for Metrics {
             "Connections that did not get to log in, by cause",
             refused.clone(),
         );
-        let usage = UsageGauges {
+        let usage = Arc::new(UsageGauges {
             databases: Gauge::default(),
             fields: Gauge::default(),
             live: Gauge::default(),
@@ -270,8 +305,8 @@ impl Default for Metrics {
             disk_size: Family::default(),
             disk_free: Family::default(),
             seconds: Gauge::default(),
-            probe: Mutex::new(None),
-        };
+            probe: Mutex::default(),
+        });
         for (name, help, g) in [
             (
                 "store_databases",
@@ -323,7 +358,7 @@ impl Default for Metrics {
         );
         registry.register(
             "usage_probe_seconds",
-            "Time the last computation of the store usage gauges took (they are recomputed at a scrape unless that would spend more than a tenth of the time since)",
+            "Time the last computation of the store usage gauges took (a scrape starts one unless that would spend more than a tenth of the time since, and waits at most 1 s for it: a longer one's figures show at a later scrape)",
             usage.seconds.clone(),
         );
         Metrics {
@@ -387,7 +422,11 @@ impl Metrics {
     /// Sets what finds the store usage gauges at each scrape (`haar_store_*`, `haar_pool_*`,
     /// `haar_disk_*`); without one they stay 0.
     pub fn set_usage_probe(&self, probe: UsageProbe) {
-        *self.usage.probe.lock().unwrap_or_else(|p| p.into_inner()) = Some((probe, None));
+        let mut st = self.usage.probe.lock().unwrap_or_else(|p| p.into_inner());
+        *st = ProbeState {
+            probe: Some(Arc::new(probe)),
+            ..ProbeState::default()
+        };
     }
 
     /// The OpenMetrics text (ending with `# EOF`), store usage found now.
@@ -489,4 +528,62 @@ fn answer<E: Exposition + ?Sized>(stream: TcpStream, metrics: &E) -> io::Result<
         w.write_all(body.as_bytes())?;
     }
     w.flush()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(text: &str, name: &str) -> Option<String> {
+        text.lines()
+            .find(|l| l.starts_with(name) && l.as_bytes().get(name.len()) == Some(&b' '))
+            .map(String::from)
+    }
+
+    #[test]
+    fn usage_is_shown_at_once_when_quick_and_later_when_slow() {
+        let quick = Metrics::default();
+        quick.set_usage_probe(Box::new(|| {
+            Some(Usage {
+                live_bytes: 42,
+                disks: vec![("/x".into(), 100, 7)],
+                ..Usage::default()
+            })
+        }));
+        let text = quick.render();
+        assert_eq!(
+            line(&text, "haar_store_live_bytes").unwrap(),
+            "haar_store_live_bytes 42"
+        );
+        assert!(
+            text.contains("haar_disk_free_bytes{path=\"/x\"} 7"),
+            "{text}"
+        );
+
+        let slow = Metrics::default();
+        slow.set_usage_probe(Box::new(|| {
+            std::thread::sleep(PROBE_WAIT + Duration::from_secs(1));
+            Some(Usage {
+                fields: 5,
+                ..Usage::default()
+            })
+        }));
+        let t = Instant::now();
+        let text = slow.render();
+        assert!(t.elapsed() < PROBE_WAIT + Duration::from_millis(800));
+        assert_eq!(
+            line(&text, "haar_store_fields").unwrap(),
+            "haar_store_fields 0"
+        );
+        // Running still: a second scrape does not start another, nor wait.
+        let t = Instant::now();
+        slow.render();
+        assert!(t.elapsed() < Duration::from_millis(500));
+        std::thread::sleep(Duration::from_millis(1500));
+        let text = slow.render();
+        assert_eq!(
+            line(&text, "haar_store_fields").unwrap(),
+            "haar_store_fields 5"
+        );
+    }
 }
