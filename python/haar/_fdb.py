@@ -822,12 +822,12 @@ class FDB:
         ControlIdentifier(control_identifier)  # a value pyfdb would refuse is refused here
         return True
 
-    def retrieve(self, selection: Selection) -> DataHandle:
+    def retrieve(self, mars_selection: Selection) -> DataHandle:
         """Retrieve the fields of a selection.
 
         Parameters
         ----------
-        selection : dict or str
+        mars_selection : dict or str
             What to retrieve; lists and ``a/b`` select several values.
 
         Returns
@@ -841,7 +841,7 @@ class FDB:
         MissingError
             Some selected fields are not stored (FDB5 would return less, silently).
         """
-        return DataHandle(self._store.retrieve(_required(selection)), _internal=True)
+        return DataHandle(self._store.retrieve(_required(mars_selection)), _internal=True)
 
     def extract(
         self,
@@ -908,7 +908,7 @@ class FDB:
 
     def list(
         self,
-        selection: Selection | None = None,
+        mars_selection: Selection | None = None,
         include_masked: bool = False,
         level: int = 3,
         keys: bool = True,
@@ -917,7 +917,7 @@ class FDB:
 
         Parameters
         ----------
-        selection : dict or str, optional
+        mars_selection : dict or str, optional
             What to list; ``None`` lists everything.
         include_masked : bool, optional
             Accepted as in pyfdb 5, but haar lists only the live copy of each key either way:
@@ -935,7 +935,7 @@ class FDB:
         """
         if level not in (1, 2, 3):
             raise BadRequestError(f"list(level={level}): give 1, 2 or 3")
-        rows = self._store.list(_selection(selection))
+        rows = self._store.list(_selection(mars_selection))
         seen: set[str] = set()
         for row in rows:
             if level == 3:
@@ -952,12 +952,12 @@ class FDB:
         uri = _uri(path, f"{self._store.describe()}#{obj:016x}")
         return ListElement([db, index, datum], (uri, offset, length), self, _internal=True)
 
-    def inspect(self, selection: Selection) -> Iterator[ListElement]:
+    def inspect(self, mars_selection: Selection) -> Iterator[ListElement]:
         """The fields a selection names completely, as pyfdb 5's ``inspect``.
 
         Parameters
         ----------
-        selection : dict or str
+        mars_selection : dict or str
             Complete keys (lists select several); keywords the schema makes optional may be
             left out.
 
@@ -967,7 +967,7 @@ class FDB:
             One per stored field whose whole key the selection names; a selection that leaves
             out a keyword the schema needs matches nothing (use :meth:`list` for that).
         """
-        for row in self._store.inspect(_required(selection)):
+        for row in self._store.inspect(_required(mars_selection)):
             yield self._element(row)
 
     def _databases(self, selection: Selection | None) -> Iterator[tuple[dict[str, str], URI]]:
@@ -984,12 +984,12 @@ class FDB:
             name = ",".join(f"{k}={v}" for k, v in db.items())
             yield db, _uri(path, f"{self._store.describe()}#{{{name}}}")
 
-    def status(self, selection: Selection | None = None) -> Iterator[StatusElement]:
+    def status(self, mars_selection: Selection | None = None) -> Iterator[StatusElement]:
         """The databases of a selection and the operations disabled on each, as pyfdb 5.
 
         Parameters
         ----------
-        selection : dict or str, optional
+        mars_selection : dict or str, optional
             Databases to look at; ``None``: all.
 
         Yields
@@ -998,12 +998,12 @@ class FDB:
             One per database holding a matching field; ``controlIdentifiers()`` is always
             empty: haar disables nothing.
         """
-        for db, location in self._databases(selection):
+        for db, location in self._databases(mars_selection):
             yield StatusElement(db, location, [], _internal=True)
 
     def control(
         self,
-        selection: Selection,
+        mars_selection: Selection,
         control_action: ControlAction,
         control_identifiers: Collection[ControlIdentifier],
     ) -> Iterator[ControlElement]:
@@ -1016,7 +1016,7 @@ class FDB:
 
         Parameters
         ----------
-        selection : dict or str
+        mars_selection : dict or str
             The databases.
         control_action : ControlAction
             ``ENABLE``, ``DISABLE`` or ``NONE``.
@@ -1043,15 +1043,15 @@ class FDB:
                 f"control: haar cannot disable {asked!r} on databases: it has no per-database "
                 "locks (every operation is always enabled); nothing was changed"
             )
-        for db, location in self._databases(_required(selection)):
+        for db, location in self._databases(_required(mars_selection)):
             yield ControlElement(db, location, [], _internal=True)
 
-    def axes(self, selection: Selection | None = None, level: int = 3) -> IndexAxis:
+    def axes(self, mars_selection: Selection | None = None, level: int = 3) -> IndexAxis:
         """Values present per keyword among the fields of a selection.
 
         Parameters
         ----------
-        selection : dict or str, optional
+        mars_selection : dict or str, optional
             What to look at; ``None``: everything.
         level : {1, 2, 3}, optional
             Keywords of schema levels up to this one.
@@ -1062,9 +1062,9 @@ class FDB:
             Keyword → sorted list of values.
         """
         if level == 3:
-            return IndexAxis(self._store.axes(_selection(selection)))
+            return IndexAxis(self._store.axes(_selection(mars_selection)))
         out: dict[str, set[str]] = {}
-        for el in self.list(selection, level=level):
+        for el in self.list(mars_selection, level=level):
             for k, v in el.combined_key().items():
                 if v:
                     out.setdefault(k, set()).add(v)
@@ -1072,7 +1072,7 @@ class FDB:
 
     def wipe(
         self,
-        selection: Selection,
+        mars_selection: Selection,
         doit: bool = False,
         porcelain: bool = False,
         unsafe_wipe_all: bool = False,
@@ -1084,7 +1084,7 @@ class FDB:
 
         Parameters
         ----------
-        selection : dict or str
+        mars_selection : dict or str
             What to remove (an empty selection is refused).
         doit : bool, optional
             Remove for real (default: report what would be removed, change nothing).
@@ -1110,7 +1110,7 @@ class FDB:
         As in pyfdb 5, nothing happens until the iterator is advanced: consume it
         (``list(fdb.wipe(..., doit=True))``) for the wipe to take place.
         """
-        dbs, fields, nbytes, unowned = self._store.wipe(_required(selection), doit, unsafe_wipe_all)
+        dbs, fields, nbytes, unowned = self._store.wipe(_required(mars_selection), doit, unsafe_wipe_all)
         where = self._store.describe()
         verb = "Wiped" if doit else "Would wipe (dry run; doit=True removes)"
         if not porcelain:
@@ -1131,13 +1131,13 @@ class FDB:
                 what = "Files haar did not write: a wipe with doit=True refuses them unless unsafe_wipe_all=True"
             yield WipeElement(WipeElementType.UNKNOWN, what, [URI._of_path(p) for p in unowned], _internal=True)
 
-    def purge(self, selection: Selection | None = None, doit: bool = False, porcelain: bool = False) -> Iterator[PurgeElement]:
+    def purge(self, mars_selection: Selection | None = None, doit: bool = False, porcelain: bool = False) -> Iterator[PurgeElement]:
         """Drop masked (overwritten) and wiped fields; a dry run unless `doit`, as pyfdb 5's
         ``purge``.
 
         Parameters
         ----------
-        selection : dict or str, optional
+        mars_selection : dict or str, optional
             Databases to purge; ``None``: all.
         doit : bool, optional
             Drop for real (default: report only).
@@ -1154,7 +1154,7 @@ class FDB:
         -----
         As in pyfdb 5, nothing happens until the iterator is advanced.
         """
-        dbs, fields, nbytes, freed = self._store.purge(_selection(selection), doit)
+        dbs, fields, nbytes, freed = self._store.purge(_selection(mars_selection), doit)
         where = self._store.describe()
         if doit:
             yield PurgeElement(
@@ -1171,19 +1171,19 @@ class FDB:
             if not porcelain:
                 yield PurgeElement("Dry run: nothing dropped; purge with doit=True drops them", _internal=True)
 
-    def stats(self, selection: Selection | None = None) -> builtins.list[StatsElement]:
+    def stats(self, mars_selection: Selection | None = None) -> builtins.list[StatsElement]:
         """Per-database statistics.
 
         Parameters
         ----------
-        selection : dict or str, optional
+        mars_selection : dict or str, optional
             Databases to look at; ``None``: all.
 
         Returns
         -------
         list of StatsElement
         """
-        return [StatsElement(db, f, b, df, dbytes, list(p)) for db, f, b, df, dbytes, p in self._store.stats(_selection(selection))]
+        return [StatsElement(db, f, b, df, dbytes, list(p)) for db, f, b, df, dbytes, p in self._store.stats(_selection(mars_selection))]
 
     def watch(self, selection: Selection | None = None, timeout: float | None = None) -> Iterator[Event]:
         """Flush events for the fields of a selection, as they are flushed.
