@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 from conftest import FIRST
+from test_remote import server  # noqa: F401  (the fixture: a haar serve on a pmem root)
 
 import haar
 import haar as pyfdb  # the point: code written for pyfdb 5.25, unchanged
@@ -245,6 +246,25 @@ def test_pyfdb_documented_examples_run_unchanged(config: dict[str, object], grib
     assert wiped_elements and all(isinstance(e, pyfdb.WipeElement) for e in wiped_elements)
     purged_elements = list(fdb.purge({"class": "ea"}, doit=True))
     assert purged_elements and isinstance(purged_elements[0], pyfdb.PurgeElement)
+
+
+def test_the_same_through_a_server(server: tuple[str, object], grib: bytes, surface_field: bytes) -> None:
+    addr, _ = server
+    fdb = pyfdb.FDB({"type": "remote", "server": addr})
+    fdb.archive(grib)
+    fdb.archive(surface_field)
+    fdb.flush()
+    (sfc,) = fdb.list({"levtype": "sfc"})
+    assert sfc.data_handle is not None and sfc.data_handle.read() == surface_field
+    assert sfc.uri is not None and sfc.uri.scheme() == "haar"  # no file on this side
+    no_domain = {k: v for k, v in FIRST.items() if k != "domain"}
+    assert fdb.retrieve(no_domain).read(4) == b"GRIB"
+    assert len(list(fdb.inspect(FIRST))) == 1
+    status = list(fdb.status({"class": "ea"}))
+    assert len(status) == 4 and all(s.location().scheme() == "haar" for s in status)
+    assert "41 field(s)" in next(iter(fdb.wipe(DB))).msg()  # the surface field too
+    list(fdb.wipe(DB, doit=True))
+    assert list(fdb.list(DB)) == []
 
 
 PYFDB_SHAPE = """
