@@ -1123,3 +1123,57 @@ fn a_full_file_system_fails_clearly_and_the_store_recovers_after_a_wipe() {
         }
     }
 }
+
+/// Issue 26 (point 7): a root FDB5 wrote (its TOC databases) is named as such by every command
+/// that finds nothing there, with `haar import-fdb5` suggested, never as damage and never as a
+/// silent absence; archiving into one of its databases is refused.
+#[test]
+fn a_root_fdb5_wrote_is_named_with_import_fdb5_suggested() {
+    let tmp = tempfile::tempdir().unwrap();
+    // The directory name haar (and FDB5) give this database, taken from a haar root.
+    let ours = tmp.path().join("ours");
+    archive_raw(&ours, "posix", tmp.path(), 0, "167", b"GRIB-ish");
+    let name = std::fs::read_dir(&ours)
+        .unwrap()
+        .flatten()
+        .find(|e| e.path().join("db.key").is_file())
+        .expect("haar's database directory")
+        .file_name();
+    // FDB5's layout of the same database: a `toc` and no `db.key`.
+    let root = tmp.path().join("fdb5-root");
+    std::fs::create_dir_all(root.join(&name)).unwrap();
+    std::fs::write(root.join(&name).join("toc"), b"").unwrap();
+    let named = |err: &str| {
+        err.contains("is a database FDB5 wrote")
+            && err.contains("haar import-fdb5")
+            && !err.contains("unreadable database")
+    };
+
+    let req = format!("{DB},type=fc,levtype=sfc,step=0,param=167");
+    let o = haar(&root, "posix", &["retrieve", &req, "-o", "/dev/null"]);
+    assert_eq!(code(&o), 2, "{}", stderr(&o));
+    assert!(named(&stderr(&o)), "retrieve: {}", stderr(&o));
+    for args in [&["axes", DB][..], &["list", DB], &["wipe", DB]] {
+        let o = haar(&root, "posix", args);
+        assert_eq!(code(&o), 0, "{args:?}: {}", stderr(&o));
+        assert!(named(&stderr(&o)), "{args:?}: {}", stderr(&o));
+    }
+    let info = ok(&haar(&root, "posix", &["info"]));
+    assert!(
+        info.contains("(FDB5's database)") && named(&info),
+        "info: {info}"
+    );
+    let f = tmp.path().join("field.bin");
+    std::fs::write(&f, b"GRIB-ish").unwrap();
+    let o = haar(
+        &root,
+        "posix",
+        &["archive", "--key", &req, f.to_str().unwrap()],
+    );
+    assert_ne!(code(&o), 0);
+    assert!(named(&stderr(&o)), "archive: {}", stderr(&o));
+    assert!(
+        !root.join(&name).join("db.key").exists(),
+        "FDB5's database left as it was"
+    );
+}

@@ -1054,12 +1054,14 @@ impl Store {
                 out.extend(p.into_iter().map(|p| format!("database {db}: {p}")));
             }
         }
-        out.extend(
-            self.backend
-                .damaged_databases()
-                .into_iter()
-                .map(|why| format!("unreadable database: {why}")),
-        );
+        // A database FDB5 wrote is named as such, not as damage (its message says so).
+        out.extend(self.backend.damaged_databases().into_iter().map(|why| {
+            if crate::frontend::is_damage(&why) {
+                format!("unreadable database: {why}")
+            } else {
+                why
+            }
+        }));
         Ok(out)
     }
 
@@ -1084,16 +1086,18 @@ impl Store {
         }
         // A database whose key cannot be read is reported, whatever the request: it might
         // match (corruption is never absence).
-        out.extend(
-            self.backend
-                .damaged_databases()
-                .into_iter()
-                .map(|why| DbStats {
-                    db: "(unreadable database)".into(),
-                    problems: vec![why],
-                    ..DbStats::default()
-                }),
-        );
+        out.extend(self.backend.damaged_databases().into_iter().map(|why| {
+            DbStats {
+                db: if crate::frontend::is_damage(&why) {
+                    "(unreadable database)"
+                } else {
+                    "(FDB5's database)"
+                }
+                .into(),
+                problems: vec![why],
+                ..DbStats::default()
+            }
+        }));
         Ok(out)
     }
 }

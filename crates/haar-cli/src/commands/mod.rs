@@ -167,6 +167,21 @@ fn damage_is_failure<'a>(
     )))
 }
 
+/// When a command found less than it was asked for, names the databases FDB5 wrote under the
+/// store's roots (haar neither reads nor writes them): an empty answer must not hide that the
+/// fields may be there in FDB5's layout, which `haar import-fdb5` copies in. Best effort: a
+/// failure to look does not replace the command's own outcome.
+fn note_fdb5_databases(store: &dyn haar_store::FieldStore, reqs: &[haar_core::Request]) {
+    let mut seen = std::collections::BTreeSet::new();
+    for req in reqs {
+        for p in store.problems(req).unwrap_or_default() {
+            if !haar_store::frontend::is_damage(&p) && seen.insert(p.clone()) {
+                eprintln!("haar: note: {p}");
+            }
+        }
+    }
+}
+
 fn retrieve(cli: &Cli, a: &RetrieveArgs) -> Result<(), Failure> {
     let store = open::field_store_for_reading(cli)?;
     let reqs = open::requests(Some(&a.request))?;
@@ -251,6 +266,9 @@ fn retrieve(cli: &Cli, a: &RetrieveArgs) -> Result<(), Failure> {
         return Err(e);
     }
     eprintln!("haar: retrieved {found} field(s), {bytes} bytes");
+    if !missing.is_empty() {
+        note_fdb5_databases(&*store, &reqs);
+    }
     let refuse = !missing.is_empty() && !a.allow_missing;
     if let (Some(t), Some(out)) = (tmp.as_ref().filter(|_| !special), &a.output) {
         if refuse {
@@ -312,10 +330,14 @@ fn retrieve(cli: &Cli, a: &RetrieveArgs) -> Result<(), Failure> {
 fn axes(cli: &Cli, a: &AxesArgs) -> Result<(), Failure> {
     let store = open::field_store_for_reading(cli)?;
     let mut all = std::collections::BTreeMap::<String, std::collections::BTreeSet<String>>::new();
-    for req in open::requests(a.request.as_deref())? {
-        for (k, v) in store.axes(&req)? {
+    let reqs = open::requests(a.request.as_deref())?;
+    for req in &reqs {
+        for (k, v) in store.axes(req)? {
             all.entry(k).or_default().extend(v);
         }
+    }
+    if all.is_empty() {
+        note_fdb5_databases(&*store, &reqs);
     }
     if a.json {
         outln!(
@@ -358,6 +380,9 @@ fn wipe(cli: &Cli, w: &WipeArgs) -> Result<(), Failure> {
             outln!("{verb} database {db}")?;
         }
         outln!("{verb} {} field(s), {} bytes", rep.fields, rep.bytes)?;
+        if rep.fields == 0 {
+            note_fdb5_databases(&*store, std::slice::from_ref(&req));
+        }
         for f in &unowned {
             outln!(
                 "not written by haar: {} ({})",
