@@ -286,8 +286,9 @@ pub struct DaemonArgs {
     /// Form of the log on stderr: `text` (default), one line per event with its fields, or
     /// `json`, one JSON object per line (`timestamp`, `level`, `message`, the event's fields
     /// such as `op`, `task`, `cause`, and `span` with the connection's `uid`, `pid` and `conn`).
-    /// What is logged is chosen by `-v` or `HAAR_LOG` either way (denied requests, refused
-    /// connections and failed tasks are warnings; each request and runner is `info`).
+    /// What is logged is chosen by `-v` or `HAAR_LOG` either way: denied requests, refused
+    /// connections and tasks failed for the service's own reasons are warnings; submits,
+    /// cancels and each runner's start and end are `info`; the other requests `debug`.
     #[arg(long, value_name = "text|json", default_value = "text")]
     pub log_format: crate::commands::net::LogFormat,
 }
