@@ -117,11 +117,11 @@ install: build
 install-docs: build
 	$(INSTALL_VARS) scripts/install.sh --docs-only
 
-# `make install` into a temporary tree, used as its users would (pkg-config, C, Fortran, man);
-# from what the targets before it built, so it takes seconds.
+# `make install` into a temporary tree, used as its users would (pkg-config, C, Fortran, man,
+# FDB5 through the plugin); from what the targets before it built, so it takes seconds (the
+# cargo lines are those of fdb5-plugin and build: no-ops after them).
 install-test: setup
-	$(CARGO) build --release -p haar-c
-	$(CARGO) build --release -p haar-cli
+	$(CARGO) build --release -p haar-c -p haar-cli
 	$(CARGO) build --release -p haar-heap-preload
 	scripts/install-test.sh
 
