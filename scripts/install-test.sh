@@ -4,7 +4,8 @@
 #   - staged with DESTDIR, then moved to the PREFIX it names (as a package manager unpacks):
 #     no staging path may leak into an installed file;
 #   - installed ELF files carry no DWARF, have a .gnu_debuglink whose file holds it, and no
-#     RPATH/RUNPATH (the FDB5 plugin's $ORIGIN excepted); libhaar has its SONAME and links;
+#     RPATH/RUNPATH (the FDB5 plugin's $ORIGIN excepted); gdb finds libhaar's lines through
+#     `set debug-file-directory PREFIX/lib/debug`; libhaar has its SONAME and links;
 #   - a C program built with `pkg-config --cflags --libs haar` archives and retrieves a field
 #     through the installed libhaar, found by LD_LIBRARY_PATH only; a Fortran program built on
 #     the installed module source does the same; an FDB5 C-API call links through
@@ -57,6 +58,11 @@ for f in "${elfs[@]}"; do
         check "$name: no RPATH/RUNPATH" test -z "$(readelf -d "$f" | grep -E 'RPATH|RUNPATH' || true)"
     fi
 done
+# gdb finds the split DWARF as docs/install.md says: file and line of a function in libhaar.
+where=$(gdb -batch -iex "set debug-file-directory $prefix/lib/debug" \
+    -ex 'info line haar_store::posix::is_fdb5_database' "$prefix/lib/libhaar.so" 2>/dev/null || true)
+check "gdb with debug-file-directory PREFIX/lib/debug: libhaar's lines" \
+    grep -q 'of "crates/haar-store/src/posix.rs"' <<<"$where"
 check "libhaar.a: no DWARF" test -z "$(readelf -SW "$prefix/lib/libhaar.a" | grep -F .debug_info || true)"
 soname=$(readelf -d "$prefix/lib/libhaar.so" | sed -n 's/.*SONAME.*\[\(.*\)\]/\1/p')
 check "libhaar.so -> SONAME $soname, present" test -n "$soname" -a -e "$prefix/lib/$soname"

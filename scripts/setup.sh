@@ -16,6 +16,7 @@ command -v gfortran >/dev/null 2>&1 || need_apt+=(gfortran)  # the Fortran modul
 command -v make >/dev/null 2>&1 || need_apt+=(make)
 command -v patchelf >/dev/null 2>&1 || need_apt+=(patchelf)  # make install: SONAME of the installed libhaar
 command -v man >/dev/null 2>&1 || need_apt+=(man-db)  # install-test reads the installed man pages
+command -v gdb >/dev/null 2>&1 || need_apt+=(gdb)  # install-test finds the split debug info with it
 command -v ip >/dev/null 2>&1 || need_apt+=(iproute2)  # network-namespace cluster tests
 command -v python3 >/dev/null 2>&1 || need_apt+=(python3 python3-pip)
 # Staging under a real Slurm (issue 15): slurmctld/slurmd with burst_buffer/lua, and munge.
