@@ -58,11 +58,11 @@ for f in "${elfs[@]}"; do
         check "$name: no RPATH/RUNPATH" test -z "$(readelf -d "$f" | grep -E 'RPATH|RUNPATH' || true)"
     fi
 done
-# gdb finds the split DWARF as docs/install.md says: file and line of a function in libhaar.
+# gdb finds the split DWARF as docs/install.md says: the file and line of haar_version.
 where=$(gdb -batch -iex "set debug-file-directory $prefix/lib/debug" \
-    -ex 'info line haar_store::posix::is_fdb5_database' "$prefix/lib/libhaar.so" 2>/dev/null || true)
+    -ex 'info line haar_version' "$prefix/lib/libhaar.so" 2>/dev/null || true)
 check "gdb with debug-file-directory PREFIX/lib/debug: libhaar's lines" \
-    grep -q 'of "crates/haar-store/src/posix.rs"' <<<"$where"
+    grep -q 'of "crates/haar-c/src/' <<<"$where"
 check "libhaar.a: no DWARF" test -z "$(readelf -SW "$prefix/lib/libhaar.a" | grep -F .debug_info || true)"
 soname=$(readelf -d "$prefix/lib/libhaar.so" | sed -n 's/.*SONAME.*\[\(.*\)\]/\1/p')
 check "libhaar.so -> SONAME $soname, present" test -n "$soname" -a -e "$prefix/lib/$soname"
