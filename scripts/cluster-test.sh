@@ -19,6 +19,11 @@
 #            every node) and stages a product out; its consumer, submitted by `haar stage
 #            submit --after`, runs on the producer's nodes and reads the persisted data there;
 #            a second consumer on the other nodes stages the producer's gathered product in;
+#   table9   `haar workflow --vcluster 4` (SC'19 Table 9 across nodes), small: members run on
+#            n1,n2 and product generation on n3,n4, on the shared POSIX directory (/shared), on
+#            haar (one server per node) and on FDB5 where installed; every member field is
+#            delivered once and every product checked (the command fails otherwise), and the
+#            JSON says nodes = 4 with each backend's figures;
 #   kill     K times: a workflow of producers (one per node, replicas 2, a flush per field) runs
 #            under sbatch --no-kill; at a random moment one node holding fields (n2..n4: n1 runs
 #            the batch script) is killed whole (scripts/vcluster.sh kill: its PID namespace
@@ -30,7 +35,7 @@
 #
 # Usage (root): scripts/cluster-test.sh [--kills K] [--haar PATH] [--only LIST] [--keep]
 #   --kills K   node kills (default 10; the long run: --kills 100 --only kill)
-#   --only LIST comma-separated subset of slurm,stage,serve,mount,kill
+#   --only LIST comma-separated subset of slurm,stage,serve,mount,table9,kill
 #   --keep      leave the cluster up (and its logs in /run/haar-vcluster) at the end
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -39,7 +44,7 @@ V=$here/vcluster.sh
 nodebin=${HAAR_VCLUSTER_DIR:-/run/haar-vcluster}/bin
 haar=$here/../target/release/haar
 kills=10
-only=slurm,stage,serve,mount,kill
+only=slurm,stage,serve,mount,table9,kill
 keep=0
 while [ $# -gt 0 ]; do
     case "$1" in
@@ -304,6 +309,33 @@ JOB
     [ "$(grep -c "^CONSUMER2 n[0-9] READ $want\$" <<<"$out")" = 2 ] \
         || fail "consumer2 on the other nodes did not stage in the products gathered from $pnodes ($want): $out"
     pass "consumer2 $c2 on the other nodes staged in the producer's products, gathered from each of its nodes"
+}
+
+# SC'19 Table 9 across the nodes, small (the figures of the full run: docs/benchmarks.md).
+test_table9() {
+    local d j log figures
+    d=$(mktemp -d /var/tmp/haar-table9.XXXXXX)
+    j=$d/table9.json log=$d/table9.log
+    (cd "$d" && "$haar" workflow --vcluster 4 --members 4 --levels 2 --params 5 --steps 2 \
+        --compute-ms 100 --quiet --json "$j" --plot "$d/table9.png") >"$log" 2>&1 \
+        || fail "haar workflow --vcluster 4: $(tail -20 "$log")"
+    figures=$(python3 - "$j" <<'PY'
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert r["nodes"] == 4, r["nodes"]
+v = r["vcluster"]
+assert v["producer_nodes"] == ["n1", "n2"] and v["consumer_nodes"] == ["n3", "n4"], v
+names = [b["backend"] for b in r["backends"]]
+assert names[:2] == ["shared-posix", "haar"], names
+for b in r["backends"]:
+    w = b["with_consumers"]
+    assert w["delivered"] == 4 * 2 * 10 and w["products_checked"] == 2 * 2 * 10, b
+    assert b["producer_slowdown"] is not None and b["step_latency_p50_ms"] > 0, b
+print(", ".join(f'{b["backend"]} {100 * b["producer_slowdown"]:+.1f}% p50 {b["step_latency_p50_ms"]:.0f} ms' for b in r["backends"]))
+PY
+    ) || fail "haar workflow --vcluster 4: the JSON is not as expected (see $j)"
+    rm -rf "$d"
+    pass "haar workflow --vcluster 4: members on n1,n2, product generation on n3,n4, every field delivered once and every product checked (small run: $figures)"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -624,4 +656,5 @@ test_kills() {
 want slurm && test_slurm
 want stage && test_stage
 if want serve || want mount; then test_serve_mount "$(want mount && echo 1 || echo 0)"; fi
+want table9 && test_table9
 if want kill; then test_kills "$kills"; fi

@@ -68,6 +68,9 @@ pub struct Options {
     pub limits: Option<PathBuf>,
     /// No progress bar.
     pub quiet: bool,
+    /// Write across 1..=N nodes of the virtual cluster, haar beside FDB5 on `/shared`
+    /// (SC'19 Table 8, [`crate::table8`]); `members` and `procs` are then per node.
+    pub vcluster: Option<usize>,
 }
 
 /// Raw limits measured beside a hammer run, GB/s (10^9 bytes/s).
@@ -104,11 +107,11 @@ fn raw_limits(dir: &std::path::Path) -> Result<Value, Error> {
 /// A hammer worker's instructions.
 #[derive(Debug, Serialize, Deserialize)]
 pub struct Spec {
-    layout: Layout,
-    mode: Mode,
-    members: Vec<u32>,
-    grib: Option<PathBuf>,
-    fdb5: bool,
+    pub(crate) layout: Layout,
+    pub(crate) mode: Mode,
+    pub(crate) members: Vec<u32>,
+    pub(crate) grib: Option<PathBuf>,
+    pub(crate) fdb5: bool,
 }
 
 /// Runs `haar hammer`.
@@ -126,6 +129,9 @@ pub fn run(opts: &OpenOptions, a: &Options) -> Result<(), Error> {
         field_size: a.field_size,
     };
     layout.check()?;
+    if let Some(n) = a.vcluster {
+        return crate::table8::run(opts, a, n, &layout);
+    }
     if a.procs == 0 || a.procs > a.members {
         return Err(Error::Usage(format!(
             "--procs {} must be between 1 and --members ({})",

@@ -35,6 +35,7 @@ pub mod procs;
 pub mod progress;
 pub mod scale;
 pub mod stats;
+pub mod table8;
 pub mod target;
 pub mod vcluster;
 pub mod worker;

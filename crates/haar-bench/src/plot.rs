@@ -220,7 +220,12 @@ fn decade_label(e: i32) -> String {
 ///
 /// # Errors
 /// A message if there is nothing to plot, the font is missing or the PNG cannot be written.
-pub fn scale_png(path: &std::path::Path, title: &str, panels: &[LogPanel]) -> Result<(), String> {
+pub fn scale_png(
+    path: &std::path::Path,
+    title: &str,
+    xlabel: &str,
+    panels: &[LogPanel],
+) -> Result<(), String> {
     let ok = |p: &(f64, f64)| p.0 > 0.0 && p.1 > 0.0 && p.0.is_finite() && p.1.is_finite();
     if !panels
         .iter()
@@ -322,7 +327,7 @@ pub fn scale_png(path: &std::path::Path, title: &str, panels: &[LogPanel]) -> Re
         .map_err(err)?;
         label(
             &root,
-            "Fields in the database (log axis)",
+            &format!("{xlabel} (log axis)"),
             ((left + right) / 2, bottom + 32),
             SMALL,
             &dark,
@@ -415,9 +420,9 @@ mod tests {
                 },
             ],
         };
-        scale_png(&p, "Scale", &[panel("a"), panel("b"), panel("c")]).unwrap();
+        scale_png(&p, "Scale", "Fields", &[panel("a"), panel("b"), panel("c")]).unwrap();
         assert_eq!(&std::fs::read(&p).unwrap()[1..4], b"PNG");
-        assert!(scale_png(&p, "x", &[]).is_err());
+        assert!(scale_png(&p, "x", "Fields", &[]).is_err());
         assert_eq!(
             (decade_label(5), decade_label(-1), decade_label(2)),
             ("1e5".into(), "0.1".into(), "100".into())

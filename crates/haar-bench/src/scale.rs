@@ -1494,6 +1494,7 @@ fn plot(r: &Value, path: &Path) -> Result<(), String> {
             r["field_bytes"],
             r["backend"].as_str().unwrap_or("")
         ),
+        "Fields in the database",
         &panels,
     )
 }

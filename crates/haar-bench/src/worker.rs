@@ -28,6 +28,8 @@ pub enum WorkerSpec {
     Consumer(workflow::ConsumerSpec),
     /// One store of `haar bench --scale`, filled and measured on the parent's word.
     Scale(scale::Spec),
+    /// One end of a TCP stream between two nodes (`haar hammer --vcluster`'s link limit).
+    Link(crate::table8::LinkSpec),
 }
 
 /// Runs one worker process (started by `haar hammer` or `haar workflow`): `spec` is the JSON
@@ -41,6 +43,7 @@ pub fn run(opts: &OpenOptions, spec: &str) -> Result<(), Error> {
         WorkerSpec::Producer(s) => workflow::producer(opts, s, rep),
         WorkerSpec::Consumer(s) => workflow::consumer(opts, s, rep),
         WorkerSpec::Scale(s) => scale::worker(opts, s, rep),
+        WorkerSpec::Link(s) => crate::table8::link_worker(s, rep),
     }
 }
 

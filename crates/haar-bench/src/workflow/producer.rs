@@ -25,6 +25,10 @@ pub struct ProducerSpec {
     pub(super) member: u32,
     pub(super) compute_ms: u64,
     pub(super) fdb5: bool,
+    /// Only create the database: archive one field at a step after the run's last
+    /// (`steps + 100`, which no consumer or check reads), flush, and say nothing else.
+    #[serde(default)]
+    pub(super) create_only: bool,
 }
 
 /// The producer process.
@@ -40,6 +44,14 @@ pub fn producer(opts: &OpenOptions, spec: ProducerSpec, mut rep: Reporter) -> Re
         })
         .collect();
     rep.ready_then_wait()?;
+    if spec.create_only {
+        let (buf, seed, crc) = &mut templates[0];
+        let s = l.steps + 100;
+        field::stamp(buf, &member_header(l, spec.member, s, 0, *seed, *crc));
+        store.archive(&l.key(spec.member, s, 0), buf)?;
+        store.flush()?;
+        return rep.say(&format!("result {}", json!({"created": true})));
+    }
     let t0 = monotonic_ns();
     let mut io_ns = 0i128;
     let mut bytes = 0u64;

@@ -59,6 +59,27 @@ pub(super) fn run_once(
         };
         group.spawn(name, Site::place(node, cmd)).map(|_| ())
     };
+    if p.fdb5 && site.cluster.is_some() {
+        // FDB5's database is made by one process before the timed run: over GlusterFS, the
+        // members' concurrent first archives from several nodes race on its schema file (one
+        // opens it as another renames a copy over it: ESTALE), which Lustre does not show.
+        let mut seed = Group::new();
+        spawn(
+            &mut seed,
+            "FDB5 database creation".into(),
+            site.producer_node(1),
+            WorkerSpec::Producer(ProducerSpec {
+                layout: l.clone(),
+                member: 1,
+                compute_ms: 0,
+                fdb5: true,
+                create_only: true,
+            }),
+        )?;
+        seed.wait_ready(Duration::from_secs(120))?;
+        seed.go()?;
+        seed.results(Duration::from_secs(120), |_, _| {})?;
+    }
     for m in 1..=l.members {
         spawn(
             &mut group,
@@ -69,6 +90,7 @@ pub(super) fn run_once(
                 member: m,
                 compute_ms: a.compute_ms,
                 fdb5: p.fdb5,
+                create_only: false,
             }),
         )?;
     }

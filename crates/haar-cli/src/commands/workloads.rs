@@ -45,6 +45,7 @@ EXAMPLES
     haar --backend pmem --root /dev/shm/h hammer --mode read --members 4 --steps 10 --levels 20 --params 5
     haar --servers n1:7000,n2:7000 hammer --procs 2 --field-size 3.2MiB --json hammer.json
     haar hammer --fdb5 /dev/shm/fdb --members 4 --steps 10    # the same load through the real FDB5
+    scripts/vcluster.sh up 4 && haar hammer --vcluster 4 --json t8.json   # 1..4 nodes, haar vs FDB5
 
 KEYS
     class=CLASS,expver=EXPVER,stream=enfo,date=DATE,time=TIME,domain=g,type=pf,levtype=ml,
@@ -114,6 +115,12 @@ pub struct HammerArgs {
     /// No progress bar.
     #[arg(long)]
     pub quiet: bool,
+    /// SC'19 Table 8 on the virtual cluster (root; `scripts/vcluster.sh up N` first): for
+    /// K = 1..N client nodes, writes with haar (one server per client node over its
+    /// /mnt/pmem0) and with FDB5 (its TOC on /shared), beside one node's link limit and the
+    /// host's memcpy measured in the same run. --members and --procs are then per node.
+    #[arg(long, value_name = "N")]
+    pub vcluster: Option<usize>,
     #[command(flatten)]
     pub open: OpenArgs,
 }
@@ -140,6 +147,7 @@ impl HammerArgs {
             json: self.json.clone(),
             limits: self.limits.clone(),
             quiet: self.quiet,
+            vcluster: self.vcluster,
         }
     }
 }
