@@ -6,12 +6,15 @@
 # storage node, one slurmd and one munged per compute node). No container runtime, no systemd.
 #
 # Usage (root):
-#   scripts/vcluster.sh up [N] [--pmem-size SIZE] [--shared-bw RATE] [--node-bw RATE] [--haar PATH]
+#   scripts/vcluster.sh up [N] [--pmem-size SIZE] [--shared-bw RATE] [--node-bw RATE] [--pin] [--haar PATH]
 #       N compute nodes (default 4, at most 8); SIZE of each node's /mnt/pmem0 tmpfs (2g);
 #       RATE of the storage node's link, each direction, in tc units (1gbit; `none`: not
 #       shaped); --node-bw limits every compute node's link too (default: unlimited); PATH:
 #       the haar binary copied to RUN/bin/haar, on PATH on every node (default
-#       target/release/haar when present).
+#       target/release/haar when present). --pin gives each compute node CPUs of its own
+#       (node K gets CPU (K-1)*CPUS/N: with 2 CPUs and 4 nodes, n1,n2 share CPU 0 and n3,n4
+#       CPU 1), so nodes of different halves do not take each other's CPU time, as separate
+#       machines would not; the storage node keeps every CPU. Default: not pinned.
 #   scripts/vcluster.sh exec NODE CMD...   run CMD on NODE (n1..nN or storage), in the caller's
 #                                          directory when the node sees it, else in /
 #   scripts/vcluster.sh kill NODE          kill every process of NODE at once (its PID namespace
@@ -57,11 +60,13 @@ node_pid() {
     echo "$pid"
 }
 
-# Runs a command in every namespace of a node, with RUN/bin first on PATH.
+# Runs a command in every namespace of a node, with RUN/bin first on PATH, on the node's
+# CPUs when it has its own (up --pin: RUN/cpus/NODE).
 in_node() {
-    local name=$1 pid; shift
+    local name=$1 pid pin=(); shift
     pid=$(node_pid "$name") || die "node $name is not up (scripts/vcluster.sh status)"
-    PATH=$RUN/bin:$PATH nsenter --target "$pid" --mount --uts --net --pid --ipc -- "$@"
+    [ -s "$RUN/cpus/$name" ] && pin=(taskset -c "$(cat "$RUN/cpus/$name")")
+    PATH=$RUN/bin:$PATH "${pin[@]}" nsenter --target "$pid" --mount --uts --net --pid --ipc -- "$@"
 }
 
 # A node's namespaces are held by a small init (PID 1 of its own PID namespace) that reaps
@@ -261,7 +266,7 @@ host_dir() {
 }
 
 cmd_up() {
-    local n=4 pmem=2g shared_bw=1gbit node_bw='' haar=''
+    local n=4 pmem=2g shared_bw=1gbit node_bw='' haar='' pin=0
     [ -x "$here/../target/release/haar" ] && haar=$here/../target/release/haar
     while [ $# -gt 0 ]; do
         case "$1" in
@@ -269,6 +274,7 @@ cmd_up() {
             --shared-bw) shared_bw=$2; shift 2 ;;
             --node-bw) node_bw=$2; shift 2 ;;
             --haar) haar=$2; shift 2 ;;
+            --pin) pin=1; shift ;;
             [0-9]*) n=$1; shift ;;
             *) die "up: unknown argument $1 (see --help)" ;;
         esac
@@ -291,6 +297,12 @@ cmd_up() {
     echo "$pmem" > "$RUN/pmem-size"
     echo "$node_bw" > "$RUN/node-bw"
     echo "$shared_bw" > "$RUN/shared-bw"
+    if [ "$pin" = 1 ]; then
+        local k cpus
+        cpus=$(nproc)
+        mkdir -p "$RUN/cpus"
+        for ((k = 1; k <= n; k++)); do echo $(((k - 1) * cpus / n)) > "$RUN/cpus/n$k"; done
+    fi
     if [ -n "$haar" ]; then
         [ -x "$haar" ] || die "--haar $haar is not executable"
         cp "$haar" "$RUN/bin/haar"

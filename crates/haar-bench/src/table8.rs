@@ -356,6 +356,7 @@ pub fn run(opts: &OpenOptions, a: &Options, n: usize, base: &Layout) -> Result<(
         "replicas": opts.replicas,
         "shared_bw": vc.shared_bw,
         "node_bw": vc.node_bw,
+        "cpus": vc.nodes.iter().map(|n| (n.name.clone(), n.cpus.clone())).collect::<std::collections::BTreeMap<_, _>>(),
         "link_gib_per_s": link,
         "memcpy_gib_per_s": memcpy,
         "machine": crate::bench::machine_description(),

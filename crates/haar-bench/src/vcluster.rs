@@ -33,6 +33,8 @@ pub struct Node {
     pub name: String,
     /// Its address on the cluster's bridge.
     pub ip: String,
+    /// Its own CPUs (`vcluster.sh up --pin`: a `taskset -c` list), or every CPU.
+    pub cpus: Option<String>,
     pid: u32,
 }
 
@@ -102,9 +104,14 @@ impl VCluster {
                     "node {name} is not up (scripts/vcluster.sh status; revive it with scripts/vcluster.sh revive {name})"
                 ))
             })?;
+            let cpus = std::fs::read_to_string(run.join("cpus").join(&name))
+                .ok()
+                .map(|s| s.trim().to_string())
+                .filter(|s| !s.is_empty());
             nodes.push(Node {
                 ip: format!("10.77.0.{}", 10 + k),
                 name,
+                cpus,
                 pid,
             });
         }
@@ -125,17 +132,23 @@ fn node_pid(run: &Path, name: &str) -> Option<u32> {
         .parse()
         .ok()?;
     let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
-    let last = cmdline
-        .split(|&b| b == 0)
-        .rfind(|a| !a.is_empty())?;
+    let last = cmdline.split(|&b| b == 0).rfind(|a| !a.is_empty())?;
     (last == format!("{MARK}:{name}").as_bytes()).then_some(pid)
 }
 
 impl Node {
-    /// `inner` to be run on this node: in its network, UTS, mount, IPC and PID namespaces, with the
-    /// same program, arguments, environment changes and working directory.
+    /// `inner` to be run on this node: in its network, UTS, mount, IPC and PID namespaces (on
+    /// its own CPUs when it has them), with the same program, arguments, environment changes
+    /// and working directory.
     pub fn command(&self, inner: &Command) -> Command {
-        let mut cmd = Command::new("nsenter");
+        let mut cmd = match &self.cpus {
+            Some(c) => {
+                let mut t = Command::new("taskset");
+                t.args(["-c", c, "nsenter"]);
+                t
+            }
+            None => Command::new("nsenter"),
+        };
         cmd.arg("--target")
             .arg(self.pid.to_string())
             .args(["--mount", "--uts", "--net", "--ipc", "--pid", "--"])
@@ -194,6 +207,7 @@ mod tests {
         let n = Node {
             name: "n1".into(),
             ip: "10.77.0.11".into(),
+            cpus: None,
             pid: 4242,
         };
         let h = n.here(Path::new("/shared/haar-x"));
@@ -204,9 +218,10 @@ mod tests {
 
     #[test]
     fn a_command_is_wrapped_with_its_arguments_and_environment() {
-        let n = Node {
+        let mut n = Node {
             name: "n2".into(),
             ip: "10.77.0.12".into(),
+            cpus: None,
             pid: 7,
         };
         let mut inner = Command::new("/bin/haar");
@@ -235,6 +250,12 @@ mod tests {
         let envs: Vec<_> = c.get_envs().collect();
         assert!(envs.contains(&("A".as_ref(), Some("1".as_ref()))));
         assert!(envs.contains(&("HAAR_CONFIG".as_ref(), None)));
+        // A pinned node's processes run on its CPUs.
+        n.cpus = Some("1".into());
+        let c = n.command(&inner);
+        assert_eq!(c.get_program(), "taskset");
+        let args: Vec<_> = c.get_args().take(5).map(|a| a.to_str().unwrap()).collect();
+        assert_eq!(args, ["-c", "1", "nsenter", "--target", "7"]);
     }
 
     #[test]

@@ -87,6 +87,7 @@ pub(super) fn report(
             "shared_bw": c.vc.shared_bw,
             "node_bw": c.vc.node_bw,
             "pmem_size": c.vc.pmem_size,
+            "cpus": c.vc.nodes.iter().map(|n| (n.name.clone(), n.cpus.clone())).collect::<std::collections::BTreeMap<_, _>>(),
             "shared_dir": site.shared_dir,
             "pmem_dir": site.pmem_dir,
         })),

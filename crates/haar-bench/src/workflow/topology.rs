@@ -144,8 +144,25 @@ impl Site {
                         .collect::<Vec<_>>()
                         .join(",")
                 };
+                let pinned = if c.vc.nodes.iter().all(|n| n.cpus.is_some()) {
+                    let cpus = |ix: &[usize]| {
+                        let mut v: Vec<&str> = ix
+                            .iter()
+                            .filter_map(|&i| c.vc.nodes[i].cpus.as_deref())
+                            .collect();
+                        v.dedup();
+                        v.join(",")
+                    };
+                    format!(
+                        "; members' nodes on CPU {}, product generation's on CPU {}",
+                        cpus(&c.producers),
+                        cpus(&c.consumers)
+                    )
+                } else {
+                    "; nodes not pinned (they share every CPU)".into()
+                };
                 format!(
-                    "virtual cluster: members on {}, product generation on {}; /shared at {}, node links {}",
+                    "virtual cluster: members on {}, product generation on {}; /shared at {}, node links {}{pinned}",
                     names(&c.producers),
                     names(&c.consumers),
                     c.vc.shared_bw,
