@@ -111,6 +111,27 @@ fn one_store_handle_shared_by_threads() {
 }
 
 #[test]
+fn a_close_racing_other_threads_refuses_their_calls_and_never_reaches_the_next_handle() {
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile("close_race", dir.path());
+    let config = |name: &str| {
+        let p = dir.path().join(format!("{name}.yaml"));
+        std::fs::write(
+            &p,
+            format!(
+                "backend: posix\nroots: [{}]\n",
+                dir.path().join(name).display()
+            ),
+        )
+        .unwrap();
+        p.display().to_string()
+    };
+    let (a, b) = (config("a"), config("b"));
+    let out = run(&exe, &[&a, &b, "40"]);
+    assert!(out.contains("close_race: ok"), "{out}");
+}
+
+#[test]
 fn a_null_config_path_opens_what_haar_config_names() {
     let dir = tempfile::tempdir().unwrap();
     let exe = compile("threads", dir.path());
