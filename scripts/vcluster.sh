@@ -6,10 +6,13 @@
 # storage node, one slurmd and one munged per compute node). No container runtime, no systemd.
 #
 # Usage (root):
-#   scripts/vcluster.sh up [N] [--pmem-size SIZE] [--shared-bw RATE] [--node-bw RATE] [--pin] [--haar PATH]
+#   scripts/vcluster.sh up [N] [--pmem-size SIZE] [--shared-bw RATE] [--shared-total] [--node-bw RATE]
+#                          [--pin] [--haar PATH]
 #       N compute nodes (default 4, at most 8); SIZE of each node's /mnt/pmem0 tmpfs (2g);
 #       RATE of the storage node's link, each direction, in tc units (1gbit; `none`: not
-#       shaped); --node-bw limits every compute node's link too (default: unlimited); PATH:
+#       shaped); --shared-total makes RATE one budget for both directions (reads and writes
+#       share it, as they share one file server's disks; default: RATE each way);
+#       --node-bw limits every compute node's link too (default: unlimited); PATH:
 #       the haar binary copied to RUN/bin/haar, on PATH on every node (default
 #       target/release/haar when present). --pin gives each compute node CPUs of its own
 #       (node K gets CPU (K-1)*CPUS/N: with 2 CPUs and 4 nodes, n1,n2 share CPU 0 and n3,n4
@@ -118,7 +121,16 @@ if [ "$NAME" = storage ]; then
 else
     mount -t tmpfs -o "size=$PMEM_SIZE,mode=1777" "pmem0-$NAME" /mnt/pmem0
 fi
-if [ -n "$BW" ] && [ "$BW" != none ]; then
+if [ -n "$BW" ] && [ "$BW" != none ] && [ "$NAME" = storage ] && [ -e "$RUN/shared-total" ]; then
+    # One budget for both directions (up --shared-total): what eth0 sends and receives
+    # passes one tbf on ifb0, as reads and writes share the disks of one file server.
+    ip link add ifb0 type ifb
+    ip link set ifb0 up
+    tc qdisc add dev ifb0 root tbf rate "$BW" burst 1mb latency 100ms
+    tc qdisc add dev eth0 clsact
+    tc filter add dev eth0 ingress protocol all u32 match u32 0 0 action mirred egress redirect dev ifb0
+    tc filter add dev eth0 egress protocol all u32 match u32 0 0 action mirred egress redirect dev ifb0
+elif [ -n "$BW" ] && [ "$BW" != none ]; then
     tc qdisc add dev eth0 root tbf rate "$BW" burst 1mb latency 100ms
 fi
 '
@@ -155,8 +167,9 @@ link_node() {
     sw=$(node_pid switch) || die "no switch namespace"
     nsenter --target "$sw" --net -- ip link add "$name" type veth peer name eth0 netns "$pid"
     nsenter --target "$sw" --net -- ip link set "$name" master br0 up
-    # The switch's port towards the node shapes what the node receives (writes to storage).
-    if [ -n "$bw" ] && [ "$bw" != none ]; then
+    # The switch's port towards the node shapes what the node receives (writes to storage),
+    # unless the storage node shapes both directions itself (up --shared-total).
+    if [ -n "$bw" ] && [ "$bw" != none ] && ! { [ "$name" = storage ] && [ -e "$RUN/shared-total" ]; }; then
         nsenter --target "$sw" --net -- tc qdisc add dev "$name" root tbf rate "$bw" burst 1mb latency 100ms
     fi
 }
@@ -266,7 +279,7 @@ host_dir() {
 }
 
 cmd_up() {
-    local n=4 pmem=2g shared_bw=1gbit node_bw='' haar='' pin=0
+    local n=4 pmem=2g shared_bw=1gbit node_bw='' haar='' pin=0 total=0
     [ -x "$here/../target/release/haar" ] && haar=$here/../target/release/haar
     while [ $# -gt 0 ]; do
         case "$1" in
@@ -275,6 +288,7 @@ cmd_up() {
             --node-bw) node_bw=$2; shift 2 ;;
             --haar) haar=$2; shift 2 ;;
             --pin) pin=1; shift ;;
+            --shared-total) total=1; shift ;;
             [0-9]*) n=$1; shift ;;
             *) die "up: unknown argument $1 (see --help)" ;;
         esac
@@ -297,6 +311,7 @@ cmd_up() {
     echo "$pmem" > "$RUN/pmem-size"
     echo "$node_bw" > "$RUN/node-bw"
     echo "$shared_bw" > "$RUN/shared-bw"
+    [ "$total" = 1 ] && touch "$RUN/shared-total"
     if [ "$pin" = 1 ]; then
         local k cpus
         cpus=$(nproc)

@@ -43,7 +43,8 @@ pub struct Node {
 pub struct VCluster {
     /// The compute nodes used, `n1..nN` in order.
     pub nodes: Vec<Node>,
-    /// The storage node's link rate (`--shared-bw` of `vcluster.sh up`).
+    /// The storage node's link rate (`--shared-bw` of `vcluster.sh up`; with
+    /// `--shared-total`, one budget for both directions).
     pub shared_bw: String,
     /// Every compute node's link rate (`--node-bw`; `none` when not limited).
     pub node_bw: String,
@@ -115,9 +116,13 @@ impl VCluster {
                 pid,
             });
         }
+        let mut shared_bw = read("shared-bw", "1gbit");
+        if run.join("shared-total").exists() {
+            shared_bw.push_str(" for reads and writes together");
+        }
         Ok(VCluster {
             nodes,
-            shared_bw: read("shared-bw", "1gbit"),
+            shared_bw,
             node_bw: read("node-bw", "none"),
             pmem_size: read("pmem-size", "2g"),
         })
