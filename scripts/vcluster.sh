@@ -66,10 +66,10 @@ node_pid() {
 # Runs a command in every namespace of a node, with RUN/bin first on PATH, on the node's
 # CPUs when it has its own (up --pin: RUN/cpus/NODE).
 in_node() {
-    local name=$1 pid pin=(); shift
+    local name=$1 pid cpu_pin=(); shift
     pid=$(node_pid "$name") || die "node $name is not up (scripts/vcluster.sh status)"
-    [ -s "$RUN/cpus/$name" ] && pin=(taskset -c "$(cat "$RUN/cpus/$name")")
-    PATH=$RUN/bin:$PATH "${pin[@]}" nsenter --target "$pid" --mount --uts --net --pid --ipc -- "$@"
+    [ -s "$RUN/cpus/$name" ] && cpu_pin=(taskset -c "$(cat "$RUN/cpus/$name")")
+    PATH=$RUN/bin:$PATH "${cpu_pin[@]}" nsenter --target "$pid" --mount --uts --net --pid --ipc -- "$@"
 }
 
 # A node's namespaces are held by a small init (PID 1 of its own PID namespace) that reaps
