@@ -370,6 +370,8 @@ pub struct ServerPlace {
     pub listen: String,
     /// The virtual-cluster node it runs on; this host when `None`.
     pub node: Option<crate::vcluster::Node>,
+    /// Also serve metrics on a free port of 127.0.0.1 (`haar serve --metrics`).
+    pub metrics: bool,
 }
 
 /// Local `haar serve` processes for a run; stopped on drop.
@@ -379,6 +381,8 @@ pub struct Servers {
     pub addrs: Vec<String>,
     /// Their shared token.
     pub token_file: PathBuf,
+    /// `host:port` of each metrics endpoint asked for ([`ServerPlace::metrics`]).
+    pub metrics: Vec<String>,
 }
 
 impl Servers {
@@ -396,6 +400,7 @@ impl Servers {
                 data: root.join(format!("node{i}")),
                 listen: "127.0.0.1:0".into(),
                 node: None,
+                metrics: false,
             })
             .collect();
         Servers::start_placed(&places, root, backend, pool_size, token_file)
@@ -422,6 +427,7 @@ impl Servers {
             children: Vec::new(),
             addrs: Vec::new(),
             token_file,
+            metrics: Vec::new(),
         };
         for (i, place) in places.iter().enumerate() {
             let dir = &place.data;
@@ -438,6 +444,9 @@ impl Servers {
                 .args(["serve", "--listen", &place.listen, "--token-file"])
                 .arg(&s.token_file)
                 .env_remove("HAAR_CONFIG");
+            if place.metrics {
+                cmd.args(["--metrics", "127.0.0.1:0"]);
+            }
             if let Some(node) = &place.node {
                 cmd = node.command(&cmd);
             }
@@ -474,6 +483,21 @@ impl Servers {
                     err.trim()
                 )));
             };
+            if place.metrics {
+                let mut line = String::new();
+                let _ = out.read_line(&mut line);
+                match line.trim().strip_prefix("metrics on ") {
+                    Some(m) => s.metrics.push(m.to_string()),
+                    None => {
+                        let _ = child.kill();
+                        let _ = child.wait();
+                        return Err(Error::Failed(format!(
+                            "server {i} did not say where its metrics are (got {:?})",
+                            line.trim()
+                        )));
+                    }
+                }
+            }
             // Keep draining its stderr so a chatty server never blocks.
             let mut err = child.stderr.take().expect("piped");
             std::thread::spawn(move || std::io::copy(&mut err, &mut std::io::sink()));
@@ -481,6 +505,17 @@ impl Servers {
             s.addrs.push(addr);
         }
         Ok(s)
+    }
+
+    /// The sum over every metrics endpoint of the samples of `metric` (its name without
+    /// labels, e.g. `haar_requests_total`), read over HTTP as Prometheus would.
+    pub fn scrape_sum(&self, metric: &str) -> Result<f64, Error> {
+        let mut sum = 0.0;
+        for at in &self.metrics {
+            let text = http_get(at, "/metrics")?;
+            sum += metric_sum(&text, metric);
+        }
+        Ok(sum)
     }
 
     /// A `dist` front-end configuration over these servers (`placement: field` spreads every
@@ -507,6 +542,43 @@ impl Drop for Servers {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// The body of `GET PATH` from `addr` (HTTP/1.0, the whole reply read to its end).
+fn http_get(addr: &str, path: &str) -> Result<String, Error> {
+    use std::io::Read;
+    let fail = |e: std::io::Error| Error::Failed(format!("cannot read http://{addr}{path}: {e}"));
+    let mut s = std::net::TcpStream::connect(addr).map_err(fail)?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))
+        .map_err(fail)?;
+    s.write_all(format!("GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").as_bytes())
+        .map_err(fail)?;
+    let mut reply = String::new();
+    s.read_to_string(&mut reply).map_err(fail)?;
+    match reply.split_once("\r\n\r\n") {
+        Some((head, body)) if head.starts_with("HTTP/1.") && head.contains(" 200") => {
+            Ok(body.to_string())
+        }
+        _ => Err(Error::Failed(format!(
+            "http://{addr}{path} did not answer 200: {:?}",
+            reply.lines().next().unwrap_or("")
+        ))),
+    }
+}
+
+/// The sum of the samples of `metric` (any labels) in an OpenMetrics text.
+fn metric_sum(text: &str, metric: &str) -> f64 {
+    text.lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let rest = l.strip_prefix(metric)?;
+            let rest = match rest.strip_prefix('{') {
+                Some(r) => r.split_once('}')?.1,
+                None => rest,
+            };
+            rest.split_whitespace().next()?.parse::<f64>().ok()
+        })
+        .sum()
 }
 
 /// SIGKILLs `child` and its own children: a process placed on a virtual-cluster node is the
@@ -537,4 +609,21 @@ pub fn write_private(path: &Path, text: &str) -> Result<(), Error> {
         .map_err(io(format!("cannot create {}", path.display())))?;
     f.write_all(text.as_bytes())
         .map_err(io(format!("cannot write {}", path.display())))
+}
+
+#[cfg(test)]
+mod metric_tests {
+    use super::metric_sum;
+
+    #[test]
+    fn samples_of_one_metric_are_summed_over_their_labels() {
+        let text = "# HELP haar_requests Requests\n# TYPE haar_requests counter\n\
+                    haar_requests_total{op=\"ARCHIVE\",result=\"ok\"} 40\n\
+                    haar_requests_total{op=\"FLUSH\",result=\"ok\"} 2\n\
+                    haar_requests_totally_different 9\n\
+                    haar_connections_open 3\n";
+        assert_eq!(metric_sum(text, "haar_requests_total"), 42.0);
+        assert_eq!(metric_sum(text, "haar_connections_open"), 3.0);
+        assert_eq!(metric_sum(text, "haar_missing"), 0.0);
+    }
 }

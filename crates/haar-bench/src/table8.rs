@@ -166,6 +166,7 @@ fn one(
                     data: data.clone(),
                     listen: format!("{}:0", n.ip),
                     node: Some(n.clone()),
+                    metrics: false,
                 })
                 .collect();
             node_dirs = nodes.iter().map(|n| n.here(&data)).collect();

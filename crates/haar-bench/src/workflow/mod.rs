@@ -246,6 +246,7 @@ fn run_backend(
     if describe.is_empty() {
         describe = p.describe.clone();
     }
+    let before = server_counters(&p)?;
     let with = runs::run_once(
         a,
         site,
@@ -254,12 +255,35 @@ fn run_backend(
         a.consumers,
         &format!("{} + consumers", b.id()),
     )?;
+    let metrics = match (before, server_counters(&p)?) {
+        (Some(b), Some(after)) => Some(serde_json::json!({
+            "endpoints": p.servers.as_ref().map(|s| s.metrics.clone()),
+            "before": b,
+            "after": after,
+        })),
+        _ => None,
+    };
     Ok(Row {
         backend: b.id().into(),
         describe,
         alone,
         with,
+        metrics,
     })
+}
+
+/// The servers' own counters, read from their metrics endpoints as Prometheus would (the
+/// run started them with `--metrics`): requests and field bytes in and out, summed over the
+/// servers. `None` where the run started no servers with endpoints.
+fn server_counters(p: &topology::Prepared) -> Result<Option<serde_json::Value>, Error> {
+    let Some(s) = p.servers.as_ref().filter(|s| !s.metrics.is_empty()) else {
+        return Ok(None);
+    };
+    Ok(Some(serde_json::json!({
+        "haar_requests_total": s.scrape_sum("haar_requests_total")?,
+        "haar_field_bytes_received_total": s.scrape_sum("haar_field_bytes_received_total")?,
+        "haar_field_bytes_sent_total": s.scrape_sum("haar_field_bytes_sent_total")?,
+    })))
 }
 
 /// The in-memory floor of one step's product generation: the consumers' computation alone —

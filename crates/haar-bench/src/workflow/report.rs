@@ -26,6 +26,8 @@ pub(super) struct Row {
     pub(super) describe: String,
     pub(super) alone: Option<RunFigures>,
     pub(super) with: RunFigures,
+    /// The servers' metrics before and after the run with consumers (haar's local servers).
+    pub(super) metrics: Option<Value>,
 }
 
 impl Row {
@@ -109,6 +111,7 @@ pub(super) fn report(
                 "step_latency_p50_over_floor": p50 / floor_ms,
                 "trigger_latency_p50_ms": r.trigger().0,
                 "trigger_latency_p99_ms": r.trigger().1,
+                "server_metrics": r.metrics,
                 "write_gib_per_s_alone": r.alone.as_ref().map(|x| x.bytes as f64 / x.producer_io_s.max(1e-9) / GIB),
             })
         }).collect::<Vec<_>>(),
@@ -194,6 +197,30 @@ pub(super) fn print_table(l: &Layout, a: &Options, site: &Site, floor_ms: f64, r
     println!(
         "every member field delivered exactly once to product generation; every product (em, es) checked against values recomputed from the members' seeds"
     );
+    for r in rows {
+        let Some(m) = &r.metrics else { continue };
+        let v = |when: &str, k: &str| m[when][k].as_f64().unwrap_or(0.0);
+        let gib = |x: f64| x / GIB;
+        println!(
+            "{} servers' metrics ({}), before -> after the run with consumers: requests {:.0} -> {:.0}, field bytes received {:.2} -> {:.2} GiB, sent {:.2} -> {:.2} GiB",
+            r.backend,
+            m["endpoints"]
+                .as_array()
+                .map(|e| e
+                    .iter()
+                    .filter_map(|x| x.as_str())
+                    .map(|x| format!("http://{x}/metrics"))
+                    .collect::<Vec<_>>()
+                    .join(" "))
+                .unwrap_or_default(),
+            v("before", "haar_requests_total"),
+            v("after", "haar_requests_total"),
+            gib(v("before", "haar_field_bytes_received_total")),
+            gib(v("after", "haar_field_bytes_received_total")),
+            gib(v("before", "haar_field_bytes_sent_total")),
+            gib(v("after", "haar_field_bytes_sent_total")),
+        );
+    }
 }
 
 pub(super) fn plot(path: &Path, rows: &[Row]) -> Result<(), Error> {

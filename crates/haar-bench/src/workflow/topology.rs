@@ -218,7 +218,8 @@ pub(super) struct Prepared {
     pub(super) env: Vec<(String, String)>,
     pub(super) fdb5: bool,
     pub(super) describe: String,
-    _servers: Option<Servers>,
+    /// The servers this run started (none for the other backends or given servers).
+    pub(super) servers: Option<Servers>,
     _node_dirs: Option<NodeDirs>,
     _dir: tempfile::TempDir,
 }
@@ -249,7 +250,7 @@ pub(super) fn prepare(
                 env: Vec::new(),
                 fdb5: false,
                 describe: on("one shared POSIX directory", &site.shared_dir),
-                _servers: None,
+                servers: None,
                 _node_dirs: None,
                 _dir: dir,
             })
@@ -262,7 +263,7 @@ pub(super) fn prepare(
                 env,
                 fdb5: true,
                 describe: on("FDB5 POSIX TOC", &site.shared_dir),
-                _servers: None,
+                servers: None,
                 _node_dirs: None,
                 _dir: dir,
             })
@@ -281,7 +282,7 @@ pub(super) fn prepare(
                     env: Vec::new(),
                     fdb5: false,
                     describe: format!("haar dist over {}", s.join(",")),
-                    _servers: None,
+                    servers: None,
                     _node_dirs: None,
                     _dir: dir,
                 });
@@ -297,7 +298,17 @@ pub(super) fn prepare(
             let (dir, servers, node_dirs, describe) = match &site.cluster {
                 None => {
                     let (dir, _) = site.tempdir(&site.pmem_dir, &prefix)?;
-                    let servers = Servers::start(servers_n, dir.path(), "pmem", Some(pool), None)?;
+                    // With metrics endpoints, so the run can show their counters move.
+                    let places: Vec<ServerPlace> = (0..servers_n)
+                        .map(|i| ServerPlace {
+                            data: dir.path().join(format!("node{i}")),
+                            listen: "127.0.0.1:0".into(),
+                            node: None,
+                            metrics: true,
+                        })
+                        .collect();
+                    let servers =
+                        Servers::start_placed(&places, dir.path(), "pmem", Some(pool), None)?;
                     let describe = format!(
                         "haar dist, {servers_n} local servers, pmem pools ({})",
                         site.pmem_dir.display()
@@ -319,6 +330,7 @@ pub(super) fn prepare(
                                 data: site.pmem_dir.join(name),
                                 listen: format!("{}:0", n.ip),
                                 node: Some(n.clone()),
+                                metrics: false,
                             })
                             .collect();
                     let node_dirs = NodeDirs(
@@ -349,7 +361,7 @@ pub(super) fn prepare(
                 env: Vec::new(),
                 fdb5: false,
                 describe,
-                _servers: Some(servers),
+                servers: Some(servers),
                 _node_dirs: node_dirs,
                 _dir: dir,
             })
