@@ -932,6 +932,13 @@ class FDB:
         Yields
         ------
         ListElement
+
+        Raises
+        ------
+        StorageError
+            When the store reports a damaged index, TOC, commit slot or pool under the
+            selection: the listing would be incomplete, so it is refused, naming each damaged
+            file and what to do (the CLI's ``haar list`` exits 3 likewise).
         """
         if level not in (1, 2, 3):
             raise BadRequestError(f"list(level={level}): give 1, 2 or 3")

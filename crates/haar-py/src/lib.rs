@@ -481,7 +481,12 @@ impl Store {
         let fields = run(py, || {
             let req = request_of(selection)?;
             let store = self.lock()?;
-            with_paths(&**store, store.list(&req)?)
+            let fields = store.list(&req)?;
+            // Damage is never a clean answer: a listing that may miss fields fails.
+            if let Some(e) = haar::read::damage(&**store, &req, "the listing")? {
+                return Err(e.into());
+            }
+            with_paths(&**store, fields)
         })?;
         fields_list(py, &fields)
     }

@@ -154,17 +154,11 @@ fn damage_is_failure<'a>(
     problems: impl Iterator<Item = &'a String>,
     what: &str,
 ) -> Result<(), Failure> {
-    let damaged = problems
-        .filter(|p| haar_store::frontend::is_damage(p))
-        .count();
-    if damaged == 0 {
-        return Ok(());
+    let problems: Vec<String> = problems.cloned().collect();
+    match haar::read::damage_of(&problems, what) {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
     }
-    Err(Failure::io(format!(
-        "{what} is incomplete: {damaged} damaged file(s) or database(s), named above, may hold \
-         fields it does not show; restore the named files from a copy, or move the damaged \
-         database away (then wipe it and archive its fields again)"
-    )))
 }
 
 /// When a command found less than it was asked for, names the databases FDB5 wrote under the
