@@ -65,6 +65,13 @@ pub trait Backend: Send + Sync {
     /// Removes `db` and its bytes; fails with [`crate::Error::Busy`] while any writer holds it.
     fn wipe_database(&self, db: &Key) -> Result<()>;
 
+    /// Finishes what wipes killed between their commit and their clean-up left behind
+    /// (posix: a database directory renamed away but not yet deleted, design §4.6), so that a
+    /// re-run of a killed wipe leaves what an uninterrupted one does even when every database
+    /// it names is already gone. Best effort; backends whose wipe commits and cleans in one
+    /// step have nothing to do.
+    fn clear_wiped(&self) {}
+
     /// Gives back the space reserve (design §4.7) of the file system that holds `db`, so that
     /// a wipe or purge that found it full can write its few records; returns whether there was
     /// one to give. Writers take it again when there is room. Backends without one: `false`.

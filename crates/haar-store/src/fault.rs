@@ -107,6 +107,9 @@ impl Backend for FaultyBackend {
     fn wipe_database(&self, db: &Key) -> Result<()> {
         self.inner.wipe_database(db)
     }
+    fn clear_wiped(&self) {
+        self.inner.clear_wiped()
+    }
     fn release_reserve(&self, db: &Key) -> bool {
         self.inner.release_reserve(db)
     }

@@ -433,18 +433,24 @@ impl Backend for PosixBackend {
         sync_dir(parent, self.fsync)?;
         drop(lock);
         remove_grave(&grave)?;
-        // What a crash between an earlier wipe's rename and its removal left (best effort:
-        // another wipe may be removing it right now).
-        for ent in fs::read_dir(parent).into_iter().flatten().flatten() {
-            if ent
-                .file_name()
-                .as_encoded_bytes()
-                .starts_with(GRAVE_PREFIX.as_bytes())
-            {
-                let _ = remove_grave(&ent.path());
+        self.clear_wiped();
+        Ok(())
+    }
+
+    /// What a crash between an earlier wipe's rename and its removal left, in every root
+    /// (best effort: another wipe may be removing it right now).
+    fn clear_wiped(&self) {
+        for root in &self.roots {
+            for ent in fs::read_dir(root).into_iter().flatten().flatten() {
+                if ent
+                    .file_name()
+                    .as_encoded_bytes()
+                    .starts_with(GRAVE_PREFIX.as_bytes())
+                {
+                    let _ = remove_grave(&ent.path());
+                }
             }
         }
-        Ok(())
     }
 
     fn release_reserve(&self, db: &Key) -> bool {

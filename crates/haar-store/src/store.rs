@@ -884,6 +884,11 @@ impl Store {
             }
             crate::frontend::refuse_unowned(req, &unowned)?;
         }
+        if doit {
+            // A wipe killed after its commit (the rename) left its directory: finish it, also
+            // when no database the request names is left.
+            self.backend.clear_wiped();
+        }
         let mut report = WipeReport::default();
         for (db, whole, fields) in plan {
             if whole {
