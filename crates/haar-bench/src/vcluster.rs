@@ -13,6 +13,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
 
 use crate::error::{Error, io};
 
@@ -36,6 +37,51 @@ pub struct Node {
     /// Its own CPUs (`vcluster.sh up --pin`: a `taskset -c` list), or every CPU.
     pub cpus: Option<String>,
     pid: u32,
+    /// This executable where the nodes see it, when they do not see it where it is (a node's
+    /// `/tmp` and `/run` are its own: a haar under a clone in `/tmp` is not on any node).
+    exe: Option<Arc<ExeCopy>>,
+}
+
+/// A copy of this executable in the host's `/var/tmp`, which every node sees; removed when
+/// the last node holding it is dropped.
+#[derive(Debug)]
+struct ExeCopy {
+    from: PathBuf,
+    to: PathBuf,
+}
+
+impl Drop for ExeCopy {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.to);
+    }
+}
+
+/// `None` when node `pid` sees this executable at its own path; else a copy every node sees.
+fn node_visible_exe(pid: u32) -> Result<Option<Arc<ExeCopy>>, Error> {
+    let exe = std::env::current_exe().map_err(io("cannot find the haar executable"))?;
+    let rel = exe.strip_prefix("/").unwrap_or(&exe);
+    let seen = PathBuf::from(format!("/proc/{pid}/root")).join(rel);
+    let same = |a: &Path, b: &Path| {
+        use std::os::unix::fs::MetadataExt;
+        match (std::fs::metadata(a), std::fs::metadata(b)) {
+            (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+            _ => false,
+        }
+    };
+    if same(&exe, &seen) {
+        return Ok(None);
+    }
+    let to = PathBuf::from(format!(
+        "/var/tmp/haar-vcluster-exe-{}-{:x}",
+        std::process::id(),
+        haar_core::rendezvous::splitmix64(crate::stats::monotonic_ns() as u64)
+    ));
+    std::fs::copy(&exe, &to).map_err(io(format!(
+        "cannot copy {} to {} for the nodes to run",
+        exe.display(),
+        to.display()
+    )))?;
+    Ok(Some(Arc::new(ExeCopy { from: exe, to })))
 }
 
 /// A running virtual cluster of at least the nodes asked for.
@@ -98,6 +144,7 @@ impl VCluster {
                 .unwrap_or_else(|| default.to_string())
         };
         let mut nodes = Vec::new();
+        let mut exe = None;
         for k in 1..=n {
             let name = format!("n{k}");
             let pid = node_pid(run, &name).ok_or_else(|| {
@@ -109,11 +156,15 @@ impl VCluster {
                 .ok()
                 .map(|s| s.trim().to_string())
                 .filter(|s| !s.is_empty());
+            if k == 1 {
+                exe = node_visible_exe(pid)?;
+            }
             nodes.push(Node {
                 ip: format!("10.77.0.{}", 10 + k),
                 name,
                 cpus,
                 pid,
+                exe: exe.clone(),
             });
         }
         let mut shared_bw = read("shared-bw", "1gbit");
@@ -154,10 +205,14 @@ impl Node {
             }
             None => Command::new("nsenter"),
         };
+        let program = match &self.exe {
+            Some(c) if Path::new(inner.get_program()) == c.from => c.to.as_os_str(),
+            _ => inner.get_program(),
+        };
         cmd.arg("--target")
             .arg(self.pid.to_string())
             .args(["--mount", "--uts", "--net", "--ipc", "--pid", "--"])
-            .arg(inner.get_program())
+            .arg(program)
             .args(inner.get_args());
         for (k, v) in inner.get_envs() {
             match v {
@@ -214,6 +269,7 @@ mod tests {
             ip: "10.77.0.11".into(),
             cpus: None,
             pid: 4242,
+            exe: None,
         };
         let h = n.here(Path::new("/shared/haar-x"));
         assert_eq!(h, Path::new("/proc/4242/root/shared/haar-x"));
@@ -228,6 +284,7 @@ mod tests {
             ip: "10.77.0.12".into(),
             cpus: None,
             pid: 7,
+            exe: None,
         };
         let mut inner = Command::new("/bin/haar");
         inner.args(["serve", "--listen", "10.77.0.12:0"]);
@@ -261,6 +318,18 @@ mod tests {
         assert_eq!(c.get_program(), "taskset");
         let args: Vec<_> = c.get_args().take(5).map(|a| a.to_str().unwrap()).collect();
         assert_eq!(args, ["-c", "1", "nsenter", "--target", "7"]);
+        // An executable the nodes cannot see is run from its copy where they can.
+        n.exe = Some(Arc::new(ExeCopy {
+            from: "/bin/haar".into(),
+            to: "/var/tmp/haar-vcluster-exe-test-never-created".into(),
+        }));
+        let c = n.command(&inner);
+        let args: Vec<_> = c.get_args().map(|a| a.to_str().unwrap()).collect();
+        assert!(
+            args.contains(&"/var/tmp/haar-vcluster-exe-test-never-created"),
+            "{args:?}"
+        );
+        assert!(!args.contains(&"/bin/haar"), "{args:?}");
     }
 
     #[test]
