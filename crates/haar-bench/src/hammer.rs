@@ -174,20 +174,12 @@ pub fn run(opts: &OpenOptions, a: &Options) -> Result<(), Error> {
         group.spawn(format!("hammer worker {p}"), cmd)?;
     }
     group.wait_ready(Duration::from_secs(300))?;
-    let bar = crate::progress::bar(
+    let (results, wall) = go_and_collect(
+        &mut group,
         layout.total_fields(),
         &format!("hammer {:?}", a.mode).to_lowercase(),
         a.quiet,
-    );
-    let t0 = Instant::now();
-    group.go()?;
-    let results = group.results(Duration::from_secs(3600), |_, line| {
-        if let Some(n) = line.strip_prefix("progress ") {
-            bar.inc(n.parse().unwrap_or(0));
-        }
-    })?;
-    let wall = t0.elapsed().as_secs_f64();
-    bar.finish_and_clear();
+    )?;
     let mut report = aggregate(&layout, a, wall, &results, grib_sizes);
     if let Some(p) = provisioned {
         // Outside the timed region, but a cost all the same: say it, and what counting it gives.
@@ -219,6 +211,27 @@ pub fn run(opts: &OpenOptions, a: &Options) -> Result<(), Error> {
         eprintln!("haar: figures saved to {}", p.display());
     }
     Ok(())
+}
+
+/// Releases hammer workers that are ready, shows their `progress` lines on a bar of `fields`
+/// and returns their results with the wall time from `go` to the last result, in seconds.
+pub(crate) fn go_and_collect(
+    group: &mut Group,
+    fields: u64,
+    title: &str,
+    quiet: bool,
+) -> Result<(Vec<Value>, f64), Error> {
+    let bar = crate::progress::bar(fields, title, quiet);
+    let t0 = Instant::now();
+    group.go()?;
+    let results = group.results(Duration::from_secs(3600), |_, line| {
+        if let Some(n) = line.strip_prefix("progress ") {
+            bar.inc(n.parse().unwrap_or(0));
+        }
+    })?;
+    let wall = t0.elapsed().as_secs_f64();
+    bar.finish_and_clear();
+    Ok((results, wall))
 }
 
 /// Provisions a local pmem pool for every byte the run will write (its file grown and its

@@ -235,16 +235,8 @@ fn one(
             "fdb5"
         }
     );
-    let bar = crate::progress::bar(layout.total_fields(), &title, a.quiet);
-    let t0 = Instant::now();
-    group.go()?;
-    let results = group.results(Duration::from_secs(3600), |_, line| {
-        if let Some(n) = line.strip_prefix("progress ") {
-            bar.inc(n.parse().unwrap_or(0));
-        }
-    })?;
-    let wall = t0.elapsed().as_secs_f64();
-    bar.finish_and_clear();
+    let (results, wall) =
+        crate::hammer::go_and_collect(&mut group, layout.total_fields(), &title, a.quiet)?;
     drop(group);
     drop(_servers);
     for d in &node_dirs {
