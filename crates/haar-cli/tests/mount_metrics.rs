@@ -19,6 +19,17 @@ use small_fs::SmallFs;
 
 const HAAR: &str = env!("CARGO_BIN_EXE_haar");
 
+/// Taken by every test here: one test's fork and exec of a child (a mount, `mount -t tmpfs`)
+/// closes, in that child, the descriptors another test holds open on its mount, and each such
+/// close is a FUSE flush, a durability barrier. A barrier that succeeds (the file's record
+/// fits in the last bytes of a full tmpfs) rightly ends the full state, so the full-storage
+/// test could see `haar_mount_storage_full` 0 right after its ENOSPC (CI, stop 32).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 /// A running `haar … mount --metrics 127.0.0.1:0 --log-format json MNT`, unmounted on drop.
 struct Mounted {
     child: Option<Child>,
@@ -106,6 +117,7 @@ impl Drop for Mounted {
 
 #[test]
 fn the_mount_counts_operations_bytes_and_errnos() {
+    let _serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("store");
     let Some(m) = Mounted::spawn(
@@ -154,6 +166,7 @@ fn the_mount_counts_operations_bytes_and_errnos() {
 /// one warning with its cause until a barrier finds room again.
 #[test]
 fn a_full_store_is_counted_shown_and_logged_once() {
+    let _serial = serial();
     let Some(small) = SmallFs::mount("8m") else {
         return;
     };
@@ -232,6 +245,7 @@ fn a_full_store_is_counted_shown_and_logged_once() {
 /// left serves its metrics.
 #[test]
 fn mount_daemon_passes_the_metrics_line_on() {
+    let _serial = serial();
     if !can_mount() {
         return;
     }
