@@ -30,6 +30,7 @@ run: build
 
 lint:
 	$(CARGO) fmt --all -- --check
+	scripts/feature-check.sh
 	$(CARGO) clippy --workspace --all-targets -- -D warnings
 	RUSTDOCFLAGS="-D warnings" $(CARGO) doc --workspace --no-deps
 
@@ -56,10 +57,13 @@ c: setup
 fuzz:
 	@if [ -x scripts/fuzz-smoke.sh ]; then scripts/fuzz-smoke.sh 20; fi
 
-# The Python package: `pip install ./python` builds its abi3 wheel with maturin; pytest runs
+# The Python package: `pip install ./python` builds its abi3 wheel with maturin, in the
+# workspace's target directory (so it reuses what cargo built before; see
+# crates/haar-workspace-hack); pytest runs
 # from outside python/ so that the installed package (with its compiled part) is imported,
 # with the haar binary for the tests against a real server.
 python: setup
+	export CARGO_TARGET_DIR=$(abspath $(or $(CARGO_TARGET_DIR),target)); \
 	python3 -m pip install --quiet ./python 2>/dev/null \
 	  || python3 -m pip install --quiet --break-system-packages ./python
 

@@ -1,0 +1,2 @@
+//! Empty: present so that cargo resolves this crate's build-dependencies (see Cargo.toml).
+fn main() {}
