@@ -9,7 +9,7 @@ LIBDIR ?= $(PREFIX)/lib
 MANDIR ?= $(PREFIX)/share/man
 INSTALL_VARS = PREFIX="$(PREFIX)" LIBDIR="$(LIBDIR)" MANDIR="$(MANDIR)" DESTDIR="$(DESTDIR)"
 
-.PHONY: setup build peer run test lint unit crash fuzz bench install install-docs install-test clean c python pytest slurm-stage cluster-test fdb5-suites fdb5-plugin fdb5-plugin-test
+.PHONY: setup build peer run test lint unit crash fuzz bench install install-docs install-test uninstall clean c python pytest slurm-stage cluster-test fdb5-suites fdb5-plugin fdb5-plugin-test
 
 setup:
 	@scripts/setup.sh
@@ -120,6 +120,12 @@ install: build
 # built binary from the same clap definitions that parse its command line, so they never drift.
 install-docs: build
 	$(INSTALL_VARS) scripts/install.sh --docs-only
+
+# Removes what `make install` (or install-docs) installed under the same PREFIX/DESTDIR, as
+# listed in PREFIX/share/haar/install-manifest, and the directories left empty below PREFIX,
+# LIBDIR and MANDIR.
+uninstall:
+	$(INSTALL_VARS) scripts/install.sh --uninstall
 
 # `make install` into a temporary tree, used as its users would (pkg-config, C, Fortran, man,
 # FDB5 through the plugin); from what the targets before it built, so it takes seconds (the

@@ -13,7 +13,9 @@
 #   - `man -M PREFIX/share/man haar` and `MANPATH=... man haar-retrieve` format the pages;
 #     the installed haar runs, and finds its heap preload library for `haar run --heap`.
 #   - when `make fdb5-plugin` built the plugin: FDB5 5.25's fdb-write loads the installed one
-#     through its manifest, and the installed haar lists the field it stored.
+#     through its manifest, and the installed haar lists the field it stored;
+#   - `scripts/install.sh --uninstall` (`make uninstall`) removes every file and link it
+#     installed and the directories left empty, and leaves a file it did not install.
 # Takes seconds; `make test` runs it (target install-test).
 set -euo pipefail
 
@@ -169,6 +171,17 @@ if [ -f "$plugin" ]; then
     check "fdb-write through the installed plugin, listed by the installed haar" \
         grep -q "levelist=500,param=130" <<<"$listed"
 fi
+
+# Uninstall removes what was installed and nothing else.
+echo "kept" >"$prefix/share/not-haar"
+"$here/scripts/install.sh" --prefix "$prefix" --uninstall
+check "uninstall removed every installed file and link" \
+    test "$(find "$prefix" ! -type d | sort)" = "$prefix/share/not-haar"
+check "uninstall left a file it did not install" grep -qx kept "$prefix/share/not-haar"
+check "uninstall removed the directories it emptied below PREFIX, lib and share/man" \
+    test "$(find "$prefix" -type d | sort | tr '\n' ' ')" = "$prefix $prefix/lib $prefix/share $prefix/share/man "
+check "a second uninstall says nothing is installed" \
+    bash -c '! "$1" --prefix "$2" --uninstall 2>/dev/null' _ "$here/scripts/install.sh" "$prefix"
 
 echo "install-test: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

@@ -5,11 +5,14 @@
 # heap preload library, man pages, shell completions, and the FDB5 store plugin with its eckit
 # manifest when `make fdb5-plugin` has built it.
 #
-#   scripts/install.sh [--prefix DIR] [--destdir DIR] [--docs-only]
+#   scripts/install.sh [--prefix DIR] [--destdir DIR] [--docs-only | --uninstall]
 #
 # PREFIX, DESTDIR, LIBDIR and MANDIR may also come from the environment (as `make install`
 # passes them). DESTDIR stages the tree for a package: files land under $DESTDIR$PREFIX and
-# every path written into them (pkg-config files) names $PREFIX only.
+# every path written into them (pkg-config files) names $PREFIX only. Every file and link it
+# installs is listed in share/haar/install-manifest; --uninstall (`make uninstall`) removes
+# exactly those, then the directories left empty below PREFIX, LIBDIR and MANDIR (which stay),
+# and nothing else.
 #
 # Layout (no RPATH anywhere but the plugin's $ORIGIN, so a program finds libhaar through the
 # loader's own search: ldconfig or LD_LIBRARY_PATH):
@@ -34,7 +37,7 @@
 set -euo pipefail
 
 usage() {
-    sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+    sed -n '2,15p' "$0" | sed 's/^# \{0,1\}//'
     exit "${1:-0}"
 }
 
@@ -48,6 +51,7 @@ while [ $# -gt 0 ]; do
         --destdir) destdir=$2; shift 2 ;;
         --destdir=*) destdir=${1#*=}; shift ;;
         --docs-only) what=docs; shift ;;
+        --uninstall) what=uninstall; shift ;;
         -h|--help) usage 0 ;;
         *) echo "install.sh: unknown argument '$1'" >&2; usage 2 >&2 ;;
     esac
@@ -63,6 +67,46 @@ bindir=$prefix/bin
 includedir=$prefix/include
 datadir=$prefix/share
 D=$destdir
+
+# The list of what is installed, each path as installed (without DESTDIR), one per line.
+manifest=$datadir/haar/install-manifest
+installed=()
+note() { installed+=("$@"); }
+write_manifest() {
+    install -d "$D$datadir/haar"
+    { [ -f "$D$manifest" ] && cat "$D$manifest"; printf '%s\n' "${installed[@]}" "$manifest"; } |
+        sort -u >"$D$manifest.install-tmp"
+    mv -f "$D$manifest.install-tmp" "$D$manifest"
+}
+
+if [ "$what" = uninstall ]; then
+    if [ ! -f "$D$manifest" ]; then
+        echo "install.sh: no haar installed under $D$prefix ($D$manifest is missing): nothing removed" >&2
+        exit 1
+    fi
+    n=0
+    dirs=()
+    while IFS= read -r path; do
+        case $path in "$prefix"/* | "$libdir"/* | "$mandir"/*) ;; *)
+            echo "install.sh: $D$manifest names $path, outside $prefix, $libdir and $mandir: left alone" >&2
+            continue ;;
+        esac
+        if [ -e "$D$path" ] || [ -L "$D$path" ]; then
+            rm -f -- "$D$path"
+            n=$((n + 1))
+        fi
+        dirs+=("$(dirname "$path")")
+    done <"$D$manifest"
+    # Directories emptied by the removal, deepest first, up to (not including) the prefix.
+    while IFS= read -r dir; do
+        while [ "$dir" != "$prefix" ] && [ "$dir" != "$libdir" ] && [ "$dir" != "$mandir" ] &&
+            [ "$dir" != / ] && rmdir -- "$D$dir" 2>/dev/null; do
+            dir=$(dirname "$dir")
+        done
+    done < <(printf '%s\n' "${dirs[@]}" | sort -ru)
+    echo "removed $n files and links of haar from $D$prefix"
+    exit 0
+fi
 
 here=$(cd "$(dirname "$0")/.." && pwd)
 target=${CARGO_TARGET_DIR:-$here/target}
@@ -109,11 +153,13 @@ install_elf() {
     chmod 644 "$dbgdir/$name.debug"
     objcopy --strip-debug --add-gnu-debuglink="$dbgdir/$name.debug" "$tmp"
     mv -f "$tmp" "$dest"
+    note "$dir/$name" "$libdir/debug$dir/$name.debug"
     local id
     id=$(readelf -n "$dest" | awk '/Build ID/ { print $3 }')
     if [ -n "$id" ]; then
         install -d "$D$libdir/debug/.build-id/${id:0:2}"
         ln -sfn "../..$dir/$name.debug" "$D$libdir/debug/.build-id/${id:0:2}/${id:2}.debug"
+        note "$libdir/debug/.build-id/${id:0:2}/${id:2}.debug"
     fi
     report+=("$dir/$name: $(mb "$(size "$src")") -> $(mb "$(size "$dest")") (+ $(mb "$(size "$dbgdir/$name.debug")") in lib/debug)")
 }
@@ -134,10 +180,15 @@ install_docs() {
     install -m 644 "$docs/haar.bash" "$D$datadir/bash-completion/completions/haar"
     install -m 644 "$docs/_haar" "$D$datadir/zsh/site-functions/_haar"
     install -m 644 "$docs/haar.fish" "$D$datadir/fish/vendor_completions.d/haar.fish"
+    local page
+    for page in "$docs"/man1/*.1; do note "$mandir/man1/${page##*/}"; done
+    note "$datadir/bash-completion/completions/haar" "$datadir/zsh/site-functions/_haar" \
+        "$datadir/fish/vendor_completions.d/haar.fish"
 }
 
 install_docs
 if [ "$what" = docs ]; then
+    write_manifest
     echo "installed man pages and completions under $D$prefix"
     exit 0
 fi
@@ -152,6 +203,7 @@ install_elf "$haar" "$bindir" haar 755
 install_elf "$rel/libhaar_c.so" "$libdir" "$lib" 755 --set-soname "$soname"
 ln -sfn "$lib" "$D$libdir/$soname"
 ln -sfn "$soname" "$D$libdir/libhaar.so"
+note "$libdir/$soname" "$libdir/libhaar.so"
 # FDB5 5.25's own library is called libfdb5.so with that SONAME; programs built against it
 # load this one unchanged.
 install_elf "$rel/libhaar_c.so" "$libdir/haar" libfdb5.so 755 --set-soname libfdb5.so
@@ -161,10 +213,12 @@ before=$(size "$rel/libhaar_c.a")
 install -m 644 "$rel/libhaar_c.a" "$D$libdir/libhaar.a.install-tmp"
 strip --strip-debug --enable-deterministic-archives "$D$libdir/libhaar.a.install-tmp"
 mv -f "$D$libdir/libhaar.a.install-tmp" "$D$libdir/libhaar.a"
+note "$libdir/libhaar.a"
 report+=("$libdir/libhaar.a: $(mb "$before") -> $(mb "$(size "$D$libdir/libhaar.a")") (DWARF stripped)")
 
 install -d "$D$includedir" "$D$libdir/pkgconfig"
 install -m 644 "$here/crates/haar-c/include/haar.h" "$here/fortran/haar.f90" "$D$includedir/"
+note "$includedir/haar.h" "$includedir/haar.f90"
 
 # Paths under the prefix are written through ${prefix}, so `pkg-config --define-prefix` can
 # relocate the tree.
@@ -203,6 +257,7 @@ Libs: -L\${libdir} -lfdb5
 Cflags:
 EOF
 chmod 644 "$D$libdir/pkgconfig/haar.pc" "$D$libdir/pkgconfig/haar-libfdb5.pc"
+note "$libdir/pkgconfig/haar.pc" "$libdir/pkgconfig/haar-libfdb5.pc"
 
 plugin=$rel/fdb5-plugin
 if [ -f "$plugin/lib/libhaar-fdb5.so" ]; then
@@ -213,9 +268,11 @@ if [ -f "$plugin/lib/libhaar-fdb5.so" ]; then
         --replace-needed libhaar.so "$soname"
     install -d "$D$datadir/plugins"
     install -m 644 "$plugin/share/plugins/haar-fdb5.yml" "$D$datadir/plugins/"
+    note "$datadir/plugins/haar-fdb5.yml"
 else
     echo "install.sh: FDB5 store plugin not built (make fdb5-plugin): not installed" >&2
 fi
 
+write_manifest
 echo "installed haar $version under $D$prefix; sizes (as built -> installed):"
 printf '  %s\n' "${report[@]}"
