@@ -20,8 +20,8 @@ pub mod perm;
 pub mod pmem;
 pub mod posix;
 pub mod reserve;
-mod run;
 pub mod store;
+mod sys;
 
 pub use backend::{
     Backend, Capabilities, Committed, DbReader, DbWriter, Exclusive, FieldBytes, LendBytes,

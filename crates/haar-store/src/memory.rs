@@ -231,7 +231,7 @@ impl DbWriter for MemoryWriter {
 
     fn commit(&mut self, segment: &[u8]) -> Result<()> {
         let snapshot = self.snapshot;
-        let next_gen = crate::posix::random_u64();
+        let next_gen = crate::sys::random_u64();
         self.with_db(|d| {
             if snapshot {
                 // Replace the log; a new generation makes readers start over.

@@ -7,7 +7,6 @@ use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::{FileExt, MetadataExt};
-use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
@@ -16,6 +15,7 @@ use haar_core::Key;
 use crate::backend::{Backend, Capabilities, Committed, DbReader, DbWriter, Exclusive};
 use crate::error::{Error, Result};
 use crate::format::{self, CommitRecord, DataRef, RECORD_SEGMENT, RECORD_WIPED, TOC_RECORD};
+use crate::sys::{flock, flock_exclusive_patiently, random_u64};
 
 /// When the posix backend calls `fdatasync`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -37,59 +37,11 @@ pub struct PosixBackend {
 /// under the root (pmem).
 pub const CATALOGUE_DIR: &str = "catalogue";
 
-pub(crate) fn random_u64() -> u64 {
-    let mut b = [0u8; 8];
-    // SAFETY: getrandom writes at most b.len() bytes into the buffer we own.
-    let n = unsafe { libc::getrandom(b.as_mut_ptr().cast(), b.len(), 0) };
-    if n != 8 {
-        // getrandom cannot fail for 8 bytes once the pool is initialised; fall back to a mix
-        // of time, pid and an address rather than aborting.
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-        return format::fnv1a64(
-            &[t.to_le_bytes(), (std::process::id() as u64).to_le_bytes()].concat(),
-        ) ^ (&b as *const _ as u64);
-    }
-    u64::from_le_bytes(b).max(1)
-}
-
 fn now_ns() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0)
-}
-
-/// `flock(2)` on a descriptor we own (`op` as given: add `LOCK_NB` to fail instead of wait).
-pub(crate) fn flock(file: &File, op: libc::c_int) -> io::Result<()> {
-    // SAFETY: flock on a descriptor we own.
-    if unsafe { libc::flock(file.as_raw_fd(), op) } == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-/// How long a wipe or purge waits for a database's writers to let go before it reports the
-/// database busy (design §4.6): a writer that is just finishing, or a descriptor of the lock
-/// briefly inherited by a child process between its fork and exec, is not worth an error.
-pub(crate) const EXCLUSIVE_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
-
-/// An exclusive `flock(2)` on `file`, retried for up to [`EXCLUSIVE_GRACE`].
-pub(crate) fn flock_exclusive_patiently(file: &File) -> io::Result<()> {
-    let until = std::time::Instant::now() + EXCLUSIVE_GRACE;
-    loop {
-        match flock(file, libc::LOCK_EX | libc::LOCK_NB) {
-            Err(e)
-                if e.kind() == io::ErrorKind::WouldBlock && std::time::Instant::now() < until =>
-            {
-                std::thread::sleep(std::time::Duration::from_millis(10));
-            }
-            r => return r,
-        }
-    }
 }
 
 fn sync(file: &File, path: &Path, policy: FsyncPolicy) -> Result<()> {
@@ -307,12 +259,15 @@ fn is_database_file(name: &str) -> bool {
     if ["db.key", "toc", "lock"].contains(&name) {
         return true;
     }
-    if name.strip_prefix(".toc-").is_some_and(crate::run::is_id) {
+    if name
+        .strip_prefix(".toc-")
+        .is_some_and(crate::catalogue::manifest::is_id)
+    {
         return true;
     }
     name.strip_suffix(".data")
         .or_else(|| name.strip_suffix(".index"))
-        .is_some_and(crate::run::is_id)
+        .is_some_and(crate::catalogue::manifest::is_id)
 }
 
 /// The entries of a catalogue directory (§3.1) that haar did not write.
@@ -327,7 +282,7 @@ pub(crate) fn unowned_in_catalogue(dir: &Path) -> Result<Vec<PathBuf>> {
         let ent = ent.map_err(|e| Error::io("list", dir, e))?;
         let name = ent.file_name();
         if ent.file_type().is_ok_and(|t| t.is_dir())
-            || !crate::run::is_catalogue_file(&name.to_string_lossy())
+            || !crate::catalogue::manifest::is_catalogue_file(&name.to_string_lossy())
         {
             out.push(ent.path());
         }

@@ -71,7 +71,7 @@ pub(crate) fn is_full(e: &crate::Error) -> bool {
     match e {
         crate::Error::PoolFull { .. } => true,
         crate::Error::Io { source, .. } => matches!(
-            crate::store::os_error(source),
+            crate::sys::os_error(source),
             Some(libc::ENOSPC) | Some(libc::EDQUOT)
         ),
         _ => false,

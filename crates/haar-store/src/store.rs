@@ -19,6 +19,9 @@ use crate::backend::{Backend, DbWriter, FieldBytes};
 use crate::catalogue::{Catalogue, MergeOutcome, MergePolicy};
 use crate::error::{Error, Result};
 use crate::format::{self, DataRef, Entry, FLAG_SNAPSHOT, SegmentBuilder};
+use crate::sys::Noted;
+// Callers outside the crate name it `store::os_error`.
+pub use crate::sys::os_error;
 
 /// One stored field as listed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -1129,35 +1132,6 @@ fn annotate_flush(e: Error, db: &Key, n: usize) -> Error {
 }
 
 /// Adds what the store was doing (key, consequence) to an error's message.
-/// An OS error with a note; the original stays reachable (`io::Error::get_ref`), so callers
-/// can still tell e.g. EFAULT from ENOSPC.
-#[derive(Debug)]
-struct Noted {
-    source: io::Error,
-    note: String,
-}
-
-impl std::fmt::Display for Noted {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} ({})", self.source, self.note)
-    }
-}
-
-impl std::error::Error for Noted {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        Some(&self.source)
-    }
-}
-
-/// The OS error number behind `e`, looking through notes added on the way up.
-pub fn os_error(e: &io::Error) -> Option<i32> {
-    e.raw_os_error().or_else(|| {
-        e.get_ref()
-            .and_then(|inner| inner.downcast_ref::<Noted>())
-            .and_then(|n| os_error(&n.source))
-    })
-}
-
 fn with_note(e: Error, note: &str) -> Error {
     match e {
         Error::Io { op, path, source } => Error::Io {

@@ -33,7 +33,7 @@ use self::pool::{OFF_HEAP_TOP, Pool};
 use crate::backend::{Backend, Capabilities, DbReader, DbWriter, Exclusive};
 use crate::error::{Error, Result};
 use crate::format;
-use crate::posix::flock;
+use crate::sys::flock;
 
 /// Default heap a process reserves at a time for its writes (design §5.3).
 pub const DEFAULT_CHUNK: u64 = 16 << 20;
@@ -250,10 +250,7 @@ impl PmemBackend {
             return Ok(());
         }
         let root = self.cat_dir.parent().expect("catalogue dir has a parent");
-        let tmp = root.join(format!(
-            ".catalogue.tmp-{:016x}",
-            crate::posix::random_u64()
-        ));
+        let tmp = root.join(format!(".catalogue.tmp-{:016x}", crate::sys::random_u64()));
         crate::perm::create_dir(&tmp).map_err(|e| Error::io("create", &tmp, e))?;
         let made = self
             .scan_databases()
@@ -283,7 +280,7 @@ impl PmemBackend {
             key: db.to_string(),
             reason: reason.into(),
         })?;
-        match crate::run::write_atomic(&dir, "db.key", &bytes) {
+        match crate::catalogue::manifest::write_atomic(&dir, "db.key", &bytes) {
             // Another process or thread created it at the same time (or removed it with a
             // wipe, which then wins): the key there is checked by every reader.
             Err(_) if dir.join("db.key").exists() => Ok(()),
@@ -359,7 +356,7 @@ impl PmemBackend {
     fn try_lock(&self, db: &Key, op: libc::c_int, what: &str) -> Result<File> {
         let f = self.lock_file(db)?;
         let locked = if op == libc::LOCK_EX {
-            crate::posix::flock_exclusive_patiently(&f)
+            crate::sys::flock_exclusive_patiently(&f)
         } else {
             flock(&f, op | libc::LOCK_NB)
         };
@@ -381,7 +378,7 @@ impl PmemBackend {
         })?;
         Ok(PmemWriter {
             pool: self.pool.clone(),
-            id: crate::posix::random_u64(),
+            id: crate::sys::random_u64(),
             db_hash: format::fnv1a64(&key),
             unpersisted: Vec::new(),
             _lock: lock,

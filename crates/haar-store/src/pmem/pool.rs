@@ -23,7 +23,7 @@ use super::reuse::{self, FREE_ENTRIES, FREE_ENTRY, OFF_EPOCH, PROC_ENTRY, PROCS,
 use super::{PmemOptions, Prefault};
 use crate::backend::LendBytes;
 use crate::error::{Error, Result};
-use crate::posix::flock;
+use crate::sys::flock;
 
 const MAGIC: &[u8; 8] = b"HAARPOOL";
 /// Version written into new pools: 2 added slot-array extensions, 3 space reuse (design §5.1).
