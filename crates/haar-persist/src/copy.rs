@@ -10,7 +10,9 @@
 
 use crate::cpu::CpuFeatures;
 #[cfg(doc)]
-use crate::flush::{flush_lines, persist, sfence};
+use crate::cpu::sfence;
+#[cfg(doc)]
+use crate::flush::{flush_lines, persist};
 #[cfg(target_arch = "x86_64")]
 use crate::{cpu::CACHE_LINE, flush::flush_lines_with};
 
@@ -413,7 +415,7 @@ mod fused {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::flush::sfence;
+    use crate::cpu::sfence;
     use crate::test_support::pattern;
 
     /// Every code path the CPU can run: detected features, and with AVX-512 switched off.

@@ -1,14 +1,15 @@
 //! CPU feature detection: which cache-control and streaming-store instructions the running CPU
 //! has ([`CpuFeatures`]) and which write-back instruction is best ([`FlushKind`]).
 //!
-//! Owns the `CPUID` probe, its per-process cache and the cache-line size. Must not touch memory:
-//! no copies, flushes or mappings here; the kernels in [`crate::copy`] and [`crate::flush`]
-//! dispatch on what it reports.
+//! Owns the `CPUID` probe, its per-process cache, the cache-line size and the store fence
+//! ([`sfence`]) that orders what the reported instructions issue. The leaf of the persistence
+//! order: copy and flush import it, it imports neither. Must not touch memory: no copies,
+//! flushes or mappings here; the kernels in [`crate::copy`] and [`crate::flush`] dispatch on
+//! what it reports.
 
 use std::sync::OnceLock;
-
-#[cfg(doc)]
-use crate::flush::sfence;
+#[cfg(not(target_arch = "x86_64"))]
+use std::sync::atomic::Ordering;
 
 /// Size of a CPU cache line on every x86_64 processor this code runs on.
 pub const CACHE_LINE: usize = 64;
@@ -30,6 +31,20 @@ pub struct CpuFeatures {
     pub sse42: bool,
     /// AVX-512F usable (CPU and OS): 64-byte non-temporal stores, one full line each.
     pub avx512f: bool,
+}
+
+/// Store fence: orders all earlier stores, including non-temporal stores and cache-line
+/// write-backs, before any later store. On persistent memory, data flushed or streamed before
+/// the fence is durable once it returns.
+#[inline]
+pub fn sfence() {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: SFENCE (SSE) is baseline on x86_64 and touches no memory operand.
+    unsafe {
+        core::arch::x86_64::_mm_sfence()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    std::sync::atomic::fence(Ordering::SeqCst);
 }
 
 /// Instruction used to write a cache line back towards memory, best first.

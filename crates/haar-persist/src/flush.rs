@@ -1,18 +1,16 @@
-//! Cache-line write-back, the store fence, and making a mapped range durable.
+//! Cache-line write-back and making a mapped range durable.
 //!
-//! Owns the cache-control instructions (`CLWB`, `CLFLUSHOPT`, `CLFLUSH`) behind [`flush_lines`],
-//! the fence [`sfence`], and [`persist`], which turns a [`PersistMode`] into either flushes plus
-//! a fence or `msync(MS_SYNC)`. Must not copy bytes (that is [`crate::copy`]), create or resize
-//! mappings (that is [`crate::map`]) or decide the mode (that is [`crate::mode`]). Every function
-//! here leaves memory contents unchanged.
+//! Owns the cache-control instructions (`CLWB`, `CLFLUSHOPT`, `CLFLUSH`) behind [`flush_lines`]
+//! and [`persist`], which turns a [`PersistMode`] into either flushes plus the fence
+//! ([`sfence`], from [`crate::cpu`]) or `msync(MS_SYNC)`. Must not copy bytes (that is
+//! [`crate::copy`]), create or resize mappings (that is [`crate::map`]) or decide the mode
+//! (that is [`crate::mode`]). Every function here leaves memory contents unchanged.
 
 use std::io;
-#[cfg(not(target_arch = "x86_64"))]
-use std::sync::atomic::Ordering;
 
-use crate::cpu::{CACHE_LINE, CpuFeatures, FlushKind};
-use crate::map::page_size;
+use crate::cpu::{CACHE_LINE, CpuFeatures, FlushKind, sfence};
 use crate::mode::PersistMode;
+use crate::sys::page_size;
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
@@ -85,20 +83,6 @@ pub(crate) unsafe fn flush_lines_with(kind: FlushKind, ptr: *const u8, len: usiz
     {
         let _ = (kind, lines);
     }
-}
-
-/// Store fence: orders all earlier stores, including non-temporal stores and cache-line
-/// write-backs, before any later store. On persistent memory, data flushed or streamed before
-/// the fence is durable once it returns.
-#[inline]
-pub fn sfence() {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: SFENCE (SSE) is baseline on x86_64 and touches no memory operand.
-    unsafe {
-        core::arch::x86_64::_mm_sfence()
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    std::sync::atomic::fence(Ordering::SeqCst);
 }
 
 /// Makes `ptr..ptr + len` durable according to `mode`.

@@ -1,7 +1,7 @@
 //! Low-level persistence primitives for a pool file mapped into memory: the bottom floor of
 //! haar, shared by the store (`haar-store`'s pmem backend) and the memory tools (`haar-mem`).
 //!
-//! This crate owns seven things and nothing else, one module each:
+//! This crate owns eight things and nothing else, one module each:
 //!
 //! * **CPU cache control**: run-time detection of `CLWB` / `CLFLUSHOPT` / AVX-512
 //!   ([`cpu`]: [`CpuFeatures`]), non-temporal copies and the fused copy + CRC-32C ([`copy`]:
@@ -20,6 +20,9 @@
 //!   machine that haar's benchmarks are reported against.
 //! * **Truncated mappings** ([`sigbus`]): one process-wide SIGBUS handler that turns an access
 //!   past the end of a truncated mapped file into zeros and a flag, instead of a dead process.
+//! * **The system calls under them** ([`sys`]: [`page_size`] and the shared mapping of a
+//!   file), the leaf every other module imports downward: sys and cpu at the bottom, then
+//!   mode, flush, copy, and the mapping on top.
 //! * **Simulated power loss** ([`powerfail`]): a test facility, off unless `HAAR_POWER_LOSS`
 //!   is set, that keeps the image a power cut would leave beside a mapping and, at a chosen
 //!   persistence point, writes it out and ends the process.
@@ -55,14 +58,16 @@ pub mod map;
 pub mod mode;
 pub mod powerfail;
 pub mod sigbus;
+pub mod sys;
 
 pub use copy::{copy_nt, copy_nt_crc32c};
-pub use cpu::{CACHE_LINE, CpuFeatures, FlushKind};
+pub use cpu::{CACHE_LINE, CpuFeatures, FlushKind, sfence};
 pub use crc::{crc32c, crc32c_append, crc32c_combine, crc32c_suffix};
-pub use flush::{flush_lines, persist, sfence};
+pub use flush::{flush_lines, persist};
 pub use limits::{RawLimits, measure_raw_limits};
-pub use map::{DEFAULT_RESERVE, PoolMapping, available_bytes, page_size};
+pub use map::{DEFAULT_RESERVE, PoolMapping, available_bytes};
 pub use mode::{FORCE_ENV, PersistMode};
+pub use sys::page_size;
 
 #[cfg(test)]
 mod test_support {

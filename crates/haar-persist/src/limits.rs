@@ -15,9 +15,10 @@ use std::time::Instant;
 use crate::copy::copy_nt;
 use crate::copy::copy_nt_with;
 use crate::cpu::CpuFeatures;
+use crate::cpu::sfence;
 #[cfg(doc)]
 use crate::flush::flush_lines;
-use crate::flush::{flush_lines_with, sfence};
+use crate::flush::flush_lines_with;
 use crate::map::PoolMapping;
 use crate::mode::PersistMode;
 

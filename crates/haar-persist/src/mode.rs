@@ -2,13 +2,13 @@
 //! `HAAR_PMEM_FORCE` environment variable ([`FORCE_ENV`]) or by detection as libpmem does it.
 //!
 //! Owns the choice and the one environment variable. Must not flush, copy or keep a mapping:
-//! detection maps one page through [`crate::map`] and unmaps it at once, and acting on the mode
+//! detection maps one page through [`crate::sys`] and unmaps it at once, and acting on the mode
 //! is [`crate::flush::persist`]'s job.
 
 use std::fs::File;
 use std::io;
 
-use crate::map::{map_shared, page_size};
+use crate::sys::{map_shared, page_size};
 
 /// Environment variable overriding [`PersistMode`] detection: `cpu` or `msync`.
 pub const FORCE_ENV: &str = "HAAR_PMEM_FORCE";

@@ -2,7 +2,7 @@
 //! huge-page alignment and a counter shared by three processes.
 
 use super::*;
-use crate::flush::sfence;
+use crate::cpu::sfence;
 use crate::test_support::pattern;
 
 /// The mapping starts at a 2 MiB boundary (so huge pages can back it), and backing a
