@@ -58,6 +58,9 @@ python3 -c 'import sys, zarr; sys.exit(zarr.__version__.split(".")[0] != "3")' >
 # and pyfdb come with PyPI's pyfdb wheel; maturin builds haar's Python package.
 python3 -c 'import pyfdb, fdb5lib' >/dev/null 2>&1 \
   || { echo "setup: pip install pyfdb==5.25.0.33" >&2; pip_install pyfdb==5.25.0.33; }
+# The peer of haar's extraction (issue 29, bench/extract_bench.py): gribjump on that FDB5.
+python3 -c 'import gribjumplib, pygribjump' >/dev/null 2>&1 \
+  || { echo "setup: pip install pygribjump gribjumplib 0.13.1.33" >&2; pip_install pygribjump==0.13.1.33 gribjumplib==0.13.1.33; }
 python3 -c 'import maturin' >/dev/null 2>&1 || command -v maturin >/dev/null 2>&1 \
   || { echo "setup: pip install maturin" >&2; pip_install maturin; }
 # The Python package's tests: pytest, and mypy for its type-stub check.
