@@ -4,7 +4,7 @@
 //! full key), with `replicas` copies and the failover rules of the design. `SelectStore` routes
 //! by key patterns. Both are pure composition: they know nothing of servers or backends.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use haar_core::request::{Request, Values};
@@ -12,9 +12,12 @@ use haar_core::schema::{Schema, SplitKey};
 use haar_core::value::Context;
 use haar_core::{Key, rendezvous};
 
+use crate::backend::FieldBytes;
 use crate::error::{Error, LaneFailures, Result};
-use crate::frontend::{FieldStore, Sink, single_key_request};
-use crate::store::{DbStats, Field, PurgeReport, RetrieveReport, StoreOptions, WipeReport};
+use crate::frontend::{FieldStore, Sink, axes_of, single_key_request};
+use crate::store::{
+    Checkpoint, DbStats, Field, PurgeReport, RetrieveReport, Store, StoreOptions, WipeReport,
+};
 
 /// What the rendezvous hash places.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
@@ -282,6 +285,8 @@ fn clone_fault(lane: &str, e: &Error) -> Error {
     Error::net("retrieve from", lane, std::io::Error::other(e.to_string()))
 }
 
+// Every method is stated: forwarded to the lanes, or answered here and why.
+#[deny(clippy::missing_trait_methods)]
 impl FieldStore for DistStore {
     fn describe(&self) -> String {
         format!(
@@ -295,6 +300,47 @@ impl FieldStore for DistStore {
 
     fn options(&self) -> &StoreOptions {
         &self.opts
+    }
+
+    /// Not forwarded: dist splits with its own schema, which its placement hashes.
+    fn split(&self, key: &Key) -> Result<SplitKey> {
+        self.opts.split(key)
+    }
+
+    /// Not forwarded: the lanes are chosen by the split key, so it is split here (a lane's
+    /// server is handed the split key's fields as any archive of its own).
+    fn archive(&mut self, key: &Key, data: &[u8]) -> Result<()> {
+        let split = self.opts.split(key)?;
+        self.archive_split(&split, data, None)
+    }
+
+    /// Not forwarded: a checkpoint names one store's unflushed fields, and a writer's are
+    /// spread over several lanes, most of them servers that already hold them. Ingestion then
+    /// keys an input whole before archiving any of it (all or nothing still holds).
+    fn checkpoint(&self) -> Option<Checkpoint> {
+        None
+    }
+
+    /// Not forwarded: there is no checkpoint of this store to go back to.
+    fn discard_since(&mut self, _cp: &Checkpoint) -> usize {
+        0
+    }
+
+    /// Not forwarded: which lanes the bytes go to is known only key by key; each lane makes
+    /// room as its fields arrive.
+    fn provision(&self, _bytes: u64) -> Result<()> {
+        Ok(())
+    }
+
+    /// Not forwarded: a key's field may be on any lane of its ranking (failover, replicas),
+    /// which only [`FieldStore::retrieve`] walks; the lanes are servers, which do not lend.
+    fn retrieve_lent(&self, _key: &Key) -> Option<Result<Option<(Key, FieldBytes)>>> {
+        None
+    }
+
+    /// Not forwarded: dist holds no field bytes here.
+    fn as_local(&self) -> Option<&Store> {
+        None
     }
 
     fn archive_split(&mut self, split: &SplitKey, data: &[u8], crc: Option<u32>) -> Result<()> {
@@ -465,6 +511,12 @@ impl FieldStore for DistStore {
         Ok(merged.into_values().collect())
     }
 
+    /// Not forwarded: the values of the merged listing, which covers a failed lane with its
+    /// replicas as [`FieldStore::list`] does.
+    fn axes(&self, req: &Request) -> Result<BTreeMap<String, BTreeSet<String>>> {
+        Ok(axes_of(&self.list(req)?))
+    }
+
     fn wipe(&mut self, req: &Request, doit: bool) -> Result<WipeReport> {
         if doit {
             // Checked on every lane first, so that a refusal removes nothing anywhere.
@@ -616,6 +668,8 @@ impl SelectStore {
     }
 }
 
+// Every method is stated: forwarded to the routes, or answered here and why.
+#[deny(clippy::missing_trait_methods)]
 impl FieldStore for SelectStore {
     fn describe(&self) -> String {
         let r: Vec<String> = self
@@ -628,8 +682,49 @@ impl FieldStore for SelectStore {
     fn options(&self) -> &StoreOptions {
         &self.opts
     }
+    /// Not forwarded: select splits with its own schema, the one its patterns are resolved
+    /// with.
+    fn split(&self, key: &Key) -> Result<SplitKey> {
+        self.opts.split(key)
+    }
+    /// Not forwarded: the route is chosen by the split key, so it is split here.
+    fn archive(&mut self, key: &Key, data: &[u8]) -> Result<()> {
+        let split = self.opts.split(key)?;
+        self.archive_split(&split, data, None)
+    }
     fn archive_split(&mut self, split: &SplitKey, data: &[u8], crc: Option<u32>) -> Result<()> {
         self.route_for(split)?.archive_split(split, data, crc)
+    }
+    /// Not forwarded: a checkpoint names one store's unflushed fields, and a writer's may sit
+    /// in several routes. Ingestion then keys an input whole before archiving any of it (all
+    /// or nothing still holds).
+    fn checkpoint(&self) -> Option<Checkpoint> {
+        None
+    }
+    /// Not forwarded: there is no checkpoint of this store to go back to.
+    fn discard_since(&mut self, _cp: &Checkpoint) -> usize {
+        0
+    }
+    /// Not forwarded: which routes the bytes go to is known only key by key; each route makes
+    /// room as its fields arrive.
+    fn provision(&self, _bytes: u64) -> Result<()> {
+        Ok(())
+    }
+    /// Forwarded to the route that archives `key` (the first whose pattern matches it), so a
+    /// select over local pmem lends as the pmem store does. `Ok(None)` from it sends the
+    /// caller the general way, which also asks the other routes whose patterns overlap.
+    fn retrieve_lent(&self, key: &Key) -> Option<Result<Option<(Key, FieldBytes)>>> {
+        let full = match self.opts.split(key) {
+            Ok(split) => split.full(),
+            Err(e) => return Some(Err(e)),
+        };
+        let (_, store) = self.routes.iter().find(|(p, _)| p.matches(&full))?;
+        store.retrieve_lent(key)
+    }
+    /// Not forwarded: select holds no field bytes itself, and which route holds a field is
+    /// known only per field; extraction reads whole fields through it.
+    fn as_local(&self) -> Option<&Store> {
+        None
     }
     fn flush(&mut self) -> Result<()> {
         for (_, s) in &mut self.routes {
@@ -663,6 +758,11 @@ impl FieldStore for SelectStore {
         report.missing = missing.unwrap_or_default();
         Ok(report)
     }
+    /// Not forwarded: one retrieve per key through [`FieldStore::retrieve`], which finds the
+    /// route of each.
+    fn retrieve_keys(&self, keys: &[Key], sink: &mut Sink<'_>) -> Result<RetrieveReport> {
+        crate::frontend::retrieve_keys_one_by_one(self, keys, sink)
+    }
     fn list(&self, req: &Request) -> Result<Vec<Field>> {
         let mut merged: BTreeMap<Key, Field> = BTreeMap::new();
         for (_, s) in self.overlapping(req) {
@@ -671,6 +771,10 @@ impl FieldStore for SelectStore {
             }
         }
         Ok(merged.into_values().collect())
+    }
+    /// Not forwarded: the values of the listing merged over the overlapping routes.
+    fn axes(&self, req: &Request) -> Result<BTreeMap<String, BTreeSet<String>>> {
+        Ok(axes_of(&self.list(req)?))
     }
     fn wipe(&mut self, req: &Request, doit: bool) -> Result<WipeReport> {
         if doit {

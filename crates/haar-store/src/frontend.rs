@@ -34,6 +34,18 @@ pub struct Event {
 /// The operations every front-end offers. Each method has the semantics of the [`Store`]
 /// method of the same name; front-ends document only how they route. Optional abilities are
 /// capabilities ([`FieldStore::checkpoint`]) with a provided answer, never stubs that fail.
+///
+/// Every method here is one a store may answer better than its provided answer: a capability
+/// (`checkpoint`, `provision`, `retrieve_lent`, `as_local`, `unowned_files`, `data_path`,
+/// `wipe_unsafe_all`), a form another store routes differently (`archive` of an unsplit key: a
+/// server splits it with its own schema) or a cheaper path (`retrieve_keys` batched per
+/// server, `axes` and `problems` without listing every field). So a store that wraps others
+/// (`select`, `dist`, the C face's `Checked`, a down lane) must decide for each one whether it
+/// forwards it: those impls carry `#[deny(clippy::missing_trait_methods)]` and say, per method,
+/// forwarded or not and why, as object_store's wrappers do. A wrapper that keeps a provided
+/// answer calls the function it is made of ([`retrieve_keys_one_by_one`], [`axes_of`],
+/// [`problems_of`], [`refuse_unsafe_wipe`]). Conveniences that no store answers differently
+/// live in [`FieldStoreExt`], which nobody implements by hand.
 pub trait FieldStore: Send {
     /// A description for messages (`local posix:/data`, `remote host:port`, `dist(3 lanes)`).
     fn describe(&self) -> String;
@@ -105,17 +117,7 @@ pub trait FieldStore: Send {
     /// key as stored, in an order the store chooses (dist: grouped per server, one round trip
     /// each); keys with no flushed field are reported missing.
     fn retrieve_keys(&self, keys: &[Key], sink: &mut Sink<'_>) -> Result<RetrieveReport> {
-        let mut total = RetrieveReport::default();
-        for key in keys {
-            let r = self.retrieve(&single_key_request(key), sink)?;
-            total.found += r.found;
-            total.bytes += r.bytes;
-            if r.found == 0 {
-                total.missing.push(key.clone());
-            }
-            total.problems.extend(r.problems);
-        }
-        Ok(total)
+        retrieve_keys_one_by_one(self, keys, sink)
     }
 
     /// Every flushed field matching `req`, de-duplicated, sorted by key.
@@ -150,18 +152,7 @@ pub trait FieldStore: Send {
     /// databases it removes whole (FDB5's `unsafeWipeAll`). Where the store cannot (through
     /// servers), a dry run is the plain wipe's and `doit` is refused, removing nothing.
     fn wipe_unsafe_all(&mut self, req: &Request, doit: bool) -> Result<WipeReport> {
-        if !doit {
-            return self.wipe(req, false);
-        }
-        Err(Error::BadRequest {
-            request: req.to_string(),
-            reason: format!(
-                "{} cannot wipe files it did not write (--unsafe-wipe-all): wipe on the \
-                 host that holds the files",
-                self.describe()
-            )
-            .into(),
-        })
+        refuse_unsafe_wipe(self, req, doit)
     }
 
     /// Per-database statistics for databases matching `req`.
@@ -174,6 +165,71 @@ pub trait FieldStore: Send {
     fn problems(&self, req: &Request) -> Result<Vec<String>> {
         Ok(problems_of(self.stats(req)?))
     }
+}
+
+/// Conveniences over [`FieldStore`] for every store and wrapper alike, as object_store's
+/// `ObjectStoreExt` over `ObjectStore`: built only on the core methods, implemented once for
+/// every [`FieldStore`] (`dyn` included), never by hand, so no wrapper can forget one.
+pub trait FieldStoreExt: FieldStore {
+    /// The damage among [`FieldStore::problems`] for `req` ([`is_damage`]): what a listing of
+    /// `req` may be missing fields because of. Notes on databases another program wrote
+    /// (FDB5's) are left out.
+    fn damage(&self, req: &Request) -> Result<Vec<String>> {
+        Ok(self
+            .problems(req)?
+            .into_iter()
+            .filter(|p| is_damage(p))
+            .collect())
+    }
+
+    /// Delivers the field stored under the one complete `key` ([`FieldStore::retrieve`] of
+    /// [`single_key_request`]); an absent one is reported missing.
+    fn retrieve_key(&self, key: &Key, sink: &mut Sink<'_>) -> Result<RetrieveReport> {
+        self.retrieve(&single_key_request(key), sink)
+    }
+}
+
+impl<T: FieldStore + ?Sized> FieldStoreExt for T {}
+
+/// [`FieldStore::retrieve_keys`] as the trait provides it: one [`FieldStore::retrieve`] per
+/// key, a key delivering nothing reported missing. For stores without a batched path.
+pub fn retrieve_keys_one_by_one<S: FieldStore + ?Sized>(
+    store: &S,
+    keys: &[Key],
+    sink: &mut Sink<'_>,
+) -> Result<RetrieveReport> {
+    let mut total = RetrieveReport::default();
+    for key in keys {
+        let r = store.retrieve(&single_key_request(key), sink)?;
+        total.found += r.found;
+        total.bytes += r.bytes;
+        if r.found == 0 {
+            total.missing.push(key.clone());
+        }
+        total.problems.extend(r.problems);
+    }
+    Ok(total)
+}
+
+/// [`FieldStore::wipe_unsafe_all`] as the trait provides it, for a store that cannot see the
+/// files it did not write: a dry run is the plain wipe's; `doit` is refused, removing nothing.
+pub fn refuse_unsafe_wipe<S: FieldStore + ?Sized>(
+    store: &mut S,
+    req: &Request,
+    doit: bool,
+) -> Result<WipeReport> {
+    if !doit {
+        return store.wipe(req, false);
+    }
+    Err(Error::BadRequest {
+        request: req.to_string(),
+        reason: format!(
+            "{} cannot wipe files it did not write (--unsafe-wipe-all): wipe on the host that \
+             holds the files",
+            store.describe()
+        )
+        .into(),
+    })
 }
 
 /// Whether a problem that [`FieldStore::problems`] or [`FieldStore::stats`] reports is damage

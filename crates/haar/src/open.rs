@@ -7,14 +7,16 @@
 //! messages that name the file or server at fault. It must not know how any store works
 //! inside: it only composes what `haar_store` and `haar_net` build.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use haar_core::Key;
 use haar_core::request::{Request, VERBS, parse_requests};
 use haar_core::schema::{Schema, SplitKey};
 use haar_store::{
-    Config, DbStats, Error, Field, FieldStore, FrontendConfig, PurgeReport, Result, RetrieveReport,
-    Sink, Store, StoreOptions, WipeReport,
+    Checkpoint, Config, DbStats, Error, Field, FieldBytes, FieldStore, FrontendConfig, PurgeReport,
+    Result, RetrieveReport, Sink, Store, StoreOptions, WipeReport,
 };
 
 /// Where the configuration comes from.
@@ -459,6 +461,10 @@ impl DownLane {
     }
 }
 
+// Every method is stated: a down lane has nothing to forward to, so each one either fails
+// with the connect error (what dist fails over on) or gives the answer of a store that holds
+// nothing, and says which.
+#[deny(clippy::missing_trait_methods)]
 impl FieldStore for DownLane {
     fn describe(&self) -> String {
         format!("remote {} (down)", self.addr)
@@ -466,16 +472,53 @@ impl FieldStore for DownLane {
     fn options(&self) -> &StoreOptions {
         &self.opts
     }
+    /// Splits as any store does (no server needed): the archive then fails.
+    fn split(&self, key: &Key) -> Result<SplitKey> {
+        self.opts.split(key)
+    }
+    /// Fails with the connect error, as `archive_split` does (dist skips the lane).
+    fn archive(&mut self, _: &Key, _: &[u8]) -> Result<()> {
+        Err(self.err())
+    }
     fn archive_split(&mut self, _: &SplitKey, _: &[u8], _: Option<u32>) -> Result<()> {
         Err(self.err())
     }
+    /// Nothing was archived through it: nothing to flush.
     fn flush(&mut self) -> Result<()> {
+        Ok(())
+    }
+    /// None: a server's fields cannot be taken back (as a live remote lane).
+    fn checkpoint(&self) -> Option<Checkpoint> {
+        None
+    }
+    /// Nothing to forget: it never has a checkpoint.
+    fn discard_since(&mut self, _: &Checkpoint) -> usize {
+        0
+    }
+    /// A hint: no room to make here; the archive itself fails.
+    fn provision(&self, _: u64) -> Result<()> {
         Ok(())
     }
     fn retrieve(&self, _: &Request, _: &mut Sink<'_>) -> Result<RetrieveReport> {
         Err(self.err())
     }
+    /// None: a server does not lend; `retrieve` fails with the connect error.
+    fn retrieve_lent(&self, _: &Key) -> Option<Result<Option<(Key, FieldBytes)>>> {
+        None
+    }
+    /// None: no field bytes here.
+    fn as_local(&self) -> Option<&Store> {
+        None
+    }
+    /// Fails with the connect error, as `retrieve` does (dist falls back to the next lane).
+    fn retrieve_keys(&self, keys: &[Key], sink: &mut Sink<'_>) -> Result<RetrieveReport> {
+        haar_store::frontend::retrieve_keys_one_by_one(self, keys, sink)
+    }
     fn list(&self, _: &Request) -> Result<Vec<Field>> {
+        Err(self.err())
+    }
+    /// Fails with the connect error, as `list` does.
+    fn axes(&self, _: &Request) -> Result<BTreeMap<String, BTreeSet<String>>> {
         Err(self.err())
     }
     fn wipe(&mut self, _: &Request, _: bool) -> Result<WipeReport> {
@@ -484,7 +527,25 @@ impl FieldStore for DownLane {
     fn purge(&mut self, _: &Request, _: bool) -> Result<PurgeReport> {
         Err(self.err())
     }
+    /// None seen (a server checks its own when it wipes); the wipe itself fails with the
+    /// connect error.
+    fn unowned_files(&self, _: &Request) -> Result<Vec<std::path::PathBuf>> {
+        Ok(Vec::new())
+    }
+    /// None: no file of a server is visible here.
+    fn data_path(&self, _: &Field) -> Result<Option<std::path::PathBuf>> {
+        Ok(None)
+    }
+    /// As any store that cannot see a server's files: a dry run is the plain wipe's (the
+    /// connect error), `doit` is refused.
+    fn wipe_unsafe_all(&mut self, req: &Request, doit: bool) -> Result<WipeReport> {
+        haar_store::frontend::refuse_unsafe_wipe(self, req, doit)
+    }
     fn stats(&self, _: &Request) -> Result<Vec<DbStats>> {
+        Err(self.err())
+    }
+    /// Fails with the connect error, as `stats` does.
+    fn problems(&self, _: &Request) -> Result<Vec<String>> {
         Err(self.err())
     }
 }
