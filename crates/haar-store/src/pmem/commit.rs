@@ -12,31 +12,14 @@ use std::sync::atomic::Ordering;
 use haar_core::Key;
 use haar_persist::PersistMode;
 
-use super::heap::ALIGN;
-use super::pool::{OFF_TAIL, Pool, THROUGH_FILE_MIN, VERSION_NO_EXTENSIONS};
-use super::reuse::DEAD_SLOT;
+use super::layout::{
+    ALIGN, ARRAY_HEADER, ARRAY_MAGIC, ARRAY_OFF_LINK, DEAD_SLOT, OFF_TAIL, RECORD_HEADER,
+    RECORD_MAGIC, SlotArray, VERSION_NO_EXTENSIONS,
+};
+use super::pool::{Pool, THROUGH_FILE_MIN};
 use crate::backend::{Committed, DbReader, DbWriter, FieldBytes, LendBytes};
 use crate::error::{Error, Result};
 use crate::format::DataRef;
-
-const ARRAY_MAGIC: &[u8; 4] = b"HPSA";
-const ARRAY_HEADER: u64 = 64;
-const ARRAY_OFF_LINK: u64 = 32;
-const RECORD_MAGIC: &[u8; 4] = b"HPSR";
-const RECORD_HEADER: usize = 16;
-
-/// One array of commit slots: the primary one in the header area or an extension in the heap.
-#[derive(Debug, Clone, Copy)]
-pub(super) struct SlotArray {
-    /// Global index of its first slot.
-    pub(super) first: u64,
-    /// Pool offset of its first slot.
-    pub(super) slots_off: u64,
-    /// Pool offset of its link to the next extension (`None` in version 1 pools).
-    pub(super) link_off: Option<u64>,
-    /// Pool offset of the link word that points to it (`None` for the primary array).
-    pub(super) linked_from: Option<u64>,
-}
 
 impl Pool {
     /// The array holding global slot `i`, following links from the arrays known so far.
@@ -231,11 +214,6 @@ impl Pool {
         }
         i
     }
-}
-
-/// The heap bytes of a segment record holding a segment of `len` bytes.
-pub(super) fn record_size(len: u64) -> u64 {
-    (RECORD_HEADER as u64 + len).next_multiple_of(ALIGN)
 }
 
 pub(super) struct PmemWriter {

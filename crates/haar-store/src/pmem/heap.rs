@@ -8,18 +8,10 @@
 
 use std::sync::atomic::Ordering;
 
-use super::pool::{OFF_HEAP_TOP, Pool};
+use super::layout::{ALIGN, OFF_HEAP_TOP};
+use super::pool::Pool;
+use super::process::Chunk;
 use crate::error::{Error, Result};
-
-/// Alignment of every heap extent and of the chunk size (design §5.1).
-pub(super) const ALIGN: u64 = 64;
-
-/// A range of the heap reserved by this process, sub-allocated privately (design §5.3).
-#[derive(Debug, Default)]
-pub(super) struct Chunk {
-    next: u64,
-    end: u64,
-}
 
 impl Pool {
     /// Allocates `len` bytes (64-aligned) from this process's chunk of the heap, inside the

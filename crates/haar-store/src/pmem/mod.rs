@@ -5,15 +5,20 @@
 //! (non-temporal copy, CLWB, msync, the mapping itself) come from the [`haar_persist`] crate.
 //!
 //! One module per concern, each an `impl Pool` block or the types it owns: `pool` (header,
-//! creation and checks, growth of the file), `heap` (chunk reservation and allocation) and
-//! `commit` (the slot-array chain, segment records, the writer's commit and the readers).
+//! creation and checks, growth of the file), `heap` (chunk reservation and allocation),
+//! `commit` (the slot-array chain, segment records, the writer's commit and the readers) and
+//! `reuse` (the epoch, process and free tables). Below them, imported by all and importing
+//! none: `layout`, every offset, size, magic and version of the pool file, and `process`,
+//! this process's in-memory state over the pool.
 //! This module holds the public options and [`PmemBackend`] (database locks, the database
 //! list, the `Backend` methods); it changes pool bytes only through the methods those
 //! modules give `Pool`.
 
 mod commit;
 mod heap;
+mod layout;
 mod pool;
+mod process;
 mod reuse;
 
 use std::collections::HashSet;
@@ -29,7 +34,8 @@ use haar_persist::PersistMode;
 use serde::{Deserialize, Serialize};
 
 use self::commit::{PmemReader, PmemWriter};
-use self::pool::{OFF_HEAP_TOP, Pool};
+use self::layout::{OFF_HEAP_TOP, POOL_HEADER_MIN};
+use self::pool::Pool;
 use crate::backend::{Backend, Capabilities, DbReader, DbWriter, Exclusive};
 use crate::error::{Error, Result};
 use crate::format;
@@ -102,9 +108,6 @@ impl Default for PmemOptions {
 
 /// The pool's file name inside its root.
 pub const POOL_FILE: &str = "haar.pool";
-
-/// The header page every pool starts with (design §5.1): a shorter file holds no pool.
-const POOL_HEADER_MIN: u64 = 4096;
 
 /// How many databases the catalogue directory `cat_dir` names (a `db.key` in a
 /// sub-directory, readable or not).

@@ -1,11 +1,12 @@
-//! The pool file itself (design §5.1): the header layout, creating and provisioning a new
-//! pool or checking an existing one, growing the file, and [`Pool`], the state every other
-//! concern of the backend hangs its `impl Pool` block on.
+//! The pool file itself (design §5.1): writing and checking the header (whose offsets are in
+//! `layout`), creating and provisioning a new pool or checking an existing one, growing the
+//! file, and [`Pool`], the state every other concern of the backend hangs its `impl Pool`
+//! block on.
 //!
 //! Owns the header (written whole once, at creation; afterwards only its length field, as
 //! the file grows) and the file's length. The heap top, the tail hint and the first extension
-//! link are named here but changed only by `heap` and `commit`; must not touch the heap's
-//! extents, commit slots or records.
+//! link are changed only by `heap` and `commit`; must not touch the heap's extents, commit
+//! slots or records.
 
 use std::collections::HashMap;
 use std::fs::File;
@@ -17,34 +18,16 @@ use std::sync::atomic::Ordering;
 use haar_core::Key;
 use haar_persist::PoolMapping;
 
-use super::commit::SlotArray;
-use super::heap::{ALIGN, Chunk};
-use super::reuse::{self, FREE_ENTRIES, FREE_ENTRY, OFF_EPOCH, PROC_ENTRY, PROCS, Pins, Tables};
+use super::layout::{
+    ALIGN, FREE_ENTRIES, FREE_ENTRY, HEADER, MAGIC, OFF_CRC, OFF_EPOCH, OFF_HEAP_START,
+    OFF_HEAP_TOP, OFF_LEN, OFF_LINK0, OFF_NSLOTS, OFF_RECOVERED, OFF_TABLES, OFF_TAIL, PROC_ENTRY,
+    PROCS, SlotArray, Tables, VERSION, VERSION_EXTENSIONS, VERSION_NO_EXTENSIONS,
+};
+use super::process::{self, Chunk, Pins};
 use super::{PmemOptions, Prefault};
 use crate::backend::LendBytes;
 use crate::error::{Error, Result};
 use crate::sys::flock;
-
-const MAGIC: &[u8; 8] = b"HAARPOOL";
-/// Version written into new pools: 2 added slot-array extensions, 3 space reuse (design §5.1).
-const VERSION: u32 = 3;
-/// The first version with slot-array extensions.
-const VERSION_EXTENSIONS: u32 = 2;
-/// The version before extensions, still read and written (without them).
-pub(super) const VERSION_NO_EXTENSIONS: u32 = 1;
-const HEADER: usize = 4096;
-const OFF_LEN: usize = 16;
-const OFF_HEAP_START: usize = 24;
-pub(super) const OFF_HEAP_TOP: usize = 32;
-const OFF_NSLOTS: usize = 40;
-pub(super) const OFF_TAIL: usize = 48;
-const OFF_CRC: usize = 56;
-/// Version 2: link to the first slot-array extension.
-const OFF_LINK0: usize = 64;
-/// Version 3: the process table and free table (offset, entries each), after the epoch.
-const OFF_TABLES: usize = 80;
-/// Version 3: 1 if this pool was created over what an interrupted creation left.
-pub(super) const OFF_RECOVERED: usize = 120;
 
 /// The mapped pool and this process's state over it, shared (by `Arc`) by the backend, its
 /// writers and its readers. `heap` and `commit` add their own `impl Pool` blocks.
@@ -146,7 +129,7 @@ impl Pool {
             dbs: Mutex::new((0, HashMap::new())),
             tables,
             pins: Mutex::new(Pins::default()),
-            me: reuse::my_owner(),
+            me: process::my_owner(),
             free_seen_empty: std::sync::atomic::AtomicU64::new(u64::MAX),
             through_file: std::sync::atomic::AtomicBool::new(opts.prefault == Prefault::Never),
             planned: std::sync::atomic::AtomicU64::new(0),

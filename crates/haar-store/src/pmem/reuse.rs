@@ -11,52 +11,15 @@ use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 
 use haar_core::Key;
 
-use super::heap::ALIGN;
+use super::layout::{
+    ADDING, ALIGN, EMPTY, FREE, FREE_ENTRY, MAX_REGION, NO_PIN, OFF_EPOCH, OFF_FREE_CHANGES,
+    PROC_ENTRY, SPLITTING, Tables, record_size,
+};
 use super::pool::Pool;
+use super::process::start_time;
 use crate::backend::LendBytes;
 use crate::error::{Error, Result};
 use crate::format::{self, Entry};
-
-/// Header word holding the reclaim epoch (version 3).
-pub(super) const OFF_EPOCH: usize = 72;
-/// Header word counting entries made free (version 3; a hint, not persisted): an allocator
-/// that found the free table empty need not scan it again until the count moves.
-const OFF_FREE_CHANGES: usize = 112;
-/// Entries of the process table of a new pool, and the size of one.
-pub(super) const PROCS: u64 = 1024;
-pub(super) const PROC_ENTRY: u64 = 64;
-/// Entries of the free table of a new pool, and the size of one.
-pub(super) const FREE_ENTRIES: u64 = 16384;
-pub(super) const FREE_ENTRY: u64 = 32;
-/// The value of a commit slot whose segment was reclaimed (never a record offset).
-pub(super) const DEAD_SLOT: u64 = 1;
-/// A process table entry's pin when the process holds none.
-const NO_PIN: u64 = u64::MAX;
-/// The largest region one free-table entry can name (a 24-bit count of 64-byte units).
-const MAX_REGION: u64 = ((1 << 24) - 1) * ALIGN;
-
-const EMPTY: u64 = 0;
-const FREE: u64 = 1;
-const ADDING: u64 = 2;
-const SPLITTING: u64 = 3;
-
-/// Where a version 3 pool keeps its two tables (validated when the pool is opened).
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Tables {
-    pub(super) procs: u64,
-    pub(super) nprocs: u64,
-    pub(super) free: u64,
-    pub(super) nfree: u64,
-}
-
-/// This process's pins: its process table entry (claimed at the first pin) and how many pins
-/// it holds at each epoch.
-#[derive(Debug, Default)]
-pub(super) struct Pins {
-    entry: Option<u64>,
-    counts: Vec<(u64, u32)>,
-    published: u64,
-}
 
 /// A pin on the epoch a reader read before it walked the log: while it lives, no region
 /// freed after that epoch is handed out again. Lends the pool's bytes, so a zero-copy view
@@ -102,31 +65,6 @@ fn region(off: u64, len: u64) -> u64 {
 }
 fn unregion(r: u64) -> (u64, u64) {
     ((r >> 24) * ALIGN, (r & 0xff_ffff) * ALIGN)
-}
-
-/// This process as a process-table owner: pid << 32 | low 32 bits of its start time.
-pub(super) fn my_owner() -> u64 {
-    let pid = std::process::id();
-    (u64::from(pid) << 32) | start_time(pid).unwrap_or(0)
-}
-
-/// Low 32 bits of a process's start time (clock ticks since boot), `None` if it is gone (or
-/// a zombie, which maps no memory any more).
-fn start_time(pid: u32) -> Option<u64> {
-    let stat = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(s) => s,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return None,
-        // Cannot tell (e.g. no permission): treat as running, which only delays reuse.
-        Err(_) => return Some(u64::MAX),
-    };
-    // Field 22; the command name (field 2) may hold spaces, so count after its ')'.
-    let rest = &stat[stat.rfind(')')? + 1..];
-    let mut fields = rest.split_whitespace();
-    if matches!(fields.next(), Some("Z" | "X")) {
-        return None;
-    }
-    let t: u64 = fields.nth(18)?.parse().ok()?;
-    Some(t & 0xffff_ffff)
 }
 
 /// Whether the process-table `owner` still runs (same pid, same start time).
@@ -545,7 +483,7 @@ impl Pool {
             .collect();
         let mut freed: HashMap<u64, u64> = HashMap::new();
         for (_, off, len, seg) in &segs[..last] {
-            freed.insert(*off, super::commit::record_size(*len));
+            freed.insert(*off, record_size(*len));
             for (o, l) in seg.entries.iter().filter_map(named) {
                 if !keep.contains(&o) {
                     freed.insert(o, l.next_multiple_of(ALIGN));
