@@ -28,6 +28,7 @@ pub mod files;
 pub mod format;
 pub mod fuse;
 pub mod metrics;
+#[cfg(feature = "power-loss")]
 pub mod powerfail;
 
 use std::path::{Path, PathBuf};

@@ -3,9 +3,10 @@
 //! kernel sends them, and a replay that builds from that record the directory tree a power cut
 //! at any point would leave on a disk.
 //!
-//! It is a test facility: a store's POSIX backend (or any program) runs unmodified on the
-//! mount, and [`Recording::log`] afterwards yields the operations. Only what a file system must
-//! make durable is durable in a crash image:
+//! It is a test facility, compiled only with the non-default `power-loss` feature (the POSIX
+//! power-loss test's dev-dependency turns it on): a store's POSIX backend (or any program)
+//! runs unmodified on the mount, and [`Recording::log`] afterwards yields the operations. Only
+//! what a file system must make durable is durable in a crash image:
 //! * a file's bytes and length — as of its last `fsync`/`fdatasync` ([`Op::Sync`] of the file);
 //! * directory entries (create, unlink, rename, mkdir, rmdir) — once the directory holding them
 //!   is `fsync`ed ([`Op::Sync`] of the directory). [`Namespace::Ordered`] models a journalling

@@ -93,7 +93,8 @@ pub struct PoolMapping {
     mode: PersistMode,
     dax: bool,
     /// The simulated power loss's durable image, when `HAAR_POWER_LOSS` records this pool
-    /// ([`crate::powerfail`]).
+    /// ([`crate::powerfail`], compiled only with the `power-loss` feature).
+    #[cfg(feature = "power-loss")]
     recorder: Option<std::sync::Arc<crate::powerfail::Recorder>>,
     /// The reservation registered with the SIGBUS handler ([`crate::sigbus`]): a pool file
     /// truncated under this process makes its accesses fail instead of killing it.
@@ -159,6 +160,7 @@ impl PoolMapping {
         };
         let (base, dax) = map_shared(&file, reserve)
             .map_err(|e| ctx(&format!("cannot map {reserve} bytes of pool file"), e))?;
+        #[cfg(feature = "power-loss")]
         let recorder = if std::env::var_os(crate::powerfail::POWER_LOSS_ENV).is_some() {
             crate::powerfail::attach(path, len).map_err(|e| ctx("cannot record pool file", e))?
         } else {
@@ -169,7 +171,8 @@ impl PoolMapping {
         let guard = unsafe { crate::sigbus::guard(base.as_ptr(), reserve, true) };
         Ok(PoolMapping {
             guard,
-                recorder,
+            #[cfg(feature = "power-loss")]
+            recorder,
             file,
             path: path.to_owned(),
             base,
@@ -246,6 +249,7 @@ impl PoolMapping {
             )
         })?;
         self.len.fetch_max(new_len, Ordering::AcqRel);
+        #[cfg(feature = "power-loss")]
         if let Some(r) = &self.recorder {
             r.grow(new_len);
         }
@@ -387,6 +391,7 @@ impl PoolMapping {
         // SAFETY: in bounds (checked); exclusivity and no overlap with `src` (a slice borrowed
         // from elsewhere cannot be an unpublished range) are the caller's.
         unsafe { copy_nt(self.base.as_ptr().add(off), src) };
+        #[cfg(feature = "power-loss")]
         if let Some(r) = &self.recorder {
             r.nt(off, src.len());
         }
@@ -405,6 +410,7 @@ impl PoolMapping {
         self.check(off, src.len())?;
         // SAFETY: as `write_nt`.
         let crc = unsafe { copy_nt_crc32c(self.base.as_ptr().add(off), src) };
+        #[cfg(feature = "power-loss")]
         if let Some(r) = &self.recorder {
             r.nt(off, src.len());
         }
@@ -436,6 +442,7 @@ impl PoolMapping {
         self.file
             .write_all_at(src, off as u64)
             .map_err(|e| annotate(e, &self.path, "cannot write pool range"))?;
+        #[cfg(feature = "power-loss")]
         if let Some(r) = &self.recorder {
             r.nt(off, src.len());
         }
@@ -452,6 +459,7 @@ impl PoolMapping {
         // SAFETY: the range is inside the live file mapping (checked).
         unsafe { persist(self.base.as_ptr().add(off), len, self.mode) }
             .map_err(|e| annotate(e, &self.path, "cannot persist pool range"))?;
+        #[cfg(feature = "power-loss")]
         if let Some(r) = &self.recorder {
             // SAFETY: `file_len` bytes from the base are mapped.
             unsafe { r.persist(self.base.as_ptr(), self.file_len(), off, len) };
@@ -464,6 +472,7 @@ impl PoolMapping {
     /// persistent memory ([`PersistMode::CpuCache`]) durable.
     pub fn fence(&self) {
         crate::sfence();
+        #[cfg(feature = "power-loss")]
         if let Some(r) = &self.recorder {
             // SAFETY: `file_len` bytes from the base are mapped.
             unsafe { r.fence(self.base.as_ptr(), self.file_len()) };

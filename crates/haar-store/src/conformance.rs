@@ -3,6 +3,10 @@
 //! Each check takes a factory that returns a *new handle* onto the same storage each time it
 //! is called, so a check can play writer and reader with independent handles, as separate
 //! processes would. Checks panic with a message on failure.
+//!
+//! Compiled only with the `testing` feature, as object_store gates its `integration` suite:
+//! this crate's tests turn it on through their dev-dependency, as do haar-fs's power-loss test
+//! and the fuzz targets; no shipped artifact carries it.
 
 use std::sync::Arc;
 

@@ -1,6 +1,7 @@
 //! Fault injection: a backend adapter that wraps any [`Backend`] and makes chosen operations
 //! fail (ENOSPC, EIO, short writes), for tests of the store's error paths. It composes like
-//! the other adapters: the wrapped backend is untouched.
+//! the other adapters: the wrapped backend is untouched. Compiled only with the `testing`
+//! feature (this crate's tests turn it on): nothing shipped can fail on purpose.
 
 use std::io;
 use std::sync::{Arc, Mutex};

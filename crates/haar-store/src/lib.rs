@@ -9,9 +9,11 @@
 pub mod backend;
 mod catalogue;
 pub mod config;
+#[cfg(feature = "testing")]
 pub mod conformance;
 pub mod dist;
 pub mod error;
+#[cfg(feature = "testing")]
 pub mod fault;
 pub mod format;
 pub mod frontend;

@@ -1,6 +1,8 @@
 //! Test tool for the crash tests (`tests/crash.rs`): archives batches of fields into two
 //! databases, flushing after each batch and printing `ack B` once flush B has returned.
-//! The test kills it with SIGKILL at a random moment and checks what survived.
+//! The test kills it with SIGKILL at a random moment and checks what survived. Built only
+//! with the `testing` feature (`required-features`), as `cargo test -p haar-store` does; not
+//! by `make build`.
 //!
 //! Usage: haar-torture posix|pmem ROOT WRITER BATCHES FIELDS_PER_BATCH SIZE
 //!        haar-torture read posix|pmem ROOT WRITERS BATCHES FIELDS_PER_BATCH SIZE SECONDS
