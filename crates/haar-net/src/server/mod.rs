@@ -1,0 +1,176 @@
+//! `haar serve`: one server per node over a local store (design §7–§8).
+//!
+//! A thread per connection, blocking I/O: each connection owns its own store handle (a
+//! `Store` over the shared backend), so a client's archives are private until its FLUSH, and
+//! reads go straight to the shared backend. The server owns the flush-event log that WATCH
+//! streams from; it never touches the store's files itself.
+//!
+//! Hostile peers (design §8, [`ServerLimits`]): connections are counted at accept and refused
+//! over their bound; connections that have not logged in are counted per source address, and
+//! a new one drops the oldest of its source (or, when all pre-login places are taken, the
+//! oldest of the source holding the most), so a peer that reconnects without end cannot keep
+//! other sources from logging in; the whole handshake has a deadline that a reaper thread
+//! enforces by shutting the socket down; logged-in connections have idle and write timeouts;
+//! frame buffers grow only as bytes arrive, and frames larger than [`SMALL_FRAME`] are
+//! charged to their token's share of the server's buffer memory ([`ServerLimits::max_buffered`])
+//! before their body is read; a read-only connection's writing requests are refused from their
+//! header. Each kind of refusal is logged once per source or token, with its cause.
+//!
+//! One file per concern, each importing only those listed before it: `config` (what is
+//! served, and the limits), `events` (the flush-event log WATCH streams from), `accept`
+//! (the state shared by every connection, admission and the bounds of design §8), `session`
+//! (a logged-in connection's requests), `handshake` (from accept to login, then the session),
+//! `usage` (the store usage gauges of `/metrics`); this file binds and runs the server.
+
+use std::io;
+use std::net::{SocketAddr, TcpListener, ToSocketAddrs};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use crate::metrics::Metrics;
+
+use self::accept::{Shared, refuse_at_accept};
+use self::handshake::connection;
+use self::usage::usage_probe;
+
+pub use self::config::{SMALL_FRAME, ServerConfig, ServerLimits, Target, boot_id, local_offer};
+pub use self::events::{EVENT_LOG_CAPACITY, HEARTBEAT};
+
+mod accept;
+mod config;
+mod events;
+mod handshake;
+mod session;
+mod usage;
+
+/// A bound server, ready to run.
+pub struct Server {
+    listener: TcpListener,
+    shared: Arc<Shared>,
+}
+
+impl Server {
+    /// Binds `addr` (port 0 picks a free port; see [`Server::local_addr`]).
+    pub fn bind(
+        addr: impl ToSocketAddrs,
+        target: Target,
+        config: ServerConfig,
+    ) -> io::Result<Server> {
+        let listener = TcpListener::bind(addr)?;
+        let name = listener.local_addr()?.to_string();
+        let metrics = Arc::new(Metrics::default());
+        if let Target::Local { backend, options } = &target {
+            metrics.set_usage_probe(usage_probe(backend.clone(), options.clone()));
+        }
+        Ok(Server {
+            listener,
+            shared: Arc::new(Shared::new(target, config, name, metrics)),
+        })
+    }
+
+    /// What this server counts, for [`crate::metrics::serve_metrics`] (the store usage
+    /// gauges of a local store found at each scrape).
+    pub fn metrics(&self) -> Arc<Metrics> {
+        self.shared.metrics.clone()
+    }
+
+    /// The bound address.
+    pub fn local_addr(&self) -> io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    /// What is served (for the start-up line).
+    pub fn describe(&self) -> String {
+        self.shared.target.describe()
+    }
+
+    /// Accepts connections forever, one thread each. Fails only if the deadline thread cannot
+    /// be started; after that, running out of descriptors, memory or threads refuses
+    /// connections (each logged) but never ends the server.
+    pub fn run(self) -> io::Result<()> {
+        let shared = self.shared.clone();
+        std::thread::Builder::new()
+            .name("haar-deadlines".into())
+            .spawn(move || shared.deadlines.reap())?;
+        loop {
+            let (stream, peer) = match self.listener.accept() {
+                Ok(s) => s,
+                Err(e) => {
+                    let exhausted = matches!(
+                        e.raw_os_error(),
+                        Some(libc::EMFILE | libc::ENFILE | libc::ENOBUFS | libc::ENOMEM)
+                    );
+                    if exhausted {
+                        // The connection stays in the backlog: wait for descriptors to be freed
+                        // instead of spinning on the same error.
+                        tracing::warn!(
+                            listener = %self.shared.name,
+                            error = %e,
+                            "accept failed; retrying in 100 ms (raise `ulimit -n` or lower max_connections)"
+                        );
+                        std::thread::sleep(Duration::from_millis(100));
+                    } else {
+                        // A connection reset before it was accepted, and the like.
+                        tracing::warn!(listener = %self.shared.name, error = %e, "accept failed");
+                    }
+                    continue;
+                }
+            };
+            let slot = match self.shared.admit(&stream, peer) {
+                Ok(slot) => slot,
+                Err(reason) => {
+                    refuse_at_accept(&self.shared, stream, peer, &reason);
+                    continue;
+                }
+            };
+            let shared = self.shared.clone();
+            let dropped = slot.dropped.clone();
+            let spawned = std::thread::Builder::new()
+                .name("haar-conn".into())
+                .spawn(move || {
+                    // Every event of the connection carries its peer and, once logged in, its
+                    // token's kind. The span's level is ERROR so that any filter that lets an
+                    // event through keeps the span's fields on it.
+                    let span = tracing::error_span!(
+                        "connection",
+                        %peer,
+                        token = tracing::field::Empty
+                    );
+                    let _in = span.enter();
+                    match connection(&shared, stream, slot) {
+                        Ok(()) => tracing::debug!(%peer, "connection closed"),
+                        // Logged (once per source) when it was dropped.
+                        Err(e) if dropped.load(Ordering::SeqCst) => {
+                            tracing::debug!(%peer, error = %e, "connection closed: dropped before login")
+                        }
+                        Err(e) => tracing::warn!(%peer, error = %e, "connection closed"),
+                    }
+                });
+            if let Err(e) = spawned {
+                // The closure (socket and slot) is dropped: the connection is closed and
+                // uncounted.
+                tracing::error!(
+                    %peer,
+                    error = %e,
+                    "refused: cannot start a thread for the connection; lower max_connections"
+                );
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+
+    /// Runs on a background thread (tests, embedding); returns the bound address.
+    pub fn spawn(self) -> io::Result<SocketAddr> {
+        let addr = self.local_addr()?;
+        std::thread::Builder::new()
+            .name("haar-accept".into())
+            .spawn(move || self.run())?;
+        Ok(addr)
+    }
+}
+
+/// Binds and serves forever.
+pub fn serve(addr: impl ToSocketAddrs, target: Target, config: ServerConfig) -> io::Result<()> {
+    Server::bind(addr, target, config)?.run()
+}
