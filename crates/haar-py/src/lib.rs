@@ -11,10 +11,10 @@
 //! The exception classes live in Python (`haar/_errors.py`, so that they can subclass both
 //! `haar.Error` and the builtin they resemble); this module looks them up when it raises.
 //!
-//! Zero copy: a retrieve of one complete key from a local store keeps the
-//! [`haar_store::FieldBytes`] that [`FieldStore::retrieve_lent`] returns (pmem: the pool
-//! mapping) inside a [`Buffer`], and [`BufferExporter`](exporter) exposes it through the
-//! buffer protocol. PyO3 offers `__getbuffer__` under the stable ABI only from Python 3.11,
+//! Zero copy: a retrieve keeps the [`haar_store::FieldBytes`] that [`haar::read::retrieve_all`]
+//! returns inside a [`Buffer`] (lent by the store, pmem's pool mapping, for the requests
+//! [`haar::read::lent_one`] lends, as the C faces do), and [`BufferExporter`](exporter) exposes
+//! it through the buffer protocol. PyO3 offers `__getbuffer__` under the stable ABI only from Python 3.11,
 //! and the wheel is abi3 for 3.10, so that one slot is registered by hand (see [`exporter`]).
 
 use std::collections::BTreeMap;
@@ -206,8 +206,8 @@ fn request_of(sel: Option<Selection>) -> Outcome<Request> {
                         format!("{k} has no value; leave it out to select any value"),
                     ));
                 }
-                // A full keyword with plain values is taken as is (the one-field retrieve
-                // path); anything else goes through the request language, so that
+                // A full keyword with plain values is taken as is (no parse on every call);
+                // anything else goes through the request language, so that
                 // abbreviations, `all` and `to`/`by` mean what they mean in a MARS string.
                 // One empty value is an optional keyword the field does not have, as `list`
                 // shows it (`levelist=` of a surface field): the request language has no
@@ -247,7 +247,8 @@ fn is_empty_value(keyword: &str, values: &[String]) -> bool {
         && (KEYWORDS.contains(&keyword) || canonical_keyword(keyword).is_ok_and(|c| c == keyword))
 }
 
-/// The one key a request names, if every keyword has exactly one plain value.
+/// The key an identifier given to `archive` names, if every keyword has exactly one plain
+/// value. (Not a read rule: which reads are lent is `haar::read::lent_one`'s.)
 fn single_key(req: &Request) -> Option<Key> {
     let mut key = Key::new();
     for p in &req.params {
@@ -259,16 +260,6 @@ fn single_key(req: &Request) -> Option<Key> {
         }
     }
     (!key.is_empty()).then_some(key)
-}
-
-fn missing_error(req: &Request, store: &str, missing: &[Key]) -> Failure {
-    let shown: Vec<String> = missing.iter().take(3).map(|k| k.to_string()).collect();
-    Failure::Missing(format!(
-        "retrieve {req} from {store}: {} field(s) not found ({}{}); list the selection to see what is stored",
-        missing.len(),
-        shown.join("; "),
-        if missing.len() > 3 { "; ..." } else { "" }
-    ))
 }
 
 /// How the configuration is given, from the Python layer.
@@ -382,8 +373,9 @@ impl Store {
     }
 
     /// Retrieves the fields of a selection into a [`Buffer`]: lent without a copy where the
-    /// selection names one complete key and the store can lend (local pmem). Missing fields
-    /// raise `haar.MissingError`.
+    /// selection names one complete key and the store can lend (local pmem), by the rule of
+    /// the C faces ([`haar::read::lent_one`]). Missing fields, and a selection matching no
+    /// field, raise `haar.MissingError`.
     fn retrieve(&self, py: Python<'_>, selection: &Bound<'_, PyAny>) -> PyResult<Buffer> {
         let selection = read_selection(Some(selection))?;
         run(py, || {
@@ -395,30 +387,14 @@ impl Store {
                 }));
             }
             let store = self.lock()?;
-            // One complete key: lent by the store where it can. A key it does not hold as
-            // written (one that leaves out an optional keyword such as `domain`, which the
-            // general path matches with any value, as `list` does) or cannot split (a partial
-            // one) takes the general path below, which finds it or names what is missing.
-            if let Some(key) = single_key(&req)
-                && let Some(lent) = store.retrieve_lent(&key)
-            {
-                match lent {
-                    Ok(Some((_, bytes))) => return Ok(Buffer { bytes }),
-                    Ok(None) | Err(Error::BadKey { .. }) => {}
-                    Err(e) => return Err(e.into()),
-                }
+            let (bytes, missing) = haar::read::retrieve_all(&**store, std::slice::from_ref(&req))?;
+            if !missing.is_empty() {
+                return Err(Failure::Missing(format!(
+                    "retrieve {req} from {}: {missing}; list the selection to see what is stored",
+                    self.description
+                )));
             }
-            let mut out = Vec::new();
-            let report = store.retrieve(&req, &mut |_, d, _| {
-                out.extend_from_slice(d);
-                Ok(())
-            })?;
-            if !report.missing.is_empty() {
-                return Err(missing_error(&req, &self.description, &report.missing));
-            }
-            Ok(Buffer {
-                bytes: FieldBytes::Owned(out),
-            })
+            Ok(Buffer { bytes })
         })
     }
 

@@ -48,6 +48,7 @@ pub mod read;
 pub mod serve;
 pub mod watch;
 
+pub use haar_store::frontend::FieldStoreExt;
 pub use haar_store::{
     Config, Error, Field, FieldStore, Result, RetrieveReport, Store, StoreOptions,
 };

@@ -27,49 +27,17 @@ pub struct haar_reader_t(Shell<Reader>);
 impl_handle!(haar_reader_t, Reader, 0x03);
 
 /// Every field of `reqs`, concatenated in request order; missing fields are an error naming
-/// them.
+/// them (`haar::read` decides what is missing and when bytes are lent).
 fn retrieve_all(store: &dyn FieldStore, reqs: &[Request]) -> FfiResult<FieldBytes> {
-    if let [req] = reqs
-        && let Some(bytes) = haar::read::lent_one(store, req)
-    {
-        return Ok(bytes);
+    let (bytes, missing) = haar::read::retrieve_all(store, reqs)?;
+    if !missing.is_empty() {
+        let asked: Vec<String> = reqs.iter().map(Request::to_string).collect();
+        return Err(Failure::missing(format!(
+            "retrieve {}: {missing}; check the request with haar_list",
+            asked.join(" / ")
+        )));
     }
-    let mut buf = Vec::new();
-    for req in reqs {
-        let report = store.retrieve(req, &mut |_, d, _| {
-            buf.extend_from_slice(d);
-            Ok(())
-        })?;
-        if !report.missing.is_empty() {
-            let shown: Vec<String> = report
-                .missing
-                .iter()
-                .take(3)
-                .map(|k| k.to_string())
-                .collect();
-            return Err(Failure::missing(format!(
-                "retrieve {req}: {} field(s) not found ({}{}){}; check the request with haar_list",
-                report.missing.len(),
-                shown.join("; "),
-                if report.missing.len() > 3 {
-                    "; ..."
-                } else {
-                    ""
-                },
-                if report.problems.is_empty() {
-                    String::new()
-                } else {
-                    format!(" (damage found: {})", report.problems.join("; "))
-                }
-            )));
-        }
-        if report.found == 0 {
-            return Err(Failure::missing(format!(
-                "retrieve {req}: no flushed field matches; check the request with haar_list"
-            )));
-        }
-    }
-    Ok(FieldBytes::Owned(buf))
+    Ok(bytes)
 }
 
 /// Retrieves every field `request` names (`k=v/v,k=v`, a MARS request, or `@FILE`),
