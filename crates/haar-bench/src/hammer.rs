@@ -93,7 +93,7 @@ fn raw_limits(dir: &std::path::Path) -> Result<Value, Error> {
         std::fs::remove_file(&path).map_err(io("write"))?;
     }
     let tcp = (0..3)
-        .filter_map(|_| haar_net::bench::raw_loopback_gbps(BYTES).ok())
+        .filter_map(|_| crate::bench::net::measure::raw_loopback_gbps(BYTES).ok())
         .fold(0.0, f64::max);
     Ok(json!({
         "dir": dir.display().to_string(),

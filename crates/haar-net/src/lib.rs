@@ -6,7 +6,6 @@
 //! * [`server`] — a thread per connection over a local store; the flush-event log for WATCH.
 //! * [`client`] — [`RemoteStore`] (a `haar_store::FieldStore`), [`Watch`], [`wait`].
 //! * [`metrics`] — what a server counts, and its `GET /metrics` endpoint (OpenMetrics text).
-//! * [`bench`](mod@bench) — the figures `haar bench` reports for the network path.
 //!
 //! ```no_run
 //! use haar_net::{ClientConfig, RemoteStore};
@@ -26,7 +25,6 @@
 #![warn(missing_docs)]
 
 pub mod auth;
-pub mod bench;
 pub mod client;
 pub mod metrics;
 pub mod protocol;

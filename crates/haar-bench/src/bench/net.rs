@@ -5,7 +5,7 @@
 //!
 //! This host is shared, so the three are measured as adjacent triples, several times, and the
 //! ratios are taken within each triple (their median is reported). Owns nothing but its child
-//! processes; the measurements themselves live in `haar_net::bench`.
+//! processes; the measurements themselves live in [`measure`].
 
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
@@ -13,11 +13,14 @@ use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use haar_net::ClientConfig;
-use haar_net::bench as nb;
 use serde_json::{Value, json};
 
 use crate::error::{Error, io};
 use crate::stats::median;
+
+pub mod measure;
+
+use measure as nb;
 
 /// What the issue asks of the network path (figures in the report say met or not met).
 const TARGET_VS_RAW: f64 = 0.70;

@@ -1,4 +1,4 @@
-//! Network figures on this machine: `cargo run --release -p haar-net --example net_bench --
+//! Network figures on this machine: `cargo run --release -p haar-bench --example net_bench --
 //! PATH/TO/haar [pmem|posix] [FIELDS] [REPEATS]`. Starts `haar serve` on a fresh root under
 //! /dev/shm, prints one JSON line per repeat and frame-tag mode: `auto` (loopback: untagged)
 //! and `always` (the client asks for tags, as one off loopback does), alternately.
@@ -22,8 +22,8 @@ fn main() {
             };
             let dir = tempfile::tempdir_in("/dev/shm").unwrap();
             let server =
-                haar_net::bench::spawn_server(exe.as_ref(), dir.path(), &backend, &token).unwrap();
-            let r = haar_net::bench::run(&server.addr, &cfg, fields, 800 << 10, 200).unwrap();
+                haar_bench::bench::net::measure::spawn_server(exe.as_ref(), dir.path(), &backend, &token).unwrap();
+            let r = haar_bench::bench::net::measure::run(&server.addr, &cfg, fields, 800 << 10, 200).unwrap();
             let mut v = serde_json::to_value(&r).unwrap();
             v["frame_tags"] = format!("{tags:?}").to_lowercase().into();
             println!("{v}");

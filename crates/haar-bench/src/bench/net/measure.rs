@@ -1,5 +1,7 @@
-//! Network benchmark hooks for `haar bench`: remote archive bandwidth beside raw loopback TCP
-//! measured in the same run, and flush → notification latency.
+//! The network measurements of `haar bench` (formerly `haar_net::bench`, moved here so that
+//! the network library ships no benchmark): remote archive bandwidth beside raw loopback TCP
+//! measured in the same run, and flush → notification latency. Uses only haar-net's public
+//! client API.
 //!
 //! The server runs in a child process (`haar serve`, see [`spawn_server`]); the producer and
 //! the watcher are threads of the calling process on separate connections, so every
@@ -17,7 +19,7 @@ use haar_core::request::Request;
 use haar_store::FieldStore;
 use serde::Serialize;
 
-use crate::client::{ClientConfig, RemoteStore, Watch};
+use haar_net::{ClientConfig, RemoteStore, Watch};
 
 /// The figures, as printed and saved by `haar bench`.
 #[derive(Debug, Clone, Serialize)]
