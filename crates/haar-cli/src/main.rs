@@ -119,7 +119,11 @@ fn main() -> ExitCode {
     );
     // A worker's stdout is its parent's protocol pipe (and its println! goes to stderr): a
     // worker that loses it must not pass for one that finished, so it keeps the plain panic.
-    if !matches!(cli.command, args::Command::WorkloadWorker(_)) {
+    #[cfg(feature = "tools")]
+    let worker = matches!(cli.command, args::Command::WorkloadWorker(_));
+    #[cfg(not(feature = "tools"))]
+    let worker = false;
+    if !worker {
         exit_quietly_when_stdout_closes();
     }
     match commands::run(cli) {

@@ -1,8 +1,12 @@
 //! One function per subcommand; each parses nothing itself and formats the store's answers.
 
 pub mod net;
+// The workloads, benchmarks and memory tools: the `tools` feature (default on; off for a lean
+// `haar` on production nodes).
+#[cfg(feature = "tools")]
 pub mod workloads;
 
+#[cfg(feature = "tools")]
 pub mod advise;
 pub mod archive;
 pub mod extract;
@@ -10,6 +14,7 @@ pub mod import;
 pub mod mount;
 pub mod run;
 pub mod stage;
+#[cfg(feature = "tools")]
 pub mod stream;
 
 use std::io::{IsTerminal, Write};
@@ -37,18 +42,25 @@ pub fn run(cli: Cli) -> Result<(), Failure> {
         Command::Info(a) => info(&cli, a),
         Command::Compact(a) => compact(&cli, a),
         Command::Schema(a) => schema(&cli, a),
+        #[cfg(feature = "tools")]
         Command::Bench(a) => workloads::bench(a),
         Command::ImportFdb5(a) => import::run(&cli, a),
         Command::Serve(a) => net::serve(&cli, a),
         Command::Watch(a) => net::watch(&cli, a),
         Command::Wait(a) => net::wait(&cli, a),
+        #[cfg(feature = "tools")]
         Command::Cluster(_) => net::cluster(&cli),
+        #[cfg(feature = "tools")]
         Command::Stream(a) => stream::run(a),
+        #[cfg(feature = "tools")]
         Command::Advise(a) => advise::run(a),
         Command::Run(a) => run::run(a),
         Command::Mount(a) => mount::run(&cli, a),
+        #[cfg(feature = "tools")]
         Command::Hammer(a) => workloads::hammer(&cli, a),
+        #[cfg(feature = "tools")]
         Command::Workflow(a) => workloads::workflow(&cli, a),
+        #[cfg(feature = "tools")]
         Command::WorkloadWorker(a) => workloads::worker(&cli, a),
         Command::Stage(a) => stage::run(&cli, a),
         Command::Generate(a) => generate(a),

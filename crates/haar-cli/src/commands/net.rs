@@ -1,7 +1,7 @@
 //! The network subcommands: `serve`, `watch`, `wait`, `cluster`, and `info` against servers.
 //! Protocol and semantics live in haar-net; this module only parses, prints and sets exit codes.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -11,8 +11,9 @@ use haar_net::{ServerLimits, WaitOutcome, WatchAll};
 use serde_json::json;
 
 use crate::Failure;
-use crate::args::{Cli, ClientArgs, InfoArgs, LocalArgs, StoreArgs, TokenArg};
+use crate::args::{Cli, ClientArgs, InfoArgs, StoreArgs, TokenArg};
 use crate::open;
+#[cfg(feature = "tools")]
 use haar_bench::procs::Servers;
 
 /// `haar serve`.
@@ -151,7 +152,10 @@ pub struct WaitArgs {
     pub client: ClientArgs,
 }
 
+// Development servers started with the workloads' process launcher (`haar_bench::procs`), so
+// `haar cluster` comes with the `tools` feature.
 /// `haar cluster`.
+#[cfg(feature = "tools")]
 #[derive(Debug, Args)]
 #[command(mut_arg("root", |a| a.help(
     "Directory for the servers' stores (DIR/nodeI), their configurations and cluster.yaml"
@@ -164,7 +168,7 @@ pub struct ClusterArgs {
     #[arg(long, value_name = "N")]
     pub servers: Option<usize>,
     #[command(flatten)]
-    pub local: LocalArgs,
+    pub local: crate::args::LocalArgs,
     #[command(flatten)]
     pub token: TokenArg,
 }
@@ -353,7 +357,9 @@ pub fn info(cli: &Cli, a: &InfoArgs) -> Result<(), Failure> {
 
 /// `haar cluster --servers N --root DIR`: N local servers for development, stopped when stdin
 /// closes or on Ctrl-C.
+#[cfg(feature = "tools")]
 pub fn cluster(cli: &Cli) -> Result<(), Failure> {
+    use std::io::Read;
     let given = open::given(cli);
     let n: usize = given
         .servers
