@@ -3,6 +3,8 @@
 //! /dev/shm, prints one JSON line per repeat and frame-tag mode: `auto` (loopback: untagged)
 //! and `always` (the client asks for tags, as one off loopback does), alternately.
 
+use haar_bench::bench::net::measure;
+
 fn main() {
     let mut args = std::env::args().skip(1);
     let exe = args
@@ -21,9 +23,8 @@ fn main() {
                 ..Default::default()
             };
             let dir = tempfile::tempdir_in("/dev/shm").unwrap();
-            let server =
-                haar_bench::bench::net::measure::spawn_server(exe.as_ref(), dir.path(), &backend, &token).unwrap();
-            let r = haar_bench::bench::net::measure::run(&server.addr, &cfg, fields, 800 << 10, 200).unwrap();
+            let server = measure::spawn_server(exe.as_ref(), dir.path(), &backend, &token).unwrap();
+            let r = measure::run(&server.addr, &cfg, fields, 800 << 10, 200).unwrap();
             let mut v = serde_json::to_value(&r).unwrap();
             v["frame_tags"] = format!("{tags:?}").to_lowercase().into();
             println!("{v}");

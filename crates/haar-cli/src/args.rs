@@ -397,7 +397,7 @@ pub enum Command {
     /// same run; print and save the figures (JSON, Markdown). With --scale: the cost of
     /// archive, open, list and retrieve against the size of one database (10^5 to 10^7
     /// fields), beside the real FDB5 in the same run (JSON, Markdown, PNG).
-#[cfg(feature = "tools")]
+    #[cfg(feature = "tools")]
     Bench(crate::commands::workloads::BenchArgs),
     /// Serve the local store to the network (one server per node); prints `listening on
     /// HOST:PORT` first. Every connection authenticates with the token ($HAAR_TOKEN or
@@ -412,15 +412,15 @@ pub enum Command {
     Wait(crate::commands::net::WaitArgs),
     /// Start --servers N local servers under --root DIR for development; prints the --servers
     /// string and a config; stops them when stdin closes or on Ctrl-C.
-#[cfg(feature = "tools")]
+    #[cfg(feature = "tools")]
     Cluster(crate::commands::net::ClusterArgs),
     /// STREAM memory bandwidth (copy/scale/add/triad, the reference's rules) on DRAM or on a
     /// mapped file persisted after each kernel (App Direct); --sweep plots the cache cliff.
-#[cfg(feature = "tools")]
+    #[cfg(feature = "tools")]
     Stream(crate::commands::stream::StreamArgs),
     /// Which persistent-memory configuration suits an application (the JCST paper's decision
     /// trees), by flags, an answer file or questions; --probe inspects this machine.
-#[cfg(feature = "tools")]
+    #[cfg(feature = "tools")]
     Advise(crate::commands::advise::AdviseArgs),
     /// Run an unmodified program with its heap in a file mapped from a directory (a DAX
     /// mount on persistent memory), as libvmmalloc did: `haar run --heap DIR[:SIZE] --
@@ -448,7 +448,7 @@ pub enum Command {
     /// Synthetic write / read / list load (FDB5's fdb-hammer, done right): N processes,
     /// members x steps x levels x params fields, a flush per step, reads verified by checksum;
     /// prints and saves GiB/s, fields/s and p50/p99 latency per operation.
-#[cfg(feature = "tools")]
+    #[cfg(feature = "tools")]
     Hammer(crate::commands::workloads::HammerArgs),
     /// The forecast workflow in miniature (SC'19 Table 9): ensemble producers flushing per
     /// step, product generation triggered by step completion, on a shared POSIX directory, on
@@ -457,7 +457,7 @@ pub enum Command {
     ///
     /// With no options it starts its own local servers on temporary pmem pools, runs about
     /// 1 GiB per run, and removes everything afterwards.
-#[cfg(feature = "tools")]
+    #[cfg(feature = "tools")]
     Workflow(crate::commands::workloads::WorkflowArgs),
     /// Stage files, directories and fields between dataspaces (node-local directories and
     /// stores, the shared file system, haar servers): checksummed end to end, restartable
