@@ -67,7 +67,11 @@ python: setup
 	python3 -m pip install --quiet ./python 2>/dev/null \
 	  || python3 -m pip install --quiet --break-system-packages ./python
 
-pytest: python
+# pytest installs the package built with haar-py's `testing` feature (test-only entry points,
+# such as the deliberate panic test_package.py checks never crosses into Python); `make python`
+# installs it without, as shipped.
+pytest: setup
+	MATURIN_PEP517_ARGS="--features testing" $(MAKE) --no-print-directory python
 	$(CARGO) build --release -p haar-cli
 	cd /tmp && HAAR_BIN=$(abspath $(HAAR)) python3 -m pytest -q $(CURDIR)/python/tests
 

@@ -765,7 +765,9 @@ impl Buffer {
 }
 
 /// Panics inside the library, as a bug would: lets the tests check that a panic reaches
-/// Python as `haar.Error`, never as `PanicException` or an abort.
+/// Python as `haar.Error`, never as `PanicException` or an abort. Only in a wheel built with
+/// the `testing` feature (`make pytest`).
+#[cfg(feature = "testing")]
 #[pyfunction]
 fn _panic_for_tests(py: Python<'_>) -> PyResult<()> {
     run(py, || -> Outcome<()> {
@@ -776,6 +778,7 @@ fn _panic_for_tests(py: Python<'_>) -> PyResult<()> {
 /// The extension module.
 #[pymodule]
 fn _haar(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    #[cfg(feature = "testing")]
     m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
     m.add_class::<Store>()?;
     m.add_class::<Watcher>()?;
