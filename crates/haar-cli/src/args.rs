@@ -545,7 +545,8 @@ pub struct ExtractArgs {
     )]
     pub ranges: Option<String>,
     /// Points LAT,LON,LAT,LON,... in degrees, each resolved per field to its nearest grid
-    /// point (regular lat/lon grids only; other grids are refused: use --ranges).
+    /// point on the sphere (regular lat/lon grids and global Gaussian grids, reduced such as
+    /// O1280 or regular; other grids are refused: use --ranges).
     #[arg(long, value_name = "LAT,LON,...", allow_hyphen_values = true)]
     pub points: Option<String>,
     /// One JSON object per line per field: {"key", "method", "ranges", "values"} with the

@@ -88,3 +88,85 @@ fn extract_json_matches_eccodes() {
     // Neither --ranges nor --points: a usage error.
     assert!(!haar(&root, &["extract", req]).status.success());
 }
+
+/// `--points` on a reduced Gaussian grid (ecCodes' N320 sample, 542,080 points): each point
+/// resolves to the grid point nearest to it on the sphere by `grib_get_data`'s own coordinates,
+/// and the value printed is ecCodes' value there.
+#[test]
+fn points_on_a_reduced_gaussian_grid_are_the_nearest_grid_points() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("store");
+    let grib = dir.path().join("n320.grib");
+    let set = Command::new("grib_set")
+        .args([
+            "-s",
+            "class=od,stream=oper,type=fc,expver=0001,date=20261128,time=0000,step=6,levtype=sfc,paramId=167",
+            "/usr/share/eccodes/samples/reduced_gg_pl_320_grib2.tmpl",
+        ])
+        .arg(&grib)
+        .status()
+        .unwrap();
+    assert!(set.success());
+    let out = haar(&root, &["archive", grib.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let data = Command::new("grib_get_data")
+        .args(["-F", "%.17g"])
+        .arg(&grib)
+        .output()
+        .unwrap();
+    let grid: Vec<[f64; 3]> = String::from_utf8(data.stdout)
+        .unwrap()
+        .lines()
+        .skip(1)
+        .map(|l| {
+            let mut f = l.split_whitespace().map(|x| x.parse::<f64>().unwrap());
+            [f.next().unwrap(), f.next().unwrap(), f.next().unwrap()]
+        })
+        .collect();
+    assert_eq!(grid.len(), 542_080);
+    let angle = |lat1: f64, lon1: f64, lat2: f64, lon2: f64| {
+        let (p1, p2) = (lat1.to_radians(), lat2.to_radians());
+        let h = ((p2 - p1) / 2.0).sin().powi(2)
+            + p1.cos() * p2.cos() * ((lon2 - lon1).to_radians() / 2.0).sin().powi(2);
+        2.0 * h.sqrt().min(1.0).asin()
+    };
+    let points = [
+        (45.3, 10.2),
+        (-33.0, 200.0),
+        (89.9, -170.0),
+        (0.1, 359.9),
+        (-60.5, -0.3),
+    ];
+    let arg: Vec<String> = points.iter().map(|(a, b)| format!("{a},{b}")).collect();
+    let req = "class=od,date=20261128,time=0000,step=6,param=167";
+    let out = haar(
+        &root,
+        &["extract", req, "--points", &arg.join(","), "--json"],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(String::from_utf8(out.stdout).unwrap().trim()).unwrap();
+    let ranges: Vec<(usize, usize)> = serde_json::from_value(v["ranges"].clone()).unwrap();
+    let values: Vec<Vec<f64>> = serde_json::from_value(v["values"].clone()).unwrap();
+    for (k, &(lat, lon)) in points.iter().enumerate() {
+        let i = ranges[k].0;
+        assert_eq!(ranges[k].1, i + 1);
+        let best = (grid.iter())
+            .map(|g| angle(lat, lon, g[0], g[1]))
+            .fold(f64::INFINITY, f64::min);
+        let got = angle(lat, lon, grid[i][0], grid[i][1]);
+        assert!(
+            got <= best + 1e-9,
+            "({lat}, {lon}): index {i} is {got} away, the nearest {best}"
+        );
+        assert_eq!(values[k], [grid[i][2]], "value at {i}");
+    }
+}

@@ -19,16 +19,19 @@
 use std::borrow::Cow;
 
 use crate::ffi::Handle;
+pub use crate::gaussian::GaussianGrid;
 use crate::keys::KeyError;
 
 /// Record magic (`docs/design.md` §16).
 pub const MAGIC: [u8; 4] = *b"HJMP";
-/// Record format version written and read.
-pub const VERSION: u16 = 1;
+/// Record format version written and read (version 1 lacked Gaussian geometry).
+pub const VERSION: u16 = 2;
 /// Grid points per bitmap popcount block.
 pub const BLOCK_POINTS: u64 = 4096;
 const HEADER_LEN: usize = 80;
 const GEOMETRY_LEN: usize = 48;
+/// Gaussian geometry before its per-row point counts.
+const GAUSSIAN_LEN: usize = 32;
 /// Widest packed value decoded from the record (wider ones go to ecCodes).
 const MAX_BITS: u8 = 56;
 
@@ -141,6 +144,26 @@ impl RegularLatLon {
     }
 }
 
+/// A field's grid, as far as nearest-point lookup needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Geometry {
+    /// A regular latitude/longitude grid.
+    Regular(RegularLatLon),
+    /// A global Gaussian grid, reduced or regular.
+    Gaussian(GaussianGrid),
+}
+
+impl Geometry {
+    /// The grid index nearest to (`lat`, `lon`) in degrees, or `None` when the point is outside
+    /// the grid or the grid is one the lookup does not know (see each kind's `nearest`).
+    pub fn nearest(&self, lat: f64, lon: f64) -> Option<u64> {
+        match self {
+            Geometry::Regular(g) => g.nearest(lat, lon),
+            Geometry::Gaussian(g) => g.nearest(lat, lon),
+        }
+    }
+}
+
 /// How a field's values are found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Method {
@@ -187,8 +210,8 @@ pub struct JumpInfo {
     pub data_offset: u64,
     /// Byte offset of the bitmap and, per 4096-point block, set bits before it.
     pub bitmap: Option<(u64, Vec<u32>)>,
-    /// Geometry for nearest-point lookup, on regular lat/lon grids.
-    pub grid: Option<RegularLatLon>,
+    /// Geometry for nearest-point lookup, on regular lat/lon and global Gaussian grids.
+    pub grid: Option<Geometry>,
 }
 
 fn be(b: &[u8]) -> u64 {
@@ -293,13 +316,21 @@ impl JumpInfo {
             }
             match num {
                 3 => {
-                    let s = src.bytes_at(pos, len.min(72) as usize)?;
-                    if s.len() < 14 {
+                    let head = src.bytes_at(pos, len.min(72) as usize)?;
+                    if head.len() < 14 {
                         return Err(JumpError::Malformed("section 3 too short".into()));
                     }
-                    info.points = be(&s[6..10]);
-                    if be(&s[12..14]) == 0 && s.len() >= 72 {
-                        info.grid = Some(geometry2(&s));
+                    info.points = be(&head[6..10]);
+                    match be(&head[12..14]) {
+                        0 if head.len() >= 72 => {
+                            info.grid = Some(Geometry::Regular(geometry2(&head)));
+                        }
+                        40 if head.len() >= 72 => {
+                            // The pl list follows the template: read the whole section.
+                            let s = src.bytes_at(pos, len as usize)?;
+                            info.grid = gaussian2(&s).map(Geometry::Gaussian);
+                        }
+                        _ => {}
                     }
                 }
                 5 => {
@@ -383,7 +414,13 @@ impl JumpInfo {
                 // Reduced grids (a `pl` list) say "missing" (all ones) for Ni or Nj.
                 if ni != 0xffff && nj != 0xffff {
                     points = Some(u64::from(ni) * u64::from(nj));
-                    grid = Some(geometry1(&s));
+                    grid = Some(Geometry::Regular(geometry1(&s)));
+                }
+            } else if g[5] == 4 && len >= 28 {
+                let s = src.bytes_at(pos, len as usize)?;
+                if let Some(gg) = gaussian1(&s) {
+                    points = Some(gg.pl.iter().map(|&p| u64::from(p)).sum());
+                    grid = Some(Geometry::Gaussian(gg));
                 }
             }
             pos += len;
@@ -574,7 +611,16 @@ impl JumpInfo {
         });
         b.extend_from_slice(&self.packing_code.to_le_bytes());
         b.push(self.bits_per_value);
-        b.push(u8::from(self.bitmap.is_some()) | (u8::from(self.grid.is_some()) << 1));
+        let (regular, gaussian) = match &self.grid {
+            Some(Geometry::Regular(g)) => (Some(g), None),
+            Some(Geometry::Gaussian(g)) => (None, Some(g)),
+            None => (None, None),
+        };
+        b.push(
+            u8::from(self.bitmap.is_some())
+                | (u8::from(regular.is_some()) << 1)
+                | (u8::from(gaussian.is_some()) << 2),
+        );
         b.extend_from_slice(&[0; 4]);
         for v in [self.message_length, self.points, self.packed_values] {
             b.extend_from_slice(&v.to_le_bytes());
@@ -593,7 +639,19 @@ impl JumpInfo {
         for c in counts {
             b.extend_from_slice(&c.to_le_bytes());
         }
-        if let Some(g) = &self.grid {
+        if let Some(g) = gaussian {
+            b.extend_from_slice(&g.n.to_le_bytes());
+            b.extend_from_slice(&(g.pl.len() as u32).to_le_bytes());
+            for v in [g.lat1, g.lon1] {
+                b.extend_from_slice(&v.to_bits().to_le_bytes());
+            }
+            b.push(g.scanning_mode);
+            b.extend_from_slice(&[0; 7]);
+            for p in &g.pl {
+                b.extend_from_slice(&p.to_le_bytes());
+            }
+        }
+        if let Some(g) = regular {
             b.extend_from_slice(&g.ni.to_le_bytes());
             b.extend_from_slice(&g.nj.to_le_bytes());
             for v in [g.lat1, g.lon1, g.di, g.dj] {
@@ -629,12 +687,45 @@ impl JumpInfo {
         }
         let flags = body[11];
         let blocks = u32_at(72) as usize;
-        let want = HEADER_LEN + 4 * blocks + if flags & 2 != 0 { GEOMETRY_LEN } else { 0 };
-        if body.len() != want {
+        let g = HEADER_LEN + 4 * blocks;
+        let rows = if flags & 4 != 0 && body.len() >= g + GAUSSIAN_LEN {
+            u32_at(g + 4) as usize
+        } else {
+            0
+        };
+        let want = g
+            + if flags & 2 != 0 { GEOMETRY_LEN } else { 0 }
+            + if flags & 4 != 0 {
+                GAUSSIAN_LEN + 4 * rows
+            } else {
+                0
+            };
+        if flags & 6 == 6 || body.len() != want {
             return Err(bad("length does not match its contents"));
         }
         let counts: Vec<u32> = (0..blocks).map(|k| u32_at(HEADER_LEN + 4 * k)).collect();
-        let g = HEADER_LEN + 4 * blocks;
+        let regular = (flags & 2 != 0).then(|| {
+            Geometry::Regular(RegularLatLon {
+                ni: u32_at(g),
+                nj: u32_at(g + 4),
+                lat1: f64::from_bits(u64_at(g + 8)),
+                lon1: f64::from_bits(u64_at(g + 16)),
+                di: f64::from_bits(u64_at(g + 24)),
+                dj: f64::from_bits(u64_at(g + 32)),
+                scanning_mode: body[g + 40],
+            })
+        });
+        let gaussian = (flags & 4 != 0).then(|| {
+            Geometry::Gaussian(GaussianGrid {
+                n: u32_at(g),
+                lat1: f64::from_bits(u64_at(g + 8)),
+                lon1: f64::from_bits(u64_at(g + 16)),
+                scanning_mode: body[g + 24],
+                pl: (0..rows)
+                    .map(|r| u32_at(g + GAUSSIAN_LEN + 4 * r))
+                    .collect(),
+            })
+        });
         Ok(JumpInfo {
             edition: body[6],
             method: match body[7] {
@@ -651,15 +742,7 @@ impl JumpInfo {
             decimal_scale: u32_at(52) as i32,
             data_offset: u64_at(56),
             bitmap: (flags & 1 != 0).then(|| (u64_at(64), counts)),
-            grid: (flags & 2 != 0).then(|| RegularLatLon {
-                ni: u32_at(g),
-                nj: u32_at(g + 4),
-                lat1: f64::from_bits(u64_at(g + 8)),
-                lon1: f64::from_bits(u64_at(g + 16)),
-                di: f64::from_bits(u64_at(g + 24)),
-                dj: f64::from_bits(u64_at(g + 32)),
-                scanning_mode: body[g + 40],
-            }),
+            grid: regular.or(gaussian),
         })
     }
 }
@@ -679,6 +762,76 @@ fn geometry2(s: &[u8]) -> RegularLatLon {
         dj: if scan & 0x40 != 0 { dj } else { -dj },
         scanning_mode: scan,
     }
+}
+
+/// GRIB2 template 3.40 (the whole section 3): a Gaussian grid, reduced (a `pl` list of points
+/// per row) or regular (`Ni` on every row); `None` for a limited area in longitude, a list
+/// that is not points per row, or a short section.
+fn gaussian2(s: &[u8]) -> Option<GaussianGrid> {
+    let octets = usize::from(s[10]);
+    let micro = |o: usize| signed(&s[o..o + 4]) as f64 / 1e6;
+    let nj = be(&s[34..38]) as usize;
+    let pl: Vec<u32> = if octets == 0 {
+        let ni = be(&s[30..34]) as u32;
+        vec![ni; nj]
+    } else {
+        // Octet 12: 1 = the list holds the points of each parallel.
+        if s[11] != 1 || s.len() < 72 + octets * nj {
+            return None;
+        }
+        (0..nj)
+            .map(|r| be(&s[72 + octets * r..72 + octets * (r + 1)]) as u32)
+            .collect()
+    };
+    gaussian_global(
+        GaussianGrid {
+            n: be(&s[67..71]) as u32,
+            lat1: micro(46),
+            lon1: micro(50),
+            scanning_mode: s[71],
+            pl,
+        },
+        micro(59),
+    )
+}
+
+/// GRIB1 GDS data representation type 4 (the whole GDS): as [`gaussian2`].
+fn gaussian1(s: &[u8]) -> Option<GaussianGrid> {
+    let milli = |o: usize| signed(&s[o..o + 3]) as f64 / 1e3;
+    let ni = be(&s[6..8]) as u32;
+    let nj = be(&s[8..10]) as usize;
+    let (nv, pvl) = (usize::from(s[3]), usize::from(s[4]));
+    let pl: Vec<u32> = if ni != 0xffff {
+        vec![ni; nj]
+    } else {
+        // The list starts at octet PVL (1-based), after NV vertical coordinates of 4 octets.
+        let start = (pvl + 4 * nv).checked_sub(1)?;
+        if pvl == 0 || pvl == 255 || s.len() < start + 2 * nj {
+            return None;
+        }
+        (0..nj)
+            .map(|r| be(&s[start + 2 * r..start + 2 * r + 2]) as u32)
+            .collect()
+    };
+    gaussian_global(
+        GaussianGrid {
+            n: be(&s[25..27]) as u32,
+            lat1: milli(10),
+            lon1: milli(13),
+            scanning_mode: s[27],
+            pl,
+        },
+        milli(20),
+    )
+}
+
+/// `g` if each row goes round the whole circle: its last longitude `lon2` is within two steps
+/// of the widest row short of `lon1` + 360 (encoders write the step of one row or another:
+/// ecCodes' own O320 has N320's 359.71875), else a limited area, not handled.
+fn gaussian_global(g: GaussianGrid, lon2: f64) -> Option<GaussianGrid> {
+    let widest = f64::from(*g.pl.iter().max()?);
+    let span = (lon2 - g.lon1).rem_euclid(360.0);
+    (span >= 360.0 - 2.0 * 360.0 / widest && g.n > 0).then_some(g)
 }
 
 /// GRIB1 GDS data representation type 0 (GDS bytes from its start, at least 28).
@@ -755,6 +908,32 @@ pub mod tests_support {
     /// `bits` bits per value, `values.len()` points along one parallel.
     pub fn simple_field(values: &[f64], bits: i64) -> Vec<u8> {
         field("regular_ll_sfc_grib2", values, bits, values.len() as i64, 1)
+    }
+
+    /// Every grid point's latitude and longitude in degrees, in index order, by ecCodes.
+    pub fn coordinates(msg: &[u8]) -> (Vec<f64>, Vec<f64>) {
+        let h = Handle::from_message(msg).expect("a GRIB message");
+        (
+            h.get_double_array("latitudes").unwrap(),
+            h.get_double_array("longitudes").unwrap(),
+        )
+    }
+
+    /// A synthetic octahedral reduced Gaussian field O`n` (rows of 20, 24, ... 4n+16 points
+    /// from each pole), made from ecCodes sample `sample` (a reduced Gaussian one, GRIB1 or
+    /// GRIB2), holding `value(index)` at 16 bits.
+    pub fn octahedral(sample: &str, n: i64, value: impl Fn(usize) -> f64) -> Vec<u8> {
+        let mut h = Handle::from_sample(sample).expect("ecCodes sample");
+        let half: Vec<i64> = (0..n).map(|i| 20 + 4 * i).collect();
+        let pl: Vec<i64> = half.iter().chain(half.iter().rev()).copied().collect();
+        let points: i64 = pl.iter().sum();
+        h.set_long("N", n).unwrap();
+        h.set_long_array("pl", &pl).unwrap();
+        let _ = h.set_long("numberOfDataPoints", points);
+        h.set_long("bitsPerValue", 16).unwrap();
+        let values: Vec<f64> = (0..points as usize).map(value).collect();
+        h.set_double_array("values", &values).unwrap();
+        h.message().unwrap().to_vec()
     }
 
     /// A field from ecCodes sample `sample` (e.g. `regular_ll_sfc_grib1`) on an `ni` × `nj`

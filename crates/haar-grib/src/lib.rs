@@ -21,6 +21,7 @@
 //! ```
 
 pub mod frame;
+pub mod gaussian;
 pub mod jump;
 pub mod keys;
 pub mod synth;

@@ -246,3 +246,102 @@ fn nearest_point_on_a_regular_grid() {
     assert_eq!(g.nearest(0.0, -1.0), Some(90 * 360 + 359));
     assert_eq!(g.nearest(0.0, 359.7), Some(90 * 360));
 }
+
+/// Angle between two points on the unit sphere (radians), as the tests' own nearest oracle.
+fn angle(lat1: f64, lon1: f64, lat2: f64, lon2: f64) -> f64 {
+    let (p1, p2) = (lat1.to_radians(), lat2.to_radians());
+    let h = ((p2 - p1) / 2.0).sin().powi(2)
+        + p1.cos() * p2.cos() * ((lon2 - lon1).to_radians() / 2.0).sin().powi(2);
+    2.0 * h.sqrt().min(1.0).asin()
+}
+
+/// Issue 29: `--points` on Gaussian grids. On synthetic octahedral O32, O320 and O1280 fields
+/// (GRIB2 and GRIB1), on ecCodes' classic reduced N48 and its regular Gaussian sample, the
+/// index found for scattered points (and for the poles, the equator and the date line) is a
+/// grid point at the least distance of any point of the field, by ecCodes' own coordinates
+/// and a brute-force search; the extracted value there is ecCodes' value; the record keeps
+/// the geometry through its bytes.
+#[test]
+fn nearest_point_on_gaussian_grids_is_the_nearest_grid_point() {
+    use haar_grib::jump::{Geometry, tests_support};
+    let value = |i: usize| (i % 997) as f64;
+    let cases: Vec<(&str, Vec<u8>, usize)> = vec![
+        (
+            "O32 GRIB2",
+            tests_support::octahedral("reduced_gg_pl_32_grib2", 32, value),
+            300,
+        ),
+        (
+            "O32 GRIB1",
+            tests_support::octahedral("reduced_gg_pl_32_grib1", 32, value),
+            300,
+        ),
+        (
+            "O320 GRIB2",
+            tests_support::octahedral("reduced_gg_pl_320_grib2", 320, value),
+            60,
+        ),
+        (
+            "O320 GRIB1",
+            tests_support::octahedral("reduced_gg_pl_320_grib1", 320, value),
+            30,
+        ),
+        (
+            "O1280 GRIB2",
+            tests_support::octahedral("reduced_gg_pl_1280_grib2", 1280, value),
+            8,
+        ),
+        ("N48 GRIB2", sample("reduced_gg_pl_48_grib2"), 200),
+        ("regular Gaussian GRIB2", sample("gg_sfc_grib2"), 200),
+    ];
+    let mut seed = 0x2545f4914f6cdd1du64;
+    let mut next = || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed >> 11) as f64 / (1u64 << 53) as f64
+    };
+    for (name, msg, scattered) in cases {
+        let info = JumpInfo::parse(&msg[..]).unwrap();
+        let Some(Geometry::Gaussian(g)) = &info.grid else {
+            panic!("{name}: no Gaussian geometry: {:?}", info.grid);
+        };
+        let again = JumpInfo::from_bytes(&info.to_bytes()).unwrap();
+        assert_eq!(again, info, "{name}: the record keeps the geometry");
+        assert_eq!(
+            g.pl.iter().map(|&p| u64::from(p)).sum::<u64>(),
+            info.points,
+            "{name}"
+        );
+        let (lats, lons) = tests_support::coordinates(&msg);
+        assert_eq!(lats.len() as u64, info.points, "{name}");
+        let values = jump::decode_values(&msg).unwrap();
+        let mut points = vec![
+            (90.0, 0.0),
+            (-90.0, 180.0),
+            (0.0, 0.0),
+            (0.0, 180.0),
+            (10.0, -0.01),
+        ];
+        points.extend((0..scattered).map(|_| (next() * 180.0 - 90.0, next() * 720.0 - 360.0)));
+        for (lat, lon) in points {
+            let i = info.grid.as_ref().unwrap().nearest(lat, lon).unwrap() as usize;
+            let got = angle(lat, lon, lats[i], lons[i]);
+            let best = (0..lats.len())
+                .map(|k| angle(lat, lon, lats[k], lons[k]))
+                .fold(f64::INFINITY, f64::min);
+            assert!(
+                got <= best + 1e-9,
+                "{name}: ({lat}, {lon}) gave index {i} at ({}, {}), {got} rad away; the nearest is {best} rad away",
+                lats[i],
+                lons[i]
+            );
+            let (v, _) = jump::extract_from_message(&msg, &[(i as u64, i as u64 + 1)]).unwrap();
+            assert!(same(&v[0], &values[i..=i]), "{name}: value at {i}");
+        }
+    }
+}
+
+fn sample(name: &str) -> Vec<u8> {
+    std::fs::read(format!("/usr/share/eccodes/samples/{name}.tmpl")).unwrap()
+}

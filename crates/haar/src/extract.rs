@@ -46,7 +46,7 @@ pub enum Selection {
     /// Half-open ranges `[i, j)` of grid indices, as `pygribjump` counts them.
     Ranges(Vec<(u64, u64)>),
     /// Points (latitude, longitude) in degrees, each resolved per field to its nearest grid
-    /// index (regular lat/lon grids only).
+    /// index (regular lat/lon and global Gaussian grids).
     Points(Vec<(f64, f64)>),
 }
 
@@ -78,12 +78,15 @@ fn ranges_of(key: &Key, sel: &Selection, info: Option<&JumpInfo>) -> Result<Vec<
     match sel {
         Selection::Ranges(r) => Ok(r.clone()),
         Selection::Points(points) => {
-            let grid = info.and_then(|i| i.grid).ok_or_else(|| Error::BadRequest {
-                request: key.to_string(),
-                reason: "--points needs a regular lat/lon grid and this field's grid is \
-                         another (reduced, Gaussian, projected): give --ranges of grid indices"
-                    .into(),
-            })?;
+            let grid = info
+                .and_then(|i| i.grid.as_ref())
+                .ok_or_else(|| Error::BadRequest {
+                    request: key.to_string(),
+                    reason: "--points needs a regular lat/lon grid or a global Gaussian grid \
+                         (reduced or regular) and this field's grid is another (limited-area \
+                         Gaussian, projected, unstructured): give --ranges of grid indices"
+                        .into(),
+                })?;
             points
                 .iter()
                 .map(|&(lat, lon)| {
