@@ -14,7 +14,9 @@ use haar_core::{Key, rendezvous};
 
 use crate::backend::FieldBytes;
 use crate::error::{Error, LaneFailures, Result};
-use crate::frontend::{FieldStore, Sink, axes_of, single_key_request};
+use crate::frontend::{FieldStore, Sink};
+use crate::report::single_key_request;
+use crate::store::axes_of;
 use crate::store::{
     Checkpoint, DbStats, Field, PurgeReport, RetrieveReport, Store, StoreOptions, WipeReport,
 };
@@ -520,7 +522,7 @@ impl FieldStore for DistStore {
     fn wipe(&mut self, req: &Request, doit: bool) -> Result<WipeReport> {
         if doit {
             // Checked on every lane first, so that a refusal removes nothing anywhere.
-            crate::frontend::refuse_unowned(req, &self.unowned_files(req)?)?;
+            crate::report::refuse_unowned(req, &self.unowned_files(req)?)?;
         }
         let mut total = WipeReport::default();
         for lane in &mut self.lanes {
@@ -779,7 +781,7 @@ impl FieldStore for SelectStore {
     fn wipe(&mut self, req: &Request, doit: bool) -> Result<WipeReport> {
         if doit {
             // Checked on every route first, so that a refusal removes nothing anywhere.
-            crate::frontend::refuse_unowned(req, &self.unowned_files(req)?)?;
+            crate::report::refuse_unowned(req, &self.unowned_files(req)?)?;
         }
         let mut total = WipeReport::default();
         for (_, s) in &mut self.routes {

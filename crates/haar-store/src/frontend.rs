@@ -6,11 +6,13 @@
 use std::collections::{BTreeMap, BTreeSet};
 
 use haar_core::Key;
-use haar_core::request::{Request, Values};
+use haar_core::request::Request;
 use haar_core::schema::SplitKey;
 
 use crate::backend::FieldBytes;
 use crate::error::{Error, Result};
+pub use crate::report::{is_damage, single_key_request};
+pub use crate::store::axes_of;
 use crate::store::{
     Checkpoint, DbStats, Field, PurgeReport, RetrieveReport, Store, StoreOptions, WipeReport,
 };
@@ -232,14 +234,6 @@ pub fn refuse_unsafe_wipe<S: FieldStore + ?Sized>(
     })
 }
 
-/// Whether a problem that [`FieldStore::problems`] or [`FieldStore::stats`] reports is damage
-/// (an unreadable index, `toc`, commit slot or `db.key`: what it hides may be any field), as
-/// against a note on a database another program wrote under the store's roots (FDB5's), which
-/// haar never reads. A listing with damage is incomplete and faces fail with it (exit 3).
-pub fn is_damage(problem: &str) -> bool {
-    !problem.contains(crate::posix::FDB5_DATABASE)
-}
-
 /// The problems of per-database statistics, each prefixed with its database (as
 /// [`FieldStore::problems`] reports them).
 pub fn problems_of(stats: Vec<DbStats>) -> Vec<String> {
@@ -270,26 +264,6 @@ pub fn pool_space(backend_info: &serde_json::Value, dbs: &[DbStats]) -> Option<s
         "free_waiting_bytes": backend_info["free_waiting_bytes"],
         "other_bytes": used.saturating_sub(live + dead + free),
     }))
-}
-
-/// The values present per keyword among `fields` (empty values left out).
-pub fn axes_of(fields: &[Field]) -> BTreeMap<String, BTreeSet<String>> {
-    let mut axes: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
-    for f in fields {
-        for (k, v) in f.key().iter().filter(|(_, v)| !v.is_empty()) {
-            axes.entry(k.to_string()).or_default().insert(v.to_string());
-        }
-    }
-    axes
-}
-
-/// The request that names exactly one key.
-pub fn single_key_request(key: &Key) -> Request {
-    let mut r = Request::default();
-    for (k, v) in key.iter() {
-        r.set(k, Values::List(vec![v.to_string()]));
-    }
-    r
 }
 
 impl FieldStore for Store {
@@ -359,23 +333,4 @@ impl FieldStore for Store {
     fn problems(&self, req: &Request) -> Result<Vec<String>> {
         Store::problems(self, req)
     }
-}
-
-/// Refuses a wipe with `doit` of databases holding `unowned` files (FDB5's "Cannot fully
-/// wipe unclean FDB database"), naming them; called before anything is removed.
-pub(crate) fn refuse_unowned(req: &Request, unowned: &[std::path::PathBuf]) -> Result<()> {
-    if unowned.is_empty() {
-        return Ok(());
-    }
-    let list: Vec<String> = unowned.iter().map(|p| p.display().to_string()).collect();
-    Err(Error::BadRequest {
-        request: req.to_string(),
-        reason: format!(
-            "cannot fully wipe an unclean database: haar did not write {}; nothing was \
-             wiped. Move them away, or wipe with --unsafe-wipe-all (fdb_wipe's \
-             unsafeWipeAll) to delete them with the database",
-            list.join(", ")
-        )
-        .into(),
-    })
 }

@@ -21,6 +21,7 @@ pub mod memory;
 pub mod perm;
 pub mod pmem;
 pub mod posix;
+mod report;
 pub mod reserve;
 pub mod store;
 mod sys;

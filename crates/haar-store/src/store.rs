@@ -43,6 +43,17 @@ impl Field {
     }
 }
 
+/// The values present per keyword among `fields` (empty values left out).
+pub fn axes_of(fields: &[Field]) -> BTreeMap<String, BTreeSet<String>> {
+    let mut axes: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for f in fields {
+        for (k, v) in f.key().iter().filter(|(_, v)| !v.is_empty()) {
+            axes.entry(k.to_string()).or_default().insert(v.to_string());
+        }
+    }
+    axes
+}
+
 /// The fields a request lists, with their full keys, indexed by the values of the keywords of
 /// the request's combinations (the same keywords in every combination).
 struct PartialMatches {
@@ -625,7 +636,7 @@ impl Store {
 
     /// The values present for each keyword among fields matching `req`.
     pub fn axes(&self, req: &Request) -> Result<BTreeMap<String, BTreeSet<String>>> {
-        Ok(crate::frontend::axes_of(&self.list(req)?))
+        Ok(axes_of(&self.list(req)?))
     }
 
     /// Delivers the verified bytes of the field of each of `keys` to `sink` with its CRC-32C,
@@ -654,7 +665,7 @@ impl Store {
                     continue;
                 }
             }
-            let r = self.retrieve(&crate::frontend::single_key_request(key), &mut sink)?;
+            let r = self.retrieve(&crate::report::single_key_request(key), &mut sink)?;
             report.found += r.found;
             report.bytes += r.bytes;
             if r.found == 0 {
@@ -885,7 +896,7 @@ impl Store {
                     unowned.extend(self.backend.unowned_files(db)?);
                 }
             }
-            crate::frontend::refuse_unowned(req, &unowned)?;
+            crate::report::refuse_unowned(req, &unowned)?;
         }
         if doit {
             // A wipe killed after its commit (the rename) left its directory: finish it, also
@@ -1064,7 +1075,7 @@ impl Store {
         }
         // A database FDB5 wrote is named as such, not as damage (its message says so).
         out.extend(self.backend.damaged_databases().into_iter().map(|why| {
-            if crate::frontend::is_damage(&why) {
+            if crate::report::is_damage(&why) {
                 format!("unreadable database: {why}")
             } else {
                 why
@@ -1096,7 +1107,7 @@ impl Store {
         // match (corruption is never absence).
         out.extend(self.backend.damaged_databases().into_iter().map(|why| {
             DbStats {
-                db: if crate::frontend::is_damage(&why) {
+                db: if crate::report::is_damage(&why) {
                     "(unreadable database)"
                 } else {
                     "(FDB5's database)"
