@@ -227,54 +227,48 @@ fn retrieve(cli: &Cli, a: &RetrieveArgs) -> Result<(), Failure> {
             std::io::stdout().lock(),
         )),
     };
-    let mut missing = Vec::new();
-    let mut damaged = 0;
-    let mut found = 0;
-    let mut bytes = 0;
     // Set when stdout's reader went away mid-field: the store reports the write as an I/O
     // error, but haar then ends quietly (`out_err`).
     let mut output_closed = false;
-    let result = (|| -> Result<(), Failure> {
-        for req in &reqs {
-            let rep = store.retrieve(req, &mut |_, data, _| {
-                sink.write_all(data).map_err(|e| {
-                    output_closed |= e.kind() == std::io::ErrorKind::BrokenPipe;
-                    haar_store::Error::io("write", "output", e)
-                })
-            });
-            let rep = match rep {
-                Err(_) if output_closed => return Err(Failure::output_closed()),
-                rep => rep?,
-            };
-            found += rep.found;
-            bytes += rep.bytes;
-            if !rep.missing.is_empty() {
-                damaged += rep.problems.len();
-            }
-            missing.extend(rep.missing);
-            for p in &rep.problems {
-                eprintln!("haar: warning: {p}");
-            }
-            if !rep.ignored.is_empty() {
-                eprintln!(
-                    "haar: note: keywords not used by the schema were ignored: {}",
-                    rep.ignored.join(", ")
-                );
-            }
+    let result = (|| -> Result<haar::read::Retrieved, Failure> {
+        let got = haar::read::retrieve_into(&*store, &reqs, &mut |_, data, _| {
+            sink.write_all(data).map_err(|e| {
+                output_closed |= e.kind() == std::io::ErrorKind::BrokenPipe;
+                haar_store::Error::io("write", "output", e)
+            })
+        });
+        let got = match got {
+            Err(_) if output_closed => return Err(Failure::output_closed()),
+            got => got?,
+        };
+        for p in &got.problems {
+            eprintln!("haar: warning: {p}");
         }
-        sink.flush().map_err(out_err)
+        if !got.ignored.is_empty() {
+            eprintln!(
+                "haar: note: keywords not used by the schema were ignored: {}",
+                got.ignored.join(", ")
+            );
+        }
+        sink.flush().map_err(out_err)?;
+        Ok(got)
     })();
     drop(sink);
-    if let Err(e) = result {
-        if let Some(t) = tmp.as_ref().filter(|_| !special) {
-            let _ = std::fs::remove_file(t);
+    let got = match result {
+        Ok(got) => got,
+        Err(e) => {
+            if let Some(t) = tmp.as_ref().filter(|_| !special) {
+                let _ = std::fs::remove_file(t);
+            }
+            return Err(e);
         }
-        return Err(e);
-    }
+    };
+    let (found, bytes, missing) = (got.found, got.bytes, got.missing);
     eprintln!("haar: retrieved {found} field(s), {bytes} bytes");
     if !missing.is_empty() {
         note_fdb5_databases(&*store, &reqs);
     }
+    let damaged = !missing.problems.is_empty();
     let refuse = !missing.is_empty() && !a.allow_missing;
     if let (Some(t), Some(out)) = (tmp.as_ref().filter(|_| !special), &a.output) {
         if refuse {
@@ -292,7 +286,7 @@ fn retrieve(cli: &Cli, a: &RetrieveArgs) -> Result<(), Failure> {
     }
     // A request naming no keyword asks for every field; with none in the store the store
     // reports one empty key as missing, which would print as a bare `missing:`.
-    let (unnamed, named): (Vec<&Key>, Vec<&Key>) = missing.iter().partition(|k| k.is_empty());
+    let (unnamed, named): (Vec<&Key>, Vec<&Key>) = missing.keys.iter().partition(|k| k.is_empty());
     if !unnamed.is_empty() {
         eprintln!(
             "haar: nothing to retrieve: the request names no keyword and the store holds no \
@@ -305,19 +299,22 @@ fn retrieve(cli: &Cli, a: &RetrieveArgs) -> Result<(), Failure> {
     if named.len() > 20 {
         eprintln!("haar: … and {} more missing", named.len() - 20);
     }
+    for r in &missing.requests {
+        eprintln!("haar: missing: no flushed field matches {r}");
+    }
     if refuse {
         let no_file = if a.output.is_some() && !special {
             "; no output file written"
         } else {
             ""
         };
-        if damaged > 0 {
+        if damaged {
             // Corruption is never reported as absence: a missing field may be in the damage.
             return Err(Failure::io(format!(
                 "{} requested field(s) missing and the database(s) they belong to are damaged \
                  (the warnings above name the files): they may have been among the damaged \
                  bytes{no_file}",
-                missing.len()
+                missing.keys.len()
             )));
         }
         return Err(Failure::missing(if named.is_empty() {
