@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Staging against cp between tiers, in the same run (issue 15's figures): `haar stage bench`
-# (haar_stage::bench) for files and for fields by request (into one GRIB file; stage-in also
+# (haar_bench::stage) for files and for fields by request (into one GRIB file; stage-in also
 # into a new pmem store, the node-local store NEXTGenIO staged into), stage-in (ext4 standing for the
 # parallel file system -> /dev/shm standing for node-local pmem, with the non-temporal copy
 # limit of the target) and stage-out (/dev/shm -> ext4), then the disk's write rate in the same

@@ -9,6 +9,8 @@
 //!   same run (local, network and GRIB sections).
 //! - [`scale`]: `haar bench --scale`, the cost of archive, open, list and retrieve against
 //!   the number of fields in one database, beside the real FDB5 in the same run.
+//! - [`stage`]: `haar stage bench`, staging (`haar_stage`) against `cp` between the same
+//!   directories.
 //! - [`fdb5`]: the real FDB5 (its C API, loaded at run time) as one more store.
 //!
 //! Shared parts: the synthetic field payload ([`field`], docs/design.md §10.2), the key layout
@@ -34,6 +36,7 @@ pub mod plot;
 pub mod procs;
 pub mod progress;
 pub mod scale;
+pub mod stage;
 pub mod stats;
 pub mod table8;
 pub mod target;

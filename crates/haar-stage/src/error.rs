@@ -154,6 +154,33 @@ impl ErrorClass {
             _ => ErrorClass::Io,
         }
     }
+
+    /// The error a failure of this class, told as `message` by a record or the stage service,
+    /// stands for here; `io` makes the error of the classes without a variant of their own.
+    pub fn error(self, message: String, io: impl FnOnce(String) -> Error) -> Error {
+        match self {
+            ErrorClass::Missing => Error::Missing(message),
+            ErrorClass::Input => Error::Usage(message),
+            ErrorClass::Denied => Error::Denied(message),
+            ErrorClass::Io => io(message),
+        }
+    }
+}
+
+/// By [`name`](ErrorClass::name): the records' and the wire's spelling.
+impl serde::Serialize for ErrorClass {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+/// By [`of_name`](ErrorClass::of_name): a class a newer writer added reads as `io`, so that
+/// its records stay readable.
+impl<'de> serde::Deserialize<'de> for ErrorClass {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let name = <std::borrow::Cow<'de, str>>::deserialize(d)?;
+        Ok(ErrorClass::of_name(&name))
+    }
 }
 
 /// `Result` with [`Error`].

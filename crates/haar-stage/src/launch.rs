@@ -1,6 +1,7 @@
-//! Starting a task's runner: the one place this crate spawns a process that outlives its
-//! caller (a new session, stdin from /dev/null, stdout and stderr into the task's log).
-//! The CLI's `--detach` and the stage service's [`daemon`](crate::daemon) both come here.
+//! Starting a task's runner: the one place haar spawns a process that outlives its caller
+//! (a new session, stdin from /dev/null, stdout and stderr into the task's log). The CLI's
+//! `--detach` and the stage service's [`daemon`](crate::daemon) both come here, and `haar
+//! mount --daemon` takes its new session from [`in_new_session`].
 //!
 //! What the runner's command line looks like is not this crate's: it belongs to the program
 //! whose executable holds the runner entry point (the CLI's hidden `haar stage run`), which
@@ -12,6 +13,9 @@ use std::fs::File;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+
+use crate::error::{Error, Result};
+use crate::task::Stager;
 
 /// What a runner is asked to do: run one task of one journal.
 #[derive(Debug, Clone, Copy)]
@@ -57,17 +61,12 @@ impl Runner {
     }
 }
 
-/// Starts `cmd` in a new session (so it outlives the caller's terminal, job control and the
-/// caller itself), stdin from /dev/null, stdout and stderr into `log`; with `umask`, the
-/// child's umask is set to it (a daemon's own may be anything).
-pub fn spawn_detached(
-    mut cmd: Command,
-    log: File,
-    umask: Option<libc::mode_t>,
-) -> std::io::Result<Child> {
-    cmd.stdin(Stdio::null())
-        .stdout(log.try_clone()?)
-        .stderr(log);
+/// Makes the child `cmd` starts the leader of a new session, so that it outlives the caller's
+/// terminal, job control and the caller itself (a Ctrl-C meant for the caller's shell does
+/// not reach it); with `umask`, the child's umask is set to it (a daemon's own may be
+/// anything). Every process haar starts to outlive its starter comes through here: task
+/// runners ([`spawn_detached`]) and `haar mount --daemon`'s server.
+pub fn in_new_session(cmd: &mut Command, umask: Option<libc::mode_t>) -> &mut Command {
     // SAFETY: setsid and umask are async-signal-safe and touch no memory of the parent.
     unsafe {
         cmd.pre_exec(move || {
@@ -76,19 +75,31 @@ pub fn spawn_detached(
                 libc::umask(mask);
             }
             Ok(())
-        });
+        })
     }
-    cmd.spawn()
 }
 
-impl crate::Stager {
+/// Starts `cmd` [`in_new_session`] (with `umask`), stdin from /dev/null, stdout and stderr
+/// into `log`.
+pub fn spawn_detached(
+    mut cmd: Command,
+    log: File,
+    umask: Option<libc::mode_t>,
+) -> std::io::Result<Child> {
+    in_new_session(&mut cmd, umask)
+        .stdin(Stdio::null())
+        .stdout(log.try_clone()?)
+        .stderr(log)
+        .spawn()
+}
+
+impl Stager {
     /// Runs task `id` (already submitted) in the background: `runner` started in a new
     /// session with this process's environment, its output in the task's `log`. Follow it
-    /// with [`Stager::status`](crate::Stager::status), [`wait`](crate::Stager::wait) or
-    /// [`cancel`](crate::Stager::cancel).
-    pub fn detach(&self, runner: &Runner, id: &str) -> crate::Result<()> {
+    /// with [`Stager::status`], [`wait`](Stager::wait) or [`cancel`](Stager::cancel).
+    pub fn detach(&self, runner: &Runner, id: &str) -> Result<()> {
         let log_path = self.journal.task_dir(id).join("log");
-        let log = File::create(&log_path).map_err(|e| crate::Error::io("create", &log_path, e))?;
+        let log = File::create(&log_path).map_err(|e| Error::io("create", &log_path, e))?;
         let config = match &self.spaces.source {
             haar::ConfigSource::File(c) => Some(c.as_path()),
             _ => None,
@@ -100,7 +111,7 @@ impl crate::Stager {
             registered: None,
         });
         spawn_detached(cmd, log, None)
-            .map_err(|e| crate::Error::io("start the runner", &runner.exe, e))?;
+            .map_err(|e| Error::io("start the runner", &runner.exe, e))?;
         Ok(())
     }
 }

@@ -22,7 +22,6 @@
 //! - [`node`]: a Slurm job's staging on each of its compute nodes (Prolog, TaskProlog,
 //!   Epilog), from the plan the `burst_buffer/lua` hook writes.
 //! - [`placement`]: a workflow's consumer job placed on its producer's nodes (Slurm).
-//! - [`bench`](mod@bench): stage-in against `cp` between the same directories.
 //!
 //! Tasks run in the calling process (the CLI's `--detach` starts a background process that
 //! calls [`Stager::run`]), or in runner processes the per-node [`daemon`] starts.
@@ -56,7 +55,6 @@
 
 #![warn(missing_docs)]
 
-pub mod bench;
 pub mod beneath;
 pub mod copy;
 pub mod daemon;

@@ -402,17 +402,13 @@ fn finished(rec: TaskRecord) -> Result<TaskRecord> {
     if rec.state == State::Done {
         return Ok(rec);
     }
-    let class = ErrorClass::of_name(rec.error_class.as_deref().unwrap_or_default());
     let msg = rec
         .error
         .clone()
         .unwrap_or_else(|| format!("task {} ended {:?}", rec.id, rec.state));
-    Err(match class {
-        ErrorClass::Missing => Error::Missing(msg),
-        ErrorClass::Input => Error::Usage(msg),
-        ErrorClass::Denied => Error::Denied(msg),
-        _ => Error::io("stage", Path::new(&rec.dst), std::io::Error::other(msg)),
-    })
+    Err(rec.error_class.unwrap_or(ErrorClass::Io).error(msg, |msg| {
+        Error::io("stage", Path::new(&rec.dst), std::io::Error::other(msg))
+    }))
 }
 
 fn run_task(st: &Stager, spec: &TaskSpec) -> Result<TaskRecord> {

@@ -14,8 +14,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use serde::{Deserialize, Serialize};
 
 use crate::copy::{self, Monitor, Progress};
-use crate::dataspace::{Dataspaces, Endpoint, Object};
-use crate::error::{Error, Result};
+use crate::dataspace::{Dataspace, Dataspaces, Endpoint, Object};
+use crate::error::{Error, ErrorClass, Result};
 use crate::eta::{Eta, Phase};
 use crate::journal::{self, Journal, TASK_MAGIC};
 
@@ -159,7 +159,7 @@ pub struct TaskRecord {
     pub error: Option<String>,
     /// What kind of failure: `missing` (the source is not there), `input` (a wrong endpoint,
     /// option or input file), `denied`, or `io` (storage, checksum, anything else).
-    pub error_class: Option<String>,
+    pub error_class: Option<ErrorClass>,
 }
 
 impl TaskRecord {
@@ -374,7 +374,7 @@ impl Stager {
             rec.state = State::Failed;
             rec.finished = Some(now());
             rec.error = Some(why.to_string());
-            rec.error_class = Some("io".into());
+            rec.error_class = Some(ErrorClass::Io);
             self.save(&rec)?;
         }
         Ok(())
@@ -457,7 +457,7 @@ impl Stager {
             }
             Err(e) => {
                 rec.state = State::Failed;
-                rec.error_class = Some(e.class().name().into());
+                rec.error_class = Some(e.class());
                 rec.error = Some(e.to_string());
             }
         }
@@ -521,7 +521,7 @@ impl Stager {
             };
             if !matches!(
                 self.spaces.spaces.get(&e.space),
-                Some(crate::Dataspace::Posix { .. })
+                Some(Dataspace::Posix { .. })
             ) {
                 continue;
             }

@@ -109,30 +109,48 @@ pub struct Connect {
     pub token_file: Option<PathBuf>,
 }
 
+impl Connect {
+    /// The stage service's socket: the one given, else [`daemon::DEFAULT_SOCKET`].
+    pub fn socket(&self) -> PathBuf {
+        self.socket
+            .clone()
+            .unwrap_or_else(|| daemon::DEFAULT_SOCKET.into())
+    }
+}
+
 /// The stage service when one answers (see [`Connect`]), else this process with what `local`
 /// makes (called only then).
 pub fn connect(to: &Connect, local: impl FnOnce() -> Result<Local>) -> Result<Box<dyn Tasks>> {
     if !to.in_process {
-        let socket = to
-            .socket
-            .clone()
-            .unwrap_or_else(|| daemon::DEFAULT_SOCKET.into());
+        let socket = to.socket();
         match Client::connect(&socket) {
-            Ok(mut c) => {
-                c.token = to.token_file.as_deref().map(read_token).transpose()?;
-                return Ok(Box::new(c));
-            }
+            Ok(c) => return Ok(Box::new(with_token(c, to)?)),
             Err(e) if to.socket.is_some() => {
-                return Err(Error::Service(format!(
-                    "{e}: is `haar stage daemon --socket {}` running? (--no-daemon runs tasks \
-                     here)",
-                    socket.display()
-                )));
+                return Err(not_running(&e, &socket, " (--no-daemon runs tasks here)"));
             }
             Err(_) => {}
         }
     }
     Ok(Box::new(local()?))
+}
+
+/// The stage service on `to`'s socket, which must answer: what admin operations go through.
+pub fn service(to: &Connect) -> Result<Client> {
+    let socket = to.socket();
+    let c = Client::connect(&socket).map_err(|e| not_running(&e, &socket, ""))?;
+    with_token(c, to)
+}
+
+fn with_token(mut c: Client, to: &Connect) -> Result<Client> {
+    c.token = to.token_file.as_deref().map(read_token).transpose()?;
+    Ok(c)
+}
+
+fn not_running(e: &Error, socket: &std::path::Path, hint: &str) -> Error {
+    Error::Service(format!(
+        "{e}: is `haar stage daemon --socket {}` running?{hint}",
+        socket.display()
+    ))
 }
 
 /// The admin token in a token file (its first line), for sending; unlike

@@ -2,7 +2,6 @@
 //! system lives there.
 
 use std::io::{BufRead, BufReader, Write};
-use std::os::unix::process::CommandExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 
@@ -192,14 +191,9 @@ fn daemonise(metrics: bool) -> Result<(), Failure> {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    // SAFETY: setsid is async-signal-safe; it detaches the server from the terminal's
-    // process group so that a Ctrl-C meant for the shell does not reach it.
-    unsafe {
-        cmd.pre_exec(|| {
-            libc::setsid();
-            Ok(())
-        });
-    }
+    // Out of the terminal's process group, so that a Ctrl-C meant for the shell does not
+    // reach the server.
+    haar_stage::launch::in_new_session(&mut cmd, None);
     let mut child = cmd
         .spawn()
         .map_err(|e| Failure::io(format!("cannot start haar mount: {e}")))?;

@@ -7,7 +7,7 @@ mod show;
 
 use std::time::Duration;
 
-use haar_stage::daemon::{self, Client, Daemon, DaemonConfig, Request};
+use haar_stage::daemon::{self, Daemon, DaemonConfig, Request};
 use haar_stage::launch::Runner;
 use haar_stage::persist::{self, Op};
 use haar_stage::tasks::{self, Connect, Local};
@@ -15,10 +15,12 @@ use haar_stage::{Dataspace, Dataspaces, Direction, ErrorClass, Journal, Stager, 
 
 pub use self::args::StageArgs;
 use self::args::{
-    AdminOp, BenchArgs, DaemonArgs, JobNodeArgs, NodeOp, PersistOp, StageAction, SubmitArgs,
-    runner_argv,
+    AdminOp, DaemonArgs, JobNodeArgs, NodeOp, PersistOp, StageAction, SubmitArgs, runner_argv,
 };
-use self::show::{outcome, print_record, print_records, progress_bar, show_progress};
+use self::show::{
+    outcome, print_persist_outcome, print_persisted, print_rates, print_record, print_records,
+    print_reply, print_teardown, progress_bar, show_progress,
+};
 use crate::Failure;
 use crate::args::Cli;
 
@@ -61,11 +63,13 @@ pub(super) fn by_class(class: ErrorClass, message: String) -> Failure {
     }
 }
 
-/// The stage service's socket: --socket, else the default.
-fn socket_of(a: &StageArgs) -> std::path::PathBuf {
-    a.socket
-        .clone()
-        .unwrap_or_else(|| daemon::DEFAULT_SOCKET.into())
+/// Where tasks and admin operations go, as the options say; the library picks the way.
+fn connect_to(a: &StageArgs) -> Connect {
+    Connect {
+        in_process: a.no_daemon || a.journal.is_some(),
+        socket: a.socket.clone(),
+        token_file: a.token_file.clone(),
+    }
 }
 
 /// Runs `haar stage`.
@@ -74,6 +78,7 @@ pub fn run(cli: &Cli, a: &StageArgs) -> Result<(), Failure> {
         StageAction::Daemon(d) => return serve(cli, a, d),
         StageAction::Admin { op } => return admin(a, op),
         StageAction::Submit(s) => return submit_after(s),
+        #[cfg(feature = "tools")]
         StageAction::Bench(b) => return bench(b),
         StageAction::Node { op } => return node(cli, a, op),
         StageAction::In(_)
@@ -89,26 +94,7 @@ pub fn run(cli: &Cli, a: &StageArgs) -> Result<(), Failure> {
         StageAction::Resume(r) => execute(&st, a, &r.task, r.quiet),
         StageAction::Run(t) => execute(&st, a, &t.task, true),
         StageAction::Teardown { tasks } => teardown(&st, a, tasks),
-        StageAction::Rates => {
-            let rates = st.journal.rates();
-            if a.json {
-                return outln!(
-                    "{}",
-                    serde_json::to_string_pretty(&rates).expect("serialise")
-                );
-            }
-            for (pair, r) in &rates.pairs {
-                outln!(
-                    "{pair}: {} task(s), {:.1} MiB in {:.2} s, mean {:.1} MiB/s, last {:.1} MiB/s",
-                    r.tasks,
-                    r.bytes as f64 / (1 << 20) as f64,
-                    r.seconds,
-                    r.mean().unwrap_or(0.0) / (1 << 20) as f64,
-                    r.last_rate / (1 << 20) as f64
-                )?;
-            }
-            Ok(())
-        }
+        StageAction::Rates => print_rates(&st.journal.rates(), a.json),
         StageAction::Persist { op } => persist_cmd(&st, a, op),
         _ => {
             unreachable!("handled above")
@@ -196,9 +182,10 @@ fn node(cli: &Cli, a: &StageArgs, op: &NodeOp) -> Result<(), Failure> {
     }
 }
 
-/// `haar stage bench`: `haar_stage::bench` between two directories, with the host and its load.
-fn bench(b: &BenchArgs) -> Result<(), Failure> {
-    let v = haar_stage::bench::report(&haar_stage::bench::Plan {
+/// `haar stage bench`: `haar_bench::stage` between two directories, with the host and its load.
+#[cfg(feature = "tools")]
+fn bench(b: &self::args::BenchArgs) -> Result<(), Failure> {
+    let v = haar_bench::stage::report(&haar_bench::stage::Plan {
         from: b.from.clone(),
         to: b.to.clone(),
         bytes: b.mib << 20,
@@ -221,7 +208,7 @@ fn bench(b: &BenchArgs) -> Result<(), Failure> {
 
 /// `haar stage daemon`: binds the socket, resumes what a previous daemon left, serves.
 fn serve(cli: &Cli, a: &StageArgs, d: &DaemonArgs) -> Result<(), Failure> {
-    let socket = socket_of(a);
+    let socket = connect_to(a).socket();
     let admin_token = d
         .admin_token_file
         .as_deref()
@@ -275,19 +262,7 @@ fn serve(cli: &Cli, a: &StageArgs, d: &DaemonArgs) -> Result<(), Failure> {
 
 /// `haar stage admin …`: always through the service.
 fn admin(a: &StageArgs, op: &AdminOp) -> Result<(), Failure> {
-    let socket = socket_of(a);
-    let mut c = Client::connect(&socket).map_err(|e| {
-        Failure::io(format!(
-            "{e}: is `haar stage daemon --socket {}` running?",
-            socket.display()
-        ))
-    })?;
-    c.token = a
-        .token_file
-        .as_deref()
-        .map(tasks::read_token)
-        .transpose()
-        .map_err(fail)?;
+    let mut c = tasks::service(&connect_to(a)).map_err(fail)?;
     let req = match op {
         AdminOp::Register { name, kind, path } => Request::Register {
             name: name.clone(),
@@ -298,7 +273,7 @@ fn admin(a: &StageArgs, op: &AdminOp) -> Result<(), Failure> {
             name: name.clone(),
             token: None,
         },
-        AdminOp::Drain { .. } => Request::Drain { token: None },
+        AdminOp::Drain { wait } => return print_reply(c.drain(*wait).map_err(fail)?),
         AdminOp::Undrain => Request::Undrain { token: None },
         AdminOp::Purge { user } => Request::Purge {
             user: user.clone(),
@@ -309,28 +284,13 @@ fn admin(a: &StageArgs, op: &AdminOp) -> Result<(), Failure> {
             return print_records(&all, a.json);
         }
     };
-    let mut v = c.call(req).map_err(fail)?;
-    if let AdminOp::Drain { wait: true } = op {
-        while v["running"].as_u64().unwrap_or(0) > 0 {
-            std::thread::sleep(Duration::from_millis(200));
-            v = c.call(Request::Hello { token: None }).map_err(fail)?;
-        }
-    }
-    if let Some(o) = v.as_object_mut() {
-        o.remove("ok");
-    }
-    outln!("{v}")
+    print_reply(c.call(req).map_err(fail)?)
 }
 
 /// in/out/copy/status/wait/cancel: the same verbs wherever the tasks run (the library
 /// picks: the stage service when it answers, else this process).
 fn task_verb(cli: &Cli, a: &StageArgs) -> Result<(), Failure> {
-    let to = Connect {
-        in_process: a.no_daemon || a.journal.is_some(),
-        socket: a.socket.clone(),
-        token_file: a.token_file.clone(),
-    };
-    let mut tasks = tasks::connect(&to, || {
+    let mut tasks = tasks::connect(&connect_to(a), || {
         Ok(Local {
             stager: stager(cli, a)?,
             argv: runner_argv,
@@ -398,44 +358,13 @@ fn execute(st: &Stager, a: &StageArgs, id: &str, quiet: bool) -> Result<(), Fail
 }
 
 fn teardown(st: &Stager, a: &StageArgs, prefix: &str) -> Result<(), Failure> {
-    let haar_stage::Teardown {
-        removed,
-        kept_persisted: kept,
-    } = st.teardown_of(prefix).map_err(fail)?;
-    if a.json {
-        outln!(
-            "{}",
-            serde_json::json!({"removed": removed, "kept_persisted": kept})
-        )
-    } else {
-        for p in &removed {
-            outln!("removed {}", p.display())?;
-        }
-        for p in &kept {
-            outln!("kept {} (persisted)", p.display())?;
-        }
-        Ok(())
-    }
+    print_teardown(&st.teardown_of(prefix).map_err(fail)?, a.json)
 }
 
 fn persist_cmd(st: &Stager, a: &StageArgs, op: &PersistOp) -> Result<(), Failure> {
     let (op, loc, user) = match op {
         PersistOp::List => {
-            let all = persist::list(&st.spaces).map_err(fail)?;
-            if a.json {
-                return outln!("{}", serde_json::to_string_pretty(&all).expect("serialise"));
-            }
-            for p in &all {
-                outln!(
-                    "{} {} owner={} node={} shared_with={:?}",
-                    p.endpoint,
-                    p.path.display(),
-                    p.owner,
-                    p.node.as_deref().unwrap_or("?"),
-                    p.shared_with
-                )?;
-            }
-            return Ok(());
+            return print_persisted(&persist::list(&st.spaces).map_err(fail)?, a.json);
         }
         PersistOp::Init => {
             for dir in persist::init(&st.spaces).map_err(fail)? {
@@ -449,17 +378,5 @@ fn persist_cmd(st: &Stager, a: &StageArgs, op: &PersistOp) -> Result<(), Failure
         PersistOp::Unshare { location, user } => (Op::Unshare, location, Some(user.as_str())),
     };
     let rec = persist::apply(&st.spaces, op, loc, user).map_err(fail)?;
-    if a.json {
-        outln!("{}", serde_json::to_string_pretty(&rec).expect("serialise"))
-    } else {
-        match rec {
-            Some(p) => outln!(
-                "{} persisted, owner {}, shared with {:?}",
-                p.endpoint,
-                p.owner,
-                p.shared_with
-            ),
-            None => outln!("{loc} deleted"),
-        }
-    }
+    print_persist_outcome(rec.as_ref(), loc, a.json)
 }

@@ -67,12 +67,10 @@ impl Client {
             return Ok(v);
         }
         let msg = v["error"].as_str().unwrap_or("refused").to_string();
-        Err(match v["class"].as_str().map(ErrorClass::of_name) {
-            Some(ErrorClass::Missing) => Error::Missing(msg),
-            Some(ErrorClass::Input) => Error::Usage(msg),
-            Some(ErrorClass::Denied) => Error::Denied(msg),
-            _ => Error::Service(msg),
-        })
+        let class = v["class"]
+            .as_str()
+            .map_or(ErrorClass::Io, ErrorClass::of_name);
+        Err(class.error(msg, Error::Service))
     }
 
     /// Submits a task; returns its record.
@@ -114,6 +112,17 @@ impl Client {
             token: None,
         })?;
         record(&v["task"])
+    }
+
+    /// Drains the service (an admin operation): it takes no new tasks; with `wait`, returns
+    /// once none of its tasks runs (polled every 200 ms). The reply says how many run.
+    pub fn drain(&mut self, wait: bool) -> Result<Value> {
+        let mut v = self.call(Request::Drain { token: None })?;
+        while wait && v["running"].as_u64().unwrap_or(0) > 0 {
+            std::thread::sleep(Duration::from_millis(200));
+            v = self.call(Request::Hello { token: None })?;
+        }
+        Ok(v)
     }
 
     /// Polls the task every 100 ms until it is final (or `timeout`), telling `progress`.

@@ -14,7 +14,10 @@
 //! - `codec`: the wire format, `HAAR-STAGE/1 {json}` lines, and the [`Request`]s they carry;
 //! - `peer`: who is at the other end of the socket, as the kernel says;
 //! - `tokens`: the admin token, read from its file and compared in constant time;
-//! - `server`: the [`Daemon`], its state directory, [`Limits`] and runners;
+//! - `server`: the [`Daemon`], its socket, and the connections it admits within [`Limits`];
+//! - `requests`: what it answers to each [`Request`], and who may ask;
+//! - `state`: its state directory (per-user journals, registered dataspaces, drain mark);
+//! - `runners`: the runner process of each task, under the task's user;
 //! - `client`: the [`Client`] the CLI uses;
 //! - `metrics`: what the service counts, shown by [`Daemon::serve_metrics`].
 
@@ -24,13 +27,17 @@ mod client;
 mod codec;
 mod metrics;
 mod peer;
+mod requests;
+mod runners;
 mod server;
+mod state;
 mod tokens;
 
 pub use client::Client;
 pub use codec::Request;
 pub use peer::Peer;
-pub use server::{Daemon, DaemonConfig, Limits, add_registered, bind};
+pub use server::{Daemon, DaemonConfig, Limits, bind};
+pub use state::add_registered;
 pub use tokens::{read_token_file, token_of};
 
 /// Where the daemon listens unless told otherwise.

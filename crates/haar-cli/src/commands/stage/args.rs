@@ -187,6 +187,7 @@ pub enum StageAction {
     },
     /// Measure staging against `cp` between two directories in the same run (files, and
     /// fields by request out of a haar store), with the ETA error at 10%; prints JSON.
+    #[cfg(feature = "tools")]
     Bench(BenchArgs),
     /// Internal: the background runner of `--detach` and of the stage service; called as
     /// [`runner_argv`] says.
@@ -314,7 +315,8 @@ pub struct SubmitArgs {
     pub sbatch_args: Vec<String>,
 }
 
-/// `haar stage bench` options.
+/// `haar stage bench` options (a tool: the `tools` feature).
+#[cfg(feature = "tools")]
 #[derive(Debug, Args)]
 pub struct BenchArgs {
     /// Where the sources are written (the tier staged from).

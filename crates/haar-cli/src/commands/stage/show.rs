@@ -1,7 +1,10 @@
-//! How `haar stage` shows tasks: records as text or JSON, the progress bar, and the exit
-//! status a final record calls for.
+//! How `haar stage` shows what the library answers: task records as text or JSON, the
+//! progress bar, the exit status a final record calls for, the rates, teardowns, persisted
+//! data and the stage service's admin replies.
 
-use haar_stage::{ErrorClass, State, TaskRecord};
+use haar_stage::journal::Rates;
+use haar_stage::persist::Persisted;
+use haar_stage::{ErrorClass, State, TaskRecord, Teardown};
 
 use super::by_class;
 use crate::Failure;
@@ -63,10 +66,7 @@ pub(super) fn outcome(rec: &TaskRecord) -> Result<(), Failure> {
     };
     match rec.state {
         State::Done => Ok(()),
-        State::Failed => Err(by_class(
-            ErrorClass::of_name(rec.error_class.as_deref().unwrap_or_default()),
-            msg(),
-        )),
+        State::Failed => Err(by_class(rec.error_class.unwrap_or(ErrorClass::Io), msg())),
         State::Interrupted => Err(Failure::io(format!(
             "task {} was interrupted (its runner died): `haar stage resume {}`",
             rec.id, rec.id
@@ -110,4 +110,89 @@ pub(super) fn print_record(r: &TaskRecord, json: bool) -> Result<(), Failure> {
     } else {
         outln!("{}", summary(r))
     }
+}
+
+pub(super) fn print_rates(rates: &Rates, json: bool) -> Result<(), Failure> {
+    if json {
+        return outln!(
+            "{}",
+            serde_json::to_string_pretty(rates).expect("serialise")
+        );
+    }
+    for (pair, r) in &rates.pairs {
+        outln!(
+            "{pair}: {} task(s), {:.1} MiB in {:.2} s, mean {:.1} MiB/s, last {:.1} MiB/s",
+            r.tasks,
+            r.bytes as f64 / (1 << 20) as f64,
+            r.seconds,
+            r.mean().unwrap_or(0.0) / (1 << 20) as f64,
+            r.last_rate / (1 << 20) as f64
+        )?;
+    }
+    Ok(())
+}
+
+pub(super) fn print_teardown(t: &Teardown, json: bool) -> Result<(), Failure> {
+    let Teardown {
+        removed,
+        kept_persisted: kept,
+    } = t;
+    if json {
+        return outln!(
+            "{}",
+            serde_json::json!({"removed": removed, "kept_persisted": kept})
+        );
+    }
+    for p in removed {
+        outln!("removed {}", p.display())?;
+    }
+    for p in kept {
+        outln!("kept {} (persisted)", p.display())?;
+    }
+    Ok(())
+}
+
+pub(super) fn print_persisted(all: &[Persisted], json: bool) -> Result<(), Failure> {
+    if json {
+        return outln!("{}", serde_json::to_string_pretty(all).expect("serialise"));
+    }
+    for p in all {
+        outln!(
+            "{} {} owner={} node={} shared_with={:?}",
+            p.endpoint,
+            p.path.display(),
+            p.owner,
+            p.node.as_deref().unwrap_or("?"),
+            p.shared_with
+        )?;
+    }
+    Ok(())
+}
+
+/// What `persist store|share|unshare|delete` left: the record, or none (`loc` deleted).
+pub(super) fn print_persist_outcome(
+    rec: Option<&Persisted>,
+    loc: &str,
+    json: bool,
+) -> Result<(), Failure> {
+    if json {
+        return outln!("{}", serde_json::to_string_pretty(&rec).expect("serialise"));
+    }
+    match rec {
+        Some(p) => outln!(
+            "{} persisted, owner {}, shared with {:?}",
+            p.endpoint,
+            p.owner,
+            p.shared_with
+        ),
+        None => outln!("{loc} deleted"),
+    }
+}
+
+/// A stage service's admin reply, without its `ok`.
+pub(super) fn print_reply(mut v: serde_json::Value) -> Result<(), Failure> {
+    if let Some(o) = v.as_object_mut() {
+        o.remove("ok");
+    }
+    outln!("{v}")
 }

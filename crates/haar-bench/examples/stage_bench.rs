@@ -1,7 +1,7 @@
-//! Prints `haar_stage::bench::stage_vs_cp` as JSON: stage-in of about 1 GiB of files against
+//! Prints `haar_bench::stage::stage_vs_cp` as JSON: stage-in of about 1 GiB of files against
 //! `cp -r` between the same directories, and the ETA error at 10% progress.
 //!
-//! `cargo run --release -p haar-stage --example stage_bench -- [DIR] [MIB] [FILE_MIB] [ROUNDS]`
+//! `cargo run --release -p haar-bench --example stage_bench -- [DIR] [MIB] [FILE_MIB] [ROUNDS]`
 //! (defaults: a temporary directory under /tmp, 1024, 16, 3).
 
 fn main() {
@@ -12,7 +12,7 @@ fn main() {
         .prefix("haar-stage-bench")
         .tempdir_in(base)
         .expect("temporary directory");
-    let r = haar_stage::bench::stage_vs_cp(
+    let r = haar_bench::stage::stage_vs_cp(
         dir.path(),
         num(1, 1024) << 20,
         num(2, 16) << 20,

@@ -16,10 +16,9 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use crate::dataspace::{Dataspace, Dataspaces};
-use crate::error::{Error, Result};
-use crate::journal::Journal;
-use crate::task::{Direction, Mapping, Stager, State, TaskSpec};
+use haar_stage::{
+    Dataspace, Dataspaces, Direction, Error, Journal, Mapping, Result, Stager, State, TaskSpec,
+};
 
 /// The figures of one run (medians over the rounds).
 #[derive(Debug, Clone, Serialize)]
