@@ -7,9 +7,10 @@ use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 use crate::dataspace::Dataspace;
+use crate::error::ErrorClass;
 use crate::task::TaskSpec;
 
 /// The protocol version this code speaks.
@@ -252,6 +253,11 @@ pub(crate) fn read_line(r: &mut impl BufRead) -> std::io::Result<Option<String>>
     String::from_utf8(buf)
         .map(Some)
         .map_err(|_| std::io::Error::new(std::io::ErrorKind::InvalidData, "a line not in UTF-8"))
+}
+
+/// The reply refusing a request: its class and why.
+pub(super) fn refusal(class: ErrorClass, message: &str) -> Value {
+    json!({"ok": false, "class": class.name(), "error": message})
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::codec::{PROTOCOL_VERSION, Request};
+use super::codec::{PROTOCOL_VERSION, Request, refusal};
 use super::peer::Peer;
 use super::server::Daemon;
 use super::state::init_registries;
@@ -219,9 +219,4 @@ impl Daemon {
             }
         }
     }
-}
-
-/// The reply refusing a request: its class and why.
-pub(super) fn refusal(class: ErrorClass, message: &str) -> Value {
-    json!({"ok": false, "class": class.name(), "error": message})
 }

@@ -5,21 +5,18 @@
 
 use std::collections::BTreeMap;
 use std::io::{BufReader, Write};
-use std::os::unix::fs::PermissionsExt;
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::os::unix::net::{UnixListener, UnixStream};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::codec::{Request, decode_line, encode_line, read_request};
+use super::codec::{Request, decode_line, encode_line, read_request, refusal};
 use super::metrics::{Refusal, StageMetrics};
 use super::peer::{Peer, peer_of};
-use super::requests::refusal;
-use super::state::{init_registries, load_registered, mkdir};
 use crate::dataspace::{Dataspace, Dataspaces};
 use crate::error::{Error, ErrorClass, Result};
-use crate::identity::euid;
 use crate::launch::{Runner, RunnerArgv};
 
 /// What keeps the service up whatever its users do (design §13.5): every connection costs a
@@ -101,22 +98,14 @@ impl Daemon {
         Daemon::open_with(cfg, |_| Vec::new())
     }
 
-    /// Opens (creating) the state directory and loads the registered dataspaces. Each task's
-    /// runner is `cfg.runner` called with `argv`.
-    pub fn open_with(cfg: DaemonConfig, argv: RunnerArgv) -> Result<Arc<Daemon>> {
-        mkdir(&cfg.state.join("users"), 0o755)?;
-        let registered = load_registered(&cfg.state)?;
-        // The persist registries are root's (crate::persist): made here, before any user
-        // could make one. A dataspace whose root root cannot write (a root-squashed shared
-        // file system) keeps working without one.
-        if euid() == 0 {
-            let mut spaces = cfg.spaces.clone();
-            for (k, v) in &registered {
-                spaces.spaces.entry(k.clone()).or_insert_with(|| v.clone());
-            }
-            init_registries(&spaces);
-        }
-        Ok(Arc::new(Daemon {
+    /// The daemon of `cfg`, whose state directory holds `registered`; each task's runner is
+    /// `cfg.runner` called with `argv` ([`Daemon::open_with`] opens the directory first).
+    pub(super) fn new(
+        cfg: DaemonConfig,
+        argv: RunnerArgv,
+        registered: BTreeMap<String, Dataspace>,
+    ) -> Arc<Daemon> {
+        Arc::new(Daemon {
             runner: Runner {
                 exe: cfg.runner.clone(),
                 argv,
@@ -127,7 +116,7 @@ impl Daemon {
             open: Mutex::default(),
             metrics: Arc::default(),
             next_conn: AtomicU64::new(1),
-        }))
+        })
     }
 
     /// The socket path.
@@ -337,7 +326,11 @@ impl haar_net::metrics::Exposition for Daemon {
 /// stale one nobody answers on; refuses when another daemon answers there.
 pub fn bind(socket: &Path) -> Result<UnixListener> {
     if let Some(parent) = socket.parent() {
-        mkdir(parent, 0o755)?;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o755)
+            .create(parent)
+            .map_err(|e| Error::io("create", parent, e))?;
     }
     if socket.exists() {
         if UnixStream::connect(socket).is_ok() {

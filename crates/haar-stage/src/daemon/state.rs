@@ -6,15 +6,17 @@
 use std::collections::BTreeMap;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
 use super::metrics::STATES;
-use super::server::Daemon;
+use super::server::{Daemon, DaemonConfig};
 use crate::dataspace::{Dataspace, Dataspaces};
 use crate::error::{Error, Result};
 use crate::identity::{as_user, euid};
 use crate::journal::{self, Journal};
+use crate::launch::RunnerArgv;
 use crate::task::{Stager, State};
 
 /// Magic word of the registered-dataspaces record.
@@ -51,6 +53,24 @@ pub(super) fn mkdir(path: &Path, mode: u32) -> Result<()> {
 }
 
 impl Daemon {
+    /// Opens (creating) the state directory and loads the registered dataspaces. Each task's
+    /// runner is `cfg.runner` called with `argv`.
+    pub fn open_with(cfg: DaemonConfig, argv: RunnerArgv) -> Result<Arc<Daemon>> {
+        mkdir(&cfg.state.join("users"), 0o755)?;
+        let registered = load_registered(&cfg.state)?;
+        // The persist registries are root's (crate::persist): made here, before any user
+        // could make one. A dataspace whose root root cannot write (a root-squashed shared
+        // file system) keeps working without one.
+        if euid() == 0 {
+            let mut spaces = cfg.spaces.clone();
+            for (k, v) in &registered {
+                spaces.spaces.entry(k.clone()).or_insert_with(|| v.clone());
+            }
+            init_registries(&spaces);
+        }
+        Ok(Daemon::new(cfg, argv, registered))
+    }
+
     pub(super) fn draining(&self) -> bool {
         self.cfg.state.join("draining").exists()
     }
