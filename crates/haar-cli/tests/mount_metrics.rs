@@ -27,7 +27,9 @@ const HAAR: &str = env!("CARGO_BIN_EXE_haar");
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+    SERIAL
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// A running `haar … mount --metrics 127.0.0.1:0 --log-format json MNT`, unmounted on drop.
