@@ -161,7 +161,7 @@ pub fn damage_of(damaged: &[String], what: &str) -> Option<Error> {
 }
 
 /// The one field `req` names, lent by the store (pmem: the pool mapping), when the store can
-/// lend and the request names exactly one complete key that is flushed ([`one_key`]). `None`
+/// lend and the request names exactly one complete key that is flushed (`one_key`). `None`
 /// sends the caller the general way (which also reports what is missing). The one rule for
 /// every face: C's `haar_retrieve` and `fdb_retrieve` and Python's `retrieve` lend the same
 /// requests.
