@@ -844,7 +844,10 @@ fn problems_come_from_the_servers_store_without_stats() {
     // A new connection: each has its own store handle, which reads the catalogue afresh.
     let ro = RemoteStore::connect(&addr, &cfg(RO)).unwrap();
     let got = ro.problems(&all).unwrap();
-    assert_eq!(got, expected);
+    let on_server: Vec<String> = (expected.iter())
+        .map(|p| format!("server {addr}: {p}"))
+        .collect();
+    assert_eq!(got, on_server);
     assert_eq!(problems.load(Ordering::SeqCst), 2);
     assert_eq!(
         stats.load(Ordering::SeqCst),
@@ -955,7 +958,9 @@ fn problems_from_a_server_that_predates_them_come_from_stats() {
     let got = c.problems(&Request::parse("class=od").unwrap()).unwrap();
     assert_eq!(
         got,
-        vec!["database class=od: index segment 2: crc mismatch"]
+        vec![format!(
+            "server {addr}: database class=od: index segment 2: crc mismatch"
+        )]
     );
     drop(c);
     assert_eq!(

@@ -344,15 +344,18 @@ pub fn info(cli: &Cli, a: &InfoArgs) -> Result<(), Failure> {
     for req in open::requests(a.request.as_deref())? {
         dbs.extend(store.stats(&req)?);
     }
+    // Damage on a server is never a clean exit either (design §8, "Damage in replies").
+    let damage = || super::damage_is_failure(dbs.iter().flat_map(|d| &d.problems), "this report");
     if a.json {
         let v = json!({"version": env!("CARGO_PKG_VERSION"), "frontend": store.describe(), "databases": dbs});
         outln!("{}", serde_json::to_string_pretty(&v).expect("json"))?;
-        return Ok(());
+        return damage();
     }
     outln!("haar {}", env!("CARGO_PKG_VERSION"))?;
     outln!("front-end: {}", store.describe())?;
     outln!("databases: {}", dbs.len())?;
-    super::print_databases(&dbs)
+    super::print_databases(&dbs)?;
+    damage()
 }
 
 /// `haar cluster --servers N --root DIR`: N local servers for development, stopped when stdin

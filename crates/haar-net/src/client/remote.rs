@@ -268,6 +268,22 @@ impl RemoteStore {
         Ok(())
     }
 
+    /// One STATS round trip: the statistics as the server's store gave them.
+    fn server_stats(&self, req: &Request) -> Result<Vec<DbStats>> {
+        let end: StatsEnd = self.call(
+            Kind::Stats,
+            &Self::request_meta(req, false),
+            &mut Self::no_fields,
+        )?;
+        Ok(end.databases.into_iter().map(DbStats::from).collect())
+    }
+
+    /// A problem the server's store reported (its database and a file on the server's
+    /// machine), attributed to this server: damage must say where to look (design §8).
+    fn on_server(&self, problem: String) -> String {
+        format!("server {}: {problem}", self.addr)
+    }
+
     /// Streams an event for every field matching `req` flushed on this server: first those
     /// already flushed, then each new flush, until dropped. Uses a connection of its own.
     pub fn watch(&self, req: &Request) -> Result<Watch> {
@@ -500,18 +516,21 @@ impl FieldStore for RemoteStore {
         })
     }
 
+    /// Each database's problems name this server (design §8, "Damage in replies").
     fn stats(&self, req: &Request) -> Result<Vec<DbStats>> {
-        let end: StatsEnd = self.call(
-            Kind::Stats,
-            &Self::request_meta(req, false),
-            &mut Self::no_fields,
-        )?;
-        Ok(end.databases.into_iter().map(DbStats::from).collect())
+        Ok(self
+            .server_stats(req)?
+            .into_iter()
+            .map(|mut s| {
+                s.problems = s.problems.into_iter().map(|p| self.on_server(p)).collect();
+                s
+            })
+            .collect())
     }
 
     /// One PROBLEMS round trip: the server asks its store for the damage only, without
     /// counting fields. A server that predates PROBLEMS answers ERROR for the kind; then the
-    /// problems come from STATS, as they did before.
+    /// problems come from STATS, as they did before. Either way each names this server.
     fn problems(&self, req: &Request) -> Result<Vec<String>> {
         let r: Result<ProblemsEnd> = self.call(
             Kind::Problems,
@@ -526,10 +545,11 @@ impl FieldStore for RemoteStore {
                     Kind::Problems as u8
                 )) =>
             {
-                Ok(haar_store::frontend::problems_of(self.stats(req)?))
+                Ok(haar_store::frontend::problems_of(self.server_stats(req)?))
             }
             Err(e) => Err(e),
         }
+        .map(|problems| problems.into_iter().map(|p| self.on_server(p)).collect())
     }
 }
 
