@@ -16,6 +16,7 @@
 //! - `tokens`: the admin token, read from its file and compared in constant time;
 //! - `server`: the [`Daemon`], its socket, and the connections it admits within [`Limits`];
 //! - `requests`: what it answers to each [`Request`], and who may ask;
+//! - `denials`: which denied requests are logged (the first per uid and cause, then counts);
 //! - `state`: its state directory (per-user journals, registered dataspaces, drain mark);
 //! - `runners`: the runner process of each task, under the task's user;
 //! - `client`: the [`Client`] the CLI uses;
@@ -25,6 +26,7 @@
 
 mod client;
 mod codec;
+mod denials;
 mod metrics;
 mod peer;
 mod requests;

@@ -9,6 +9,7 @@ use std::time::Duration;
 use serde_json::{Value, json};
 
 use super::codec::{PROTOCOL_VERSION, Request, refusal};
+use super::denials::Line;
 use super::peer::Peer;
 use super::server::Daemon;
 use super::state::init_registries;
@@ -28,9 +29,12 @@ impl Daemon {
     }
 
     /// Answers one request from `peer`, counting it; a denied request is logged with its
-    /// cause (once: here), a failure of the service's own at warn, the rest at debug.
+    /// cause the first time per (uid, cause) and then as a count at most once per
+    /// [`Limits::denied_log_every`](super::Limits), a failure of the service's own at warn,
+    /// the rest at debug.
     pub fn handle(&self, peer: Peer, req: Request) -> Value {
         let op = req.op();
+        self.log_denials_due();
         match self.answer(peer, &req) {
             Ok(v) => {
                 self.metrics.request(op, "ok");
@@ -47,7 +51,23 @@ impl Daemon {
                 self.metrics.request(op, class.name());
                 match class {
                     ErrorClass::Denied => {
-                        tracing::warn!(uid = peer.uid, pid = peer.pid, op, "request denied: {e}")
+                        let cause = e.to_string();
+                        let now = std::time::Instant::now();
+                        match self
+                            .denials
+                            .lock()
+                            .expect("lock")
+                            .note(peer.uid, &cause, now)
+                        {
+                            Some(Line::First) => tracing::warn!(
+                                uid = peer.uid,
+                                pid = peer.pid,
+                                op,
+                                "request denied: {cause}"
+                            ),
+                            Some(again) => log_again(&again),
+                            None => {}
+                        }
                     }
                     ErrorClass::Io => {
                         tracing::warn!(uid = peer.uid, pid = peer.pid, op, "request failed: {e}")
@@ -61,6 +81,19 @@ impl Daemon {
                 }
                 refusal(class, &e.to_string())
             }
+        }
+    }
+
+    /// Logs the summaries of denials that went quiet (the daemon has no timer: any request
+    /// brings them out, at most a period late).
+    fn log_denials_due(&self) {
+        let due = self
+            .denials
+            .lock()
+            .expect("lock")
+            .due(std::time::Instant::now());
+        for line in &due {
+            log_again(line);
         }
     }
 
@@ -218,5 +251,24 @@ impl Daemon {
                 Ok(json!({"ok": true, "removed": removed}))
             }
         }
+    }
+}
+
+/// The summary line of denials counted since their (uid, cause) was last logged.
+fn log_again(line: &Line) {
+    if let Line::Again {
+        uid,
+        cause,
+        count,
+        over,
+    } = line
+    {
+        tracing::warn!(
+            uid,
+            denied = count,
+            seconds = over.as_secs(),
+            "requests denied again: {count} in the last {}s, for the cause logged before: {cause}",
+            over.as_secs()
+        );
     }
 }

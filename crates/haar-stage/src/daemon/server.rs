@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::codec::{Request, decode_line, encode_line, read_request, refusal};
+use super::denials::Denials;
 use super::metrics::{Refusal, StageMetrics};
 use super::peer::{Peer, peer_of};
 use crate::dataspace::{Dataspace, Dataspaces};
@@ -33,6 +34,9 @@ pub struct Limits {
     /// Time a request line may take to arrive whole, counted from when the service starts
     /// waiting for it: an idle or trickling connection is closed after it.
     pub request_deadline: Duration,
+    /// A denied request is logged the first time per (uid, cause); later ones of the same
+    /// pair are counted and logged as one summary line at most this often.
+    pub denied_log_every: Duration,
 }
 
 impl Default for Limits {
@@ -42,6 +46,7 @@ impl Default for Limits {
             per_user: 32,
             request_line: 64 << 10,
             request_deadline: Duration::from_secs(60),
+            denied_log_every: Duration::from_secs(60),
         }
     }
 }
@@ -80,6 +85,8 @@ pub struct Daemon {
     pub(super) metrics: Arc<StageMetrics>,
     /// The number of the next connection (the `conn` field of its log span).
     next_conn: AtomicU64,
+    /// The denied requests logged, and those counted for a summary.
+    pub(super) denials: Mutex<Denials>,
 }
 
 /// The connections a daemon has open, and whose refusals were logged since their last
@@ -110,6 +117,7 @@ impl Daemon {
                 exe: cfg.runner.clone(),
                 argv,
             },
+            denials: Mutex::new(Denials::new(cfg.limits.denied_log_every)),
             cfg,
             registered: Mutex::new(registered),
             live: Arc::default(),
