@@ -350,12 +350,16 @@ class ListElement:
         fdb: FDB,
         *,
         _internal: bool = False,
+        _masked: tuple[str, int] | None = None,
     ) -> None:
         if not _internal:
             raise TypeError("ListElement is returned by FDB.list, not created directly")
         self._keys = keys
         self._location = location
         self._fdb = fdb
+        # A masked copy (list(include_masked=True)): its database and data object, for
+        # reading it where it lies (a retrieve of its key reads the live copy).
+        self._masked = _masked
 
     def has_location(self) -> bool:
         """Return whether the element is a field (level 3) with a location."""
@@ -394,7 +398,14 @@ class ListElement:
         The key is the one listed, optional keywords the field lacks included with their
         empty value (``levelist=`` of a surface field), so exactly this field is read.
         """
-        return self._fdb.retrieve(self.combined_key()) if self._location else None
+        if self._location is None:
+            return None
+        if self._masked is not None:
+            db, obj = self._masked
+            _, offset, length = self._location
+            buffer = self._fdb._store.read_located(db, obj, offset, length)
+            return DataHandle(buffer, _internal=True)
+        return self._fdb.retrieve(self.combined_key())
 
     def __getitem__(self, name: str) -> Any:
         uri = self.uri
@@ -697,8 +708,9 @@ class FDB:
         newline is YAML text, any other ``str`` or a path-like is a file, a ``dict`` is the
         configuration itself (haar's keys, or FDB5's ``{"type": "local", "engine": "toc",
         "schema": ..., "spaces": [...]}``).
-    user_config : dict or None, optional
-        Accepted for pyfdb compatibility and ignored: haar has no per-user options.
+    user_config : str, path-like, dict or None, optional
+        Accepted for pyfdb compatibility (read the same ways as `config`) and given back by
+        :meth:`config`; haar has no per-user options, so nothing else reads it.
 
     Notes
     -----
@@ -721,6 +733,7 @@ class FDB:
 
     def __init__(self, config: Config | None = None, user_config: Config | None = None) -> None:
         self._source = _config(config)
+        self._user_source = None if user_config is None else _config(user_config)
         self._opened: _haar.Store | None = None
         self._opening = threading.Lock()
         self._dirty = False
@@ -804,6 +817,27 @@ class FDB:
             True if :meth:`flush` has something to make visible, as pyfdb 5's ``dirty``.
         """
         return self._dirty
+
+    def config(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Return the system and user configuration, as pyfdb 5's ``config``.
+
+        Returns
+        -------
+        tuple of (dict, dict)
+            The configuration as given or read (a dict as passed, YAML text or a file parsed,
+            or the one the environment names: ``$HAAR_CONFIG``, then FDB5's variables), in
+            its own keys (haar's, or FDB5's for a TOC configuration); where nothing names one,
+            haar's defaults as the library uses them. Then `user_config` as given (``{}`` for
+            none); haar reads nothing from it.
+
+        Raises
+        ------
+        haar.Error
+            A file that cannot be read or text that is not YAML. The store is not opened.
+        """
+        system = json.loads(_haar.config_json(*self._source))
+        user = {} if self._user_source is None else json.loads(_haar.config_json(*self._user_source))
+        return system, user
 
     def enabled(self, control_identifier: ControlIdentifier) -> bool:
         """Return whether an operation is enabled, as pyfdb 5's ``enabled``.
@@ -920,9 +954,10 @@ class FDB:
         mars_selection : dict or str, optional
             What to list; ``None`` lists everything.
         include_masked : bool, optional
-            Accepted as in pyfdb 5, but haar lists only the live copy of each key either way:
-            masked copies (left by re-archiving a key) are not listed; :meth:`stats` counts
-            them and :meth:`purge` drops them.
+            As in pyfdb 5: also list the masked copies of re-archived keys, each right after
+            the live copy of its key, newest first, until :meth:`purge` drops them (a local
+            store; through servers only the live copy is listed). Found by replaying each
+            database's commit log, so it costs a pass over everything archived there.
         level : {1, 2, 3}, optional
             3: one element per field with its location; 2: per (database, index); 1: per
             database.
@@ -942,11 +977,15 @@ class FDB:
         """
         if level not in (1, 2, 3):
             raise BadRequestError(f"list(level={level}): give 1, 2 or 3")
-        rows = self._store.list(_selection(mars_selection))
+        rows = self._store.list(_selection(mars_selection), include_masked and level == 3)
         seen: set[str] = set()
+        previous = None
         for row in rows:
             if level == 3:
-                yield self._element(row)
+                # A masked copy follows its key's live copy (or a newer masked one).
+                masked = include_masked and previous is not None and previous[:3] == row[:3]
+                previous = row
+                yield self._element(row, masked)
                 continue
             parts = [row[0], row[1]][:level]
             tag = json.dumps(parts, sort_keys=True)
@@ -954,10 +993,15 @@ class FDB:
                 seen.add(tag)
                 yield ListElement(parts, None, self, _internal=True)
 
-    def _element(self, row: tuple[dict[str, str], dict[str, str], dict[str, str], int, int, int, str | None]) -> ListElement:
+    def _element(
+        self,
+        row: tuple[dict[str, str], dict[str, str], dict[str, str], int, int, int, str | None],
+        masked: bool = False,
+    ) -> ListElement:
         db, index, datum, obj, offset, length, path = row
         uri = _uri(path, f"{self._store.describe()}#{obj:016x}")
-        return ListElement([db, index, datum], (uri, offset, length), self, _internal=True)
+        where = (",".join(f"{k}={v}" for k, v in db.items()), obj) if masked else None
+        return ListElement([db, index, datum], (uri, offset, length), self, _internal=True, _masked=where)
 
     def inspect(self, mars_selection: Selection) -> Iterator[ListElement]:
         """The fields a selection names completely, as pyfdb 5's ``inspect``.

@@ -11,6 +11,10 @@ _Required = str | Mapping[str, _Value | Iterable[_Value]]
 _Selection = _Required | None
 _Row = tuple[dict[str, str], dict[str, str], dict[str, str], int, int, int, str | None]
 
+def config_json(kind: str, value: str | None = None) -> str:
+    """The configuration a source (``_config``'s pair) names, as JSON text; opens no store."""
+    ...
+
 class BufferExporter:
     """Base class whose instances export ``self._buffer_info()`` read-only."""
 
@@ -42,9 +46,13 @@ class Store:
     def archive(self, data: bytes, key: _Selection = None) -> int: ...
     def flush(self) -> None: ...
     def retrieve(self, selection: _Required) -> Buffer: ...
-    def list(self, selection: _Selection = None) -> builtins.list[_Row]:
+    def read_located(self, db: str, object: int, offset: int, length: int) -> Buffer:
+        """The bytes a listing located (``db`` as ``k=v,...``): how a masked copy is read."""
+        ...
+    def list(self, selection: _Selection = None, masked: bool = False) -> builtins.list[_Row]:
         """Flushed fields: ``(db, index, datum, object, offset, length, path)``, ``path`` the
-        file holding the bytes at ``offset`` (None behind servers)."""
+        file holding the bytes at ``offset`` (None behind servers); with ``masked``, each
+        followed by the masked copies of its key a local store still holds, newest first."""
         ...
     def inspect(self, selection: _Required) -> builtins.list[_Row]:
         """The fields the selection names completely, as ``list`` gives them."""

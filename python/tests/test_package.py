@@ -50,6 +50,19 @@ def test_stubs_name_what_the_extension_has() -> None:
                     raise AssertionError(f"{node.name}.{name} in the module, not in the stub")
 
 
+def test_the_extension_ships_without_debug_info() -> None:
+    # The wheel's build strips DWARF (pyproject.toml's rustc-args); symbols stay, for panics.
+    readelf = shutil.which("readelf")
+    if readelf is None:
+        pytest.skip("readelf (binutils) not installed")
+    sections = subprocess.run(
+        [readelf, "-S", "--wide", _haar.__file__], capture_output=True, text=True, check=True
+    ).stdout
+    assert ".debug_info" not in sections and ".debug_line" not in sections, _haar.__file__
+    assert ".symtab" in sections
+    assert Path(_haar.__file__).stat().st_size < 15_000_000
+
+
 def test_every_public_name_has_a_docstring() -> None:
     for name in haar.__all__:
         obj = getattr(haar, name)

@@ -124,13 +124,21 @@ def test_purge_yields_lines_and_does_nothing_until_consumed(config: dict[str, ob
     fdb.flush()
     pending = fdb.purge({"class": "ea"}, doit=True)
     assert sum(s.dead_fields for s in fdb.stats()) == 160
+    # As pyfdb 5 on FDB5: include_masked lists each masked copy after its key's live one
+    both = list(fdb.list({"class": "ea"}, include_masked=True))
+    assert len(both) == 320 and len(list(fdb.list({"class": "ea"}))) == 160
+    for live, masked in zip(both[::2], both[1::2]):
+        assert live.keys() == masked.keys()
+        assert (str(live.uri), live.offset()) != (str(masked.uri), masked.offset())
+        assert live.data_handle is not None and masked.data_handle is not None
+        assert live.data_handle.read() == masked.data_handle.read()
     dry = [str(e) for e in fdb.purge({"class": "ea"})]
     assert len(dry) == 2 and "160 masked or wiped field(s) to drop" in dry[0]
     assert [str(e) for e in fdb.purge({"class": "ea"}, porcelain=True)] == dry[:1]
     (done,) = [repr(e) for e in pending]
     assert done.startswith("Purged") and "160 masked or wiped field(s) dropped" in done
     assert sum(s.dead_fields for s in fdb.stats()) == 0 and len(list(fdb.list())) == 160
-    # include_masked is accepted; haar lists the live copy of each key
+    # the purge dropped the masked copies: nothing more to list
     assert len(list(fdb.list({"class": "ea"}, include_masked=True))) == 160
 
 
@@ -184,6 +192,24 @@ def test_a_config_is_read_on_first_use_not_when_made(tmp_path: Path) -> None:
     assert "not opened yet" in repr(fdb)
     with pytest.raises(haar.Error, match="no-such-schema"):
         list(fdb.list({"class": "ea"}))
+
+
+def test_config_gives_the_system_and_user_configuration_without_opening(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    toc = {"type": "local", "engine": "toc", "schema": str(tmp_path / "no-such-schema"), "spaces": [{"handler": "Default", "roots": [{"path": str(tmp_path)}]}]}
+    fdb = pyfdb.FDB(toc, user_config={"useSubToc": True})
+    assert fdb.config() == (toc, {"useSubToc": True})  # as given, FDB5's keys kept
+    assert "not opened yet" in repr(fdb)  # nothing was read but the configuration
+    (tmp_path / "haar.yaml").write_text("backend: posix\nroots: [/tmp/x]\n")
+    assert pyfdb.FDB(tmp_path / "haar.yaml").config() == ({"backend": "posix", "roots": ["/tmp/x"]}, {})
+    assert pyfdb.FDB("backend: pmem\n", "a: 1\n").config() == ({"backend": "pmem"}, {"a": 1})
+    monkeypatch.setenv("HAAR_CONFIG", str(tmp_path / "haar.yaml"))
+    assert pyfdb.FDB().config()[0]["roots"] == ["/tmp/x"]
+    for var in ("HAAR_CONFIG", "FDB5_CONFIG", "FDB5_CONFIG_FILE", "FDB_HOME"):
+        monkeypatch.delenv(var, raising=False)
+    system, user = pyfdb.FDB().config()  # nothing named: haar's defaults, as used
+    assert system["backend"] == "posix" and system["roots"] and user == {}
+    with pytest.raises(haar.Error, match="not YAML"):
+        pyfdb.FDB("a: [\n").config()
 
 
 def test_list_uri_is_the_file_holding_the_bytes_at_offset(filled: haar.FDB, grib: bytes) -> None:

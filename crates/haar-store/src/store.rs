@@ -634,6 +634,31 @@ impl Store {
         self.list_resolved(&req)
     }
 
+    /// [`Store::list`] and, after each field, the masked copies of its key that are still
+    /// stored (archived before it and not purged; newest first), as FDB5 lists without
+    /// deduplication. Replays each matching database's commit log (design §3.1): O(log).
+    pub fn list_with_masked(&self, req: &Request) -> Result<Vec<Field>> {
+        let (req, _) = self.resolve(req)?;
+        let mut masked: HashMap<(Key, Key, Key), Vec<DataRef>> = HashMap::new();
+        for db in self.candidate_dbs(&req)? {
+            for (index, datum, data) in crate::catalogue::masked(&*self.backend, &db)? {
+                masked
+                    .entry((db.clone(), index, datum))
+                    .or_default()
+                    .push(data);
+            }
+        }
+        let mut out = Vec::new();
+        for f in self.list_resolved(&req)? {
+            let older = masked.remove(&(f.db.clone(), f.index.clone(), f.datum.clone()));
+            let copy = |data| Field { data, ..f.clone() };
+            let older: Vec<Field> = older.into_iter().flatten().map(copy).collect();
+            out.push(f);
+            out.extend(older);
+        }
+        Ok(out)
+    }
+
     /// The values present for each keyword among fields matching `req`.
     pub fn axes(&self, req: &Request) -> Result<BTreeMap<String, BTreeSet<String>>> {
         Ok(axes_of(&self.list(req)?))

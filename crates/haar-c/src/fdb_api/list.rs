@@ -77,15 +77,21 @@ impl ListObj {
 }
 
 /// The elements of a listing of `req` (`None`: everything) to `depth` levels: every field at
-/// depth 3, every distinct database (and index, at depth 2) above.
+/// depth 3, every distinct database (and index, at depth 2) above. With `masked`, each field
+/// is followed by the masked copies of its key a local store still holds (newest first), as
+/// FDB5 lists them until a purge; through servers only the live copy is listed.
 pub fn elements(
     store: &dyn haar::FieldStore,
     req: Option<&Request>,
     depth: usize,
+    masked: bool,
 ) -> FfiResult<Vec<Element>> {
     let all = Request::default();
     let req = req.unwrap_or(&all);
-    let fields = store.list(req)?;
+    let fields = match store.as_local() {
+        Some(local) if masked && depth >= 3 => local.list_with_masked(req)?,
+        _ => store.list(req)?,
+    };
     let problems = store.problems(req)?;
     // Damage is never a clean listing (issue 27): what it hides may be any field.
     let damage: Vec<&str> = problems
@@ -246,8 +252,10 @@ mod api_5_25 {
 
     /// Lists the fields matching `req` (NULL: every field) into a new iterator in `*it`; delete
     /// it with `fdb_delete_listiterator`. `depth` 1 lists databases, 2 databases and indexes, 3
-    /// (and any value outside 1..3, as in FDB5) fields. haar lists each key once (a field
-    /// archived again masks the earlier one), so `duplicates` changes nothing.
+    /// (and any value outside 1..3, as in FDB5) fields. As FDB5 5.25, which hands `duplicates`
+    /// to `FDB::list` as its `deduplicate` (measured: the header's words say the opposite),
+    /// `true` lists each key once and `false` also the masked copies of re-archived keys that
+    /// a local store still holds, until `fdb_purge` drops them.
     ///
     /// # Safety
     /// `fdb` is null or a live handle; `req` is null or a live request; `it` is null or valid for
@@ -260,7 +268,6 @@ mod api_5_25 {
         duplicates: bool,
         depth: c_int,
     ) -> c_int {
-        let _ = duplicates;
         call_ok(|| {
             // SAFETY: per the caller's contract.
             let (h, r) = unsafe { (object::live(fdb)?, object::optional(req.cast_mut())?) };
@@ -274,7 +281,12 @@ mod api_5_25 {
             } else {
                 3
             };
-            let elements = elements(&*h.store, r.as_deref().map(|r| &r.request), depth)?;
+            let elements = elements(
+                &*h.store,
+                r.as_deref().map(|r| &r.request),
+                depth,
+                !duplicates,
+            )?;
             // SAFETY: checked non-null; valid per the caller's contract.
             unsafe { *it = object::new(ListObj::new(elements, depth))? };
             Ok(())

@@ -46,7 +46,10 @@ pub unsafe extern "C" fn fdb_list(
                 object::live(it)?,
             )
         };
-        *l = ListObj::new(elements(&*h.store, r.as_deref().map(|r| &r.request), 3)?, 3);
+        *l = ListObj::new(
+            elements(&*h.store, r.as_deref().map(|r| &r.request), 3, false)?,
+            3,
+        );
         Ok(())
     })
 }

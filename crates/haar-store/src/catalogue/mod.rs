@@ -9,11 +9,13 @@
 //! - [`run`]: the run file format and reading it;
 //! - [`writer`]: writing runs, from an overlay or by merging runs;
 //! - [`view`]: the reader-side view of one database ([`Catalogue`]);
+//! - [`masked`](mod@masked): the masked copies a listing with duplicates shows;
 //! - [`merge`](mod@merge): when and how runs are merged and manifests published.
 //!
 //! Readers never write; only [`merge()`] does, under the catalogue's merge lock.
 
 pub(crate) mod manifest;
+mod masked;
 mod merge;
 mod overlay;
 mod run;
@@ -21,5 +23,6 @@ mod state;
 mod view;
 mod writer;
 
+pub(crate) use masked::masked;
 pub use merge::{MergeOutcome, MergePolicy, merge};
 pub(crate) use view::{Catalogue, Full};
