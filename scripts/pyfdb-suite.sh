@@ -23,7 +23,8 @@
 #   test_pyfdb.py::test_archival_read asserts that a listed path contains
 #   "rd:xxxx:oper:20191110:0000:g/an:pl.": FDB5 names its data files by index
 #   (`an:pl.<time>.<host>.<pid>.data`), haar by writer (`<id>.data`, design §4.1). The path is
-#   the right file with the right offset and length; only its name differs.
+#   the right file with the right offset and length; only its name differs. Passing it takes
+#   per-index data files in haar's posix layout (design §12, "The file's name is not FDB5's").
 #
 # Usage: scripts/pyfdb-suite.sh [HAAR_LIB_DIR]   (default target/c/lib)
 set -euo pipefail
