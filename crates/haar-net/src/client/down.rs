@@ -126,7 +126,15 @@ pub(super) fn connect(addr: &str, cfg: &ClientConfig) -> Result<Session> {
         }
         e.attempts += 1;
     }
-    let r = session::connect(addr, cfg);
+    let mut r = session::connect(addr, cfg);
+    for pause in DROPPED_LOGIN_PAUSES {
+        if !dropped_before_login(&r) {
+            break;
+        }
+        std::thread::sleep(pause);
+        registry().entry(addr.to_string()).or_default().attempts += 1;
+        r = session::connect(addr, cfg);
+    }
     let mut reg = registry();
     let e = reg.entry(addr.to_string()).or_default();
     match &r {
@@ -141,6 +149,24 @@ pub(super) fn connect(addr: &str, cfg: &ClientConfig) -> Result<Session> {
         _ => e.down = None,
     }
     r
+}
+
+/// Pauses before each new login after one the server dropped for a newer connection from
+/// the same source address (design §8, "Hostile peers": users of one host share it).
+const DROPPED_LOGIN_PAUSES: [Duration; 4] = [
+    Duration::from_millis(10),
+    Duration::from_millis(20),
+    Duration::from_millis(40),
+    Duration::from_millis(80),
+];
+
+/// Whether the server refused this login by dropping it, before it completed, for a newer
+/// connection from its source ("… the oldest is dropped for the newest …"): someone else's
+/// connections, not this client's token or the server's fullness, so trying again soon is
+/// likely to pass. A server at its connection limit ("busy … the limit") is not retried.
+fn dropped_before_login(r: &Result<Session>) -> bool {
+    matches!(r, Err(Error::Remote { message, .. })
+        if message.starts_with("refused the connection:") && message.contains(" is dropped for "))
 }
 
 /// `addr` answered on a connection opened elsewhere (a watch): it is reachable again.
