@@ -22,6 +22,7 @@
 
 pub mod frame;
 pub mod gaussian;
+pub mod grid;
 pub mod jump;
 pub mod keys;
 pub mod synth;
