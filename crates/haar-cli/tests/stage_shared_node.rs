@@ -8,7 +8,8 @@
 //! - root acting for a user (`persist share|delete` as root) follows no link the user planted;
 //! - the service survives a user who holds a thousand connections and one who trickles
 //!   half-sent lines, and closes a connection whose line never ends;
-//! - a staged directory and its files keep their sources' modes, whatever the daemon's umask.
+//! - a staged directory and its files keep their sources' modes, whatever the daemon's umask;
+//! - the service's metrics count both users' tasks and name neither user, task nor path.
 //!
 //! Needs root (users are `setpriv` to other uids); skipped otherwise unless
 //! `HAAR_REQUIRE_ROOT_TESTS` is set (CI sets it). Checks read files directly (std::fs).
@@ -18,6 +19,9 @@ use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
+
+#[path = "common/metrics.rs"]
+mod metrics;
 
 const HAAR: &str = env!("CARGO_BIN_EXE_haar");
 const ALICE: u32 = 64101;
@@ -714,5 +718,61 @@ fn staged_directories_and_files_keep_their_sources_modes_under_a_daemon_with_uma
     for (p, mode) in [("t2", 0o700), ("t2/sub", 0o750), ("t2/a", 0o640)] {
         let m = std::fs::symlink_metadata(node.join(p)).unwrap();
         assert_eq!(m.mode() & 0o7777, mode, "{p}");
+    }
+}
+
+/// Issue 27, operators' metrics on a shared node: what the stage service's `--metrics`
+/// endpoint (no authentication, so any local user can read it) shows of two users' tasks.
+/// Its labels name operations, results, causes and states only (docs/operations.md): alice
+/// and bob each stage a file through the root service; the page counts both tasks (each
+/// user's journal is read as that user: bob's is his, mode 0700) and their bytes, and names
+/// neither uid, task id nor path, so a user reading it learns nothing of another's work.
+#[test]
+fn stage_metrics_count_both_users_tasks_and_name_neither() {
+    if !root_or_skip() {
+        return;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let addr = format!("127.0.0.1:{port}");
+    let n = Node::new(&["--metrics", &addr], "022");
+    let pfs = n.root.join("pfs");
+    let mut bytes = 0;
+    for (u, name, len) in [
+        (ALICE, "alice-secret-run", 3000),
+        (BOB, "bob-secret-run", 5000),
+    ] {
+        ok(&n.sh(
+            u,
+            &format!("head -c {len} /dev/urandom > {}/{name}.bin", pfs.display()),
+        ));
+        let src = format!("shared:{name}.bin");
+        let dst = format!("local:{name}.bin");
+        ok(&n.haar(u, &["in", &src, &dst, "--quiet"]));
+        bytes += len;
+    }
+    let m = metrics::scrape_until(&addr, "both users' runners ended", |m| {
+        metrics::value(m, r#"haar_stage_runners_ended_total{state="done"}"#) == 2.0
+    });
+    let v = |s: &str| metrics::value(&m, s);
+    assert_eq!(v(r#"haar_stage_tasks{state="done"}"#), 2.0, "{m:?}");
+    assert_eq!(v("haar_stage_runners_started_total"), 2.0, "{m:?}");
+    assert_eq!(
+        v("haar_stage_bytes_staged_total"),
+        f64::from(bytes),
+        "{m:?}"
+    );
+    // The page as alice reads it: no uid, task, file or directory of anyone's.
+    let (_, page) = metrics::get(&addr, "/metrics");
+    for secret in [
+        ALICE.to_string(),
+        BOB.to_string(),
+        "secret-run".into(),
+        n.root.display().to_string(),
+    ] {
+        assert!(!page.contains(&secret), "the metrics name {secret}: {page}");
     }
 }
