@@ -63,7 +63,7 @@ mod tests {
     use super::*;
     use haar_core::Key;
     use haar_core::request::Request;
-    use haar_store::FieldStore;
+    use haar_store::{FieldStore, FieldStoreExt};
 
     /// The FDB5 behaviours the workloads rely on, through the adapter: a reader made before a
     /// flush does not see it until `list` renews it; missing data is reported missing, not an

@@ -14,8 +14,8 @@ use haar_net::auth::Tokens;
 use haar_net::{ClientConfig, RemoteStore, Server, ServerConfig, Target};
 use haar_store::dist::{DistStore, Placement};
 use haar_store::{
-    DbStats, Field, FieldStore, MemoryBackend, PurgeReport, Result, RetrieveReport, Sink, Store,
-    StoreOptions, WipeReport,
+    DbStats, Field, FieldStore, FieldStoreExt, MemoryBackend, PurgeReport, Result, RetrieveReport,
+    Sink, Store, StoreOptions, WipeReport,
 };
 
 /// A store that counts the read requests (retrieve, retrieve_keys) it serves.

@@ -10,6 +10,7 @@ use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
+use haar::FieldStoreExt;
 use haar_core::request::Request;
 
 use crate::copy::{self, Progress, write_to};

@@ -300,13 +300,9 @@ impl FieldStore for DistStore {
         )
     }
 
+    /// Not forwarded: dist splits with its own schema, which its placement hashes.
     fn options(&self) -> &StoreOptions {
         &self.opts
-    }
-
-    /// Not forwarded: dist splits with its own schema, which its placement hashes.
-    fn split(&self, key: &Key) -> Result<SplitKey> {
-        self.opts.split(key)
     }
 
     /// Not forwarded: the lanes are chosen by the split key, so it is split here (a lane's
@@ -681,13 +677,10 @@ impl FieldStore for SelectStore {
             .collect();
         format!("select({})", r.join("; "))
     }
-    fn options(&self) -> &StoreOptions {
-        &self.opts
-    }
     /// Not forwarded: select splits with its own schema, the one its patterns are resolved
     /// with.
-    fn split(&self, key: &Key) -> Result<SplitKey> {
-        self.opts.split(key)
+    fn options(&self) -> &StoreOptions {
+        &self.opts
     }
     /// Not forwarded: the route is chosen by the split key, so it is split here.
     fn archive(&mut self, key: &Key, data: &[u8]) -> Result<()> {

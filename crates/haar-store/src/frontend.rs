@@ -55,18 +55,13 @@ pub trait FieldStore: Send {
     /// The schema and normalisation context this store splits keys with.
     fn options(&self) -> &StoreOptions;
 
-    /// Normalises and splits `key` with [`FieldStore::options`]; the error names the key.
-    fn split(&self, key: &Key) -> Result<SplitKey> {
-        self.options().split(key)
-    }
-
     /// Stores `data` under `key`; invisible until [`FieldStore::flush`].
     fn archive(&mut self, key: &Key, data: &[u8]) -> Result<()> {
-        let split = self.split(key)?;
+        let split = self.options().split(key)?;
         self.archive_split(&split, data, None)
     }
 
-    /// Stores `data` under a key already split by [`FieldStore::split`]; invisible until
+    /// Stores `data` under a key already split by [`FieldStoreExt::split`]; invisible until
     /// [`FieldStore::flush`]. With `crc`, the CRC-32C the store computes while storing must
     /// equal it, or nothing is stored and the error names the key (the bytes are read once).
     fn archive_split(&mut self, split: &SplitKey, data: &[u8], crc: Option<u32>) -> Result<()>;
@@ -173,6 +168,13 @@ pub trait FieldStore: Send {
 /// `ObjectStoreExt` over `ObjectStore`: built only on the core methods, implemented once for
 /// every [`FieldStore`] (`dyn` included), never by hand, so no wrapper can forget one.
 pub trait FieldStoreExt: FieldStore {
+    /// Normalises and splits `key` with [`FieldStore::options`]; the error names the key.
+    /// Every store splits by its options (a wrapper by its own schema, the one its routing
+    /// hashes), so no store answers this differently.
+    fn split(&self, key: &Key) -> Result<SplitKey> {
+        self.options().split(key)
+    }
+
     /// The damage among [`FieldStore::problems`] for `req` ([`is_damage`]): what a listing of
     /// `req` may be missing fields because of. Notes on databases another program wrote
     /// (FDB5's) are left out.
@@ -272,9 +274,6 @@ impl FieldStore for Store {
     }
     fn options(&self) -> &StoreOptions {
         Store::options(self)
-    }
-    fn split(&self, key: &Key) -> Result<SplitKey> {
-        Store::split(self, key)
     }
     fn archive(&mut self, key: &Key, data: &[u8]) -> Result<()> {
         Store::archive(self, key, data)

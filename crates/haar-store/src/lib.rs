@@ -32,7 +32,7 @@ pub use backend::{
 pub use catalogue::{MergeOutcome, MergePolicy, merge};
 pub use config::{BackendKind, Config, FrontendConfig, Route};
 pub use error::{Class, Error, LaneFailures, Reason, Result};
-pub use frontend::{Event, FieldStore, Sink};
+pub use frontend::{Event, FieldStore, FieldStoreExt, Sink};
 pub use memory::MemoryBackend;
 pub use pmem::PmemBackend;
 pub use posix::{FsyncPolicy, PosixBackend};

@@ -11,8 +11,8 @@ use haar_core::{Key, rendezvous};
 use haar_store::conformance::{field_key, payload};
 use haar_store::dist::{DistStore, Placement, SelectStore};
 use haar_store::{
-    DbStats, Error, Field, FieldStore, MemoryBackend, PurgeReport, RetrieveReport, Sink, Store,
-    StoreOptions, WipeReport,
+    DbStats, Error, Field, FieldStore, FieldStoreExt, MemoryBackend, PurgeReport, RetrieveReport,
+    Sink, Store, StoreOptions, WipeReport,
 };
 
 /// A lane that can be switched off, like a server that died.

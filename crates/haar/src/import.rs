@@ -39,7 +39,7 @@ use std::time::Instant;
 
 use haar_core::Key;
 use haar_core::request::{Request, Values};
-use haar_store::FieldStore;
+use haar_store::{FieldStore, FieldStoreExt};
 
 use crate::fdb5::{Fdb5Store, Listed};
 

@@ -469,12 +469,9 @@ impl FieldStore for DownLane {
     fn describe(&self) -> String {
         format!("remote {} (down)", self.addr)
     }
+    /// Splits as any store does (no server needed): the archive then fails.
     fn options(&self) -> &StoreOptions {
         &self.opts
-    }
-    /// Splits as any store does (no server needed): the archive then fails.
-    fn split(&self, key: &Key) -> Result<SplitKey> {
-        self.opts.split(key)
     }
     /// Fails with the connect error, as `archive_split` does (dist skips the lane).
     fn archive(&mut self, _: &Key, _: &[u8]) -> Result<()> {

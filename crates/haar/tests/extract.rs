@@ -8,7 +8,7 @@
 use std::path::Path;
 
 use haar::extract::{Selection, extract};
-use haar::{ConfigSource, FieldStore, OpenOptions};
+use haar::{ConfigSource, FieldStore, FieldStoreExt, OpenOptions};
 use haar_core::Key;
 use haar_core::request::Request;
 use haar_grib::jump::{self, Method};

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{c_char, c_int};
 
 use haar::ingest::{self, IngestOptions, Input};
-use haar::{ConfigSource, FieldStore, OpenOptions};
+use haar::{ConfigSource, FieldStore, FieldStoreExt, OpenOptions};
 use haar_core::Key;
 use haar_core::request::Request;
 use haar_core::schema::SplitKey;
@@ -301,13 +301,10 @@ impl FieldStore for Checked<'_> {
     fn options(&self) -> &StoreOptions {
         self.inner.options()
     }
-    fn split(&self, key: &Key) -> haar::Result<SplitKey> {
-        self.inner.split(key)
-    }
     /// Not forwarded: split here, then archived through the check of `archive_split` (the
     /// inner store's own `archive` would skip it).
     fn archive(&mut self, key: &Key, data: &[u8]) -> haar::Result<()> {
-        let split = self.inner.split(key)?;
+        let split = self.split(key)?;
         self.archive_split(&split, data, None)
     }
     fn archive_split(

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use haar_core::Key;
 use haar_core::request::Request;
-use haar_store::FieldStore;
+use haar_store::{FieldStore, FieldStoreExt};
 use serde_json::json;
 
 use super::accept::Shared;

@@ -48,6 +48,7 @@ use std::time::Duration;
 
 use haar_core::Key;
 use haar_core::request::Request;
+use haar_store::FieldStoreExt;
 
 /// A read-only mapping whose truncation under the reader is noticed, not fatal (SIGBUS
 /// guard); also what the data mover (`haar_stage`) reads sources through.
