@@ -447,17 +447,23 @@ impl Store {
     /// Flushed fields matching a selection: `(db, index, datum, object, offset, length,
     /// path)` tuples, keys as dicts, sorted by key; `path` is the file holding the bytes at
     /// `offset` (posix: the data file, pmem: the pool), `None` where there is none (servers).
-    #[pyo3(signature = (selection=None))]
+    /// With `masked`, each field is followed by the masked copies of its key a local store
+    /// still holds (newest first) until a purge; through servers only the live copy is listed.
+    #[pyo3(signature = (selection=None, masked=false))]
     fn list<'py>(
         &self,
         py: Python<'py>,
         selection: Option<&Bound<'_, PyAny>>,
+        masked: bool,
     ) -> PyResult<Bound<'py, PyList>> {
         let selection = read_selection(selection)?;
         let fields = run(py, || {
             let req = request_of(selection)?;
             let store = self.lock()?;
-            let fields = store.list(&req)?;
+            let fields = match store.as_local() {
+                Some(local) if masked => local.list_with_masked(&req)?,
+                _ => store.list(&req)?,
+            };
             // Damage is never a clean answer: a listing that may miss fields fails.
             if let Some(e) = haar::read::damage(&**store, &req, "the listing")? {
                 return Err(e.into());
@@ -503,6 +509,45 @@ impl Store {
             with_paths(&**store, kept)
         })?;
         fields_list(py, &fields)
+    }
+
+    /// The bytes `offset..offset + length` of data object `object` of database `db` (its key
+    /// as `k=v,...`), as `list` located them: how a masked copy (which no key retrieves any
+    /// more) is read. A local store only.
+    fn read_located(
+        &self,
+        py: Python<'_>,
+        db: &str,
+        object: u64,
+        offset: u64,
+        length: u64,
+    ) -> PyResult<Buffer> {
+        let bytes = run(py, || {
+            let db = Key::parse(db).map_err(|e| Failure::Missing(format!("database {db}: {e}")))?;
+            let store = self.lock()?;
+            let Some(local) = store.as_local() else {
+                return Err(Failure::Missing(format!(
+                    "{} lends no located reads: read a listed field by its key",
+                    store.describe()
+                )));
+            };
+            let field = haar_store::Field {
+                db: db.clone(),
+                index: Key::new(),
+                datum: Key::new(),
+                data: haar_store::format::DataRef {
+                    object,
+                    offset,
+                    length,
+                    crc: 0,
+                },
+            };
+            local
+                .with_field_ranges(&field, |read| read(0, length))?
+                .ok_or_else(|| Failure::Missing(format!("database {db} is not stored")))?
+                .map_err(Failure::from)
+        })?;
+        Ok(Buffer { bytes })
     }
 
     /// Values present per keyword among the fields matching a selection.
@@ -775,11 +820,32 @@ fn _panic_for_tests(py: Python<'_>) -> PyResult<()> {
     })
 }
 
+/// The configuration a source names, as JSON text, for `FDB.config()`: the YAML given or read
+/// (a file, or from the environment `$HAAR_CONFIG`, then FDB5's variables: haar's keys or
+/// FDB5's, as written), or, where the environment names none, haar's defaults as the library
+/// uses them. Opens no store.
+#[pyfunction]
+#[pyo3(signature = (kind, value=None))]
+fn config_json(py: Python<'_>, kind: &str, value: Option<String>) -> PyResult<String> {
+    let kind = kind.to_string();
+    run(py, move || {
+        let opts = open_options(&kind, value)?;
+        let parsed: serde_json::Value = match opts.config.text()? {
+            Some((text, origin)) => serde_yaml_ng::from_str(&text)
+                .map_err(|e| Error::Config(format!("{origin}: not YAML: {e}")))?,
+            None => serde_json::to_value(opts.config()?)
+                .map_err(|e| Error::Config(format!("haar's default configuration: {e}")))?,
+        };
+        Ok(parsed.to_string())
+    })
+}
+
 /// The extension module.
 #[pymodule]
 fn _haar(m: &Bound<'_, PyModule>) -> PyResult<()> {
     #[cfg(feature = "testing")]
     m.add_function(wrap_pyfunction!(_panic_for_tests, m)?)?;
+    m.add_function(wrap_pyfunction!(config_json, m)?)?;
     m.add_class::<Store>()?;
     m.add_class::<Watcher>()?;
     m.add_class::<Buffer>()?;
