@@ -401,7 +401,9 @@ pub enum Command {
     Bench(crate::commands::workloads::BenchArgs),
     /// Serve the local store to the network (one server per node); prints `listening on
     /// HOST:PORT` first. Every connection authenticates with the token ($HAAR_TOKEN or
-    /// --token-file); --read-token-file adds a read-only token.
+    /// --token-file); --read-token-file adds a read-only token. SIGINT or SIGTERM stops it
+    /// cleanly: requests in progress are answered (within 5 s), unflushed archives of its
+    /// clients are dropped, the store gives back what it reserved, and it exits 0.
     Serve(crate::commands::net::ServeArgs),
     /// Print one line per flushed field matching a request: first those already flushed, then
     /// each new flush; once per field even with replicas, and across a server's restart (needs

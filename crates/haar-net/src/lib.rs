@@ -32,4 +32,4 @@ pub mod server;
 pub mod transport;
 
 pub use client::{ClientConfig, RemoteStore, StepTarget, WaitOutcome, Watch, WatchAll, wait};
-pub use server::{Server, ServerConfig, ServerLimits, Target, serve};
+pub use server::{Server, ServerConfig, ServerLimits, Stopper, Target, serve};

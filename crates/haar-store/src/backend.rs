@@ -109,6 +109,12 @@ pub trait Backend: Send + Sync {
         Ok(())
     }
 
+    /// Gives back what this process holds reserved but has not used (pmem: the unused tail of
+    /// its chunk of the heap, design §5.3), as dropping the backend would. For a server that
+    /// stops while other handles on the backend live on until the process exits: without it,
+    /// every stop leaks that tail. Writes after it take new space. Nothing to give: nothing.
+    fn release_unused(&self) {}
+
     /// The directory that holds the catalogue runs and manifest of `db` (design §3.1), or
     /// `None` when the backend keeps none (memory) or `db` does not exist. The directory
     /// itself may not exist yet.

@@ -76,6 +76,36 @@ pub fn bind(opts: &OpenOptions, serve: &ServeOptions) -> Result<Server> {
     .map_err(|e| Error::net("cannot listen on", &serve.listen, e))
 }
 
+/// Runs `server` until SIGINT or SIGTERM, then stops it cleanly ([`haar_net::Stopper`]:
+/// connections end after the request in progress, the store gives back what it reserved)
+/// and returns. A second signal while it stops ends the process at once (exit 130 or 143).
+pub fn run_until_signalled(server: Server) -> Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])
+        .map_err(|e| Error::Config(format!("cannot catch SIGINT/SIGTERM: {e}")))?;
+    let stopper = server.stopper();
+    std::thread::Builder::new()
+        .name("haar-signals".into())
+        .spawn(move || {
+            let mut got = signals.forever();
+            if got.next().is_some() {
+                stopper.stop();
+            }
+            if let Some(sig) = got.next() {
+                tracing::warn!(signal = sig, "second signal while stopping: exiting now");
+                std::process::exit(128 + sig);
+            }
+        })
+        .map_err(|e| Error::Config(format!("cannot start the signal thread: {e}")))?;
+    let name = server
+        .local_addr()
+        .map(|a| a.to_string())
+        .unwrap_or_default();
+    server
+        .run()
+        .map_err(|e| Error::net("cannot run the server on", &name, e))
+}
+
 /// A server refuses to serve a root that others can write (design §6.1): anyone on the
 /// machine could then replace its files under the server. Roots that do not exist yet are
 /// created by the store with the configured (owner-only by default) mode.

@@ -185,7 +185,8 @@ fn parse_frame_tags(s: &str) -> Result<haar_net::protocol::FrameTags, String> {
     s.parse()
 }
 
-/// `haar serve`: binds, prints `listening on ADDR`, serves until killed.
+/// `haar serve`: binds, prints `listening on ADDR`, serves until SIGINT/SIGTERM, then stops
+/// cleanly and exits 0.
 pub fn serve(cli: &Cli, a: &ServeArgs) -> Result<(), Failure> {
     let opts = open::open_options(cli);
     let max_buffered = a
@@ -257,9 +258,8 @@ pub fn serve(cli: &Cli, a: &ServeArgs) -> Result<(), Failure> {
             if a.tls_cert.is_some() { " (TLS)" } else { "" }
         ),
     }
-    server
-        .run()
-        .map_err(|e| Failure::io(format!("serving on {addr}: {e}")))
+    haar::serve::run_until_signalled(server)?;
+    Ok(())
 }
 
 /// `haar watch`: one line per flushed field, forever (or until a server fails).

@@ -88,23 +88,42 @@ impl Drop for Armed<'_> {
 /// the pre-login registry until [`Slot::logged_in`] (or until a newer connection drops it).
 pub(super) struct Slot {
     pub(super) shared: Arc<Shared>,
-    /// Its entry in [`Shared::prelogin`] while it has not logged in.
+    /// Its id: its entry in [`Shared::prelogin`] while it has not logged in, then in
+    /// [`Shared::live`].
+    id: u64,
+    /// Whether it is still in [`Shared::prelogin`].
     pub(super) prelogin: Option<u64>,
     /// Set when it was dropped for a newer connection (its end is then not logged again).
     pub(super) dropped: Arc<AtomicBool>,
 }
 
 impl Slot {
+    /// Leaves the pre-login registry for the live one (which a stopping server shuts down).
     pub(super) fn logged_in(&mut self) {
-        if let Some(id) = self.prelogin.take() {
-            lock(&self.shared.prelogin).conns.remove(&id);
+        let Some(id) = self.prelogin.take() else {
+            return;
+        };
+        let Some(pending) = lock(&self.shared.prelogin).conns.remove(&id) else {
+            return; // dropped for a newer connection: its socket is already shut down
+        };
+        let socket = pending.socket;
+        // Checked after the insert (`stop` sets the flag before it scans): a connection that
+        // logs in while the server stops is either seen by the scan or sees the flag.
+        lock(&self.shared.live).insert(self.id, socket);
+        if self.shared.stopping.load(Ordering::SeqCst)
+            && let Some(s) = lock(&self.shared.live).get(&self.id)
+        {
+            let _ = s.shutdown(std::net::Shutdown::Read);
         }
     }
 }
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.logged_in();
+        if let Some(id) = self.prelogin.take() {
+            lock(&self.shared.prelogin).conns.remove(&id);
+        }
+        lock(&self.shared.live).remove(&self.id);
         let left = self.shared.open.fetch_sub(1, Ordering::SeqCst) - 1;
         self.shared.metrics.set_open(left);
     }
@@ -212,6 +231,11 @@ pub(super) struct Shared {
     pub(super) open: AtomicUsize,
     /// Of those, connections that have not logged in.
     pub(super) prelogin: Mutex<PreLogin>,
+    /// Of those, logged-in connections: a second handle on each socket (a duplicated
+    /// descriptor), so that a stopping server can end them.
+    pub(super) live: Mutex<HashMap<u64, TcpStream>>,
+    /// Set once the server stops: no connection is accepted, and those open are ended.
+    pub(super) stopping: AtomicBool,
     pub(super) buffered: Buffered,
     pub(super) refusals: Refusals,
     pub(super) events: EventLog,
@@ -244,6 +268,7 @@ impl Shared {
         self.metrics.set_open(before + 1);
         let mut slot = Slot {
             shared: self.clone(),
+            id: u64::MAX,
             prelogin: None,
             dropped: Arc::new(AtomicBool::new(false)),
         };
@@ -269,12 +294,26 @@ impl Shared {
             );
             (id, victim)
         };
+        slot.id = id;
         slot.prelogin = Some(id);
         self.metrics.accepted();
         if let Some(v) = victim {
             self.drop_prelogin(v, src);
         }
         Ok(slot)
+    }
+
+    /// Ends the open connections of a stopping server: those logging in at once, logged-in
+    /// ones as `how` says (`Read`: the request in progress finishes and is answered, the
+    /// next read sees the end; `Both`: at once). Returns how many were open.
+    pub(super) fn end_connections(&self, how: std::net::Shutdown) -> usize {
+        for p in lock(&self.prelogin).conns.values() {
+            let _ = p.socket.shutdown(std::net::Shutdown::Both);
+        }
+        for s in lock(&self.live).values() {
+            let _ = s.shutdown(how);
+        }
+        self.open.load(Ordering::SeqCst)
     }
 
     /// Ends a pre-login connection dropped for a newer one from `newcomer`: REFUSED (plain
@@ -426,6 +465,8 @@ impl Shared {
             },
             open: AtomicUsize::new(0),
             prelogin: Mutex::new(PreLogin::default()),
+            live: Mutex::new(HashMap::new()),
+            stopping: AtomicBool::new(false),
             buffered: Buffered::default(),
             refusals: Refusals::default(),
             events: EventLog {

@@ -93,6 +93,14 @@ impl Pool {
     }
 }
 
+impl Pool {
+    /// Gives this process's chunk back (its unused tail), as closing the pool does; the next
+    /// allocation takes a new one.
+    pub(super) fn release_chunk(&self) {
+        self.give_back(&mut self.chunk.lock().unwrap_or_else(|e| e.into_inner()));
+    }
+}
+
 impl Drop for Pool {
     fn drop(&mut self) {
         let mut c = std::mem::take(self.chunk.get_mut().unwrap_or_else(|e| e.into_inner()));

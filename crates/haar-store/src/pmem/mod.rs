@@ -494,6 +494,10 @@ impl Backend for PmemBackend {
         crate::reserve::release(self.root())
     }
 
+    fn release_unused(&self) {
+        self.pool.release_chunk();
+    }
+
     fn data_path(&self, db: &Key, _data: &crate::format::DataRef) -> Result<Option<PathBuf>> {
         Ok(self.known(db)?.then(|| self.pool.path.clone()))
     }
