@@ -203,6 +203,24 @@ fn hold(a: &[String]) {
     }
 }
 
+/// `flushed ROOT EXPVER N`: archives fields 0..N of the reuse torture's database EXPVER
+/// (4 KiB each) into a pmem pool, flushes, prints `flushed`, then waits for stdin to close
+/// with its chunk's unused tail still reserved: the test kills it there (design §5.4, "A
+/// killed writer's chunk").
+fn flushed(a: &[String]) {
+    let root = std::path::PathBuf::from(&a[2]);
+    let backend = PmemBackend::open(&root, PmemOptions::default()).expect("pmem");
+    let mut store = Store::with_options(Arc::new(backend), StoreOptions::default());
+    for i in 0..a[4].parse::<u32>().expect("N") {
+        let k = reuse_key(&a[3], i);
+        store.archive(&k, &payload(&k, 0, 4096)).expect("archive");
+    }
+    store.flush().expect("flush");
+    println!("flushed");
+    std::io::stdout().flush().unwrap();
+    let _ = std::io::stdin().lines().count();
+}
+
 /// `create ROOT SIZE I`: opens (and, the first time, creates) a pmem pool of SIZE bytes in
 /// ROOT, archives field I of the reuse torture's database `crea`, flushes and prints `ok I`.
 /// The pool-creation test kills it while it creates the pool.
@@ -238,6 +256,9 @@ fn main() {
     }
     if a.get(1).map(String::as_str) == Some("hold") && a.len() == 5 {
         return hold(&a);
+    }
+    if a.get(1).map(String::as_str) == Some("flushed") && a.len() == 5 {
+        return flushed(&a);
     }
     if a.len() != 7 {
         eprintln!("usage: haar-torture posix|pmem ROOT WRITER BATCHES FIELDS_PER_BATCH SIZE");

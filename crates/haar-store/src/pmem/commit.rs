@@ -83,6 +83,8 @@ impl Pool {
         self.map
             .persist(off as usize, size as usize)
             .map_err(|e| Error::io("persist", &self.path, e))?;
+        // The chunk's record covers the extension before the link publishes it (§5.4).
+        self.persist_chunk_entry()?;
         Ok(
             match link.compare_exchange(0, off, Ordering::AcqRel, Ordering::Acquire) {
                 Ok(_) => off,
@@ -290,6 +292,9 @@ impl DbWriter for PmemWriter {
             std::ptr::copy_nonoverlapping(segment.as_ptr(), p.add(RECORD_HEADER), segment.len());
         }
         self.persist(rec, total)?;
+        // The chunk's record covers the fields and the record before a slot publishes them
+        // (design §5.4, "A killed writer's chunk").
+        pool.persist_chunk_entry()?;
         // 3. claim a slot: the one 8-byte store that publishes the segment.
         let mut i = pool.tail();
         let slot_off = loop {

@@ -24,6 +24,7 @@ impl Pool {
         }
         let off = c.next;
         c.next += size;
+        self.note_chunk_next(c.next);
         Ok(off)
     }
 
@@ -40,11 +41,13 @@ impl Pool {
             } else {
                 self.give_back(c);
                 *c = Chunk {
+                    start: off,
                     next: off,
                     end: off + len,
                 };
             }
-            return Ok(());
+            // Recorded before anything in it is handed out (design §5.4).
+            return self.record_chunk(Some((c.start, c.next, c.end)));
         }
         self.give_back(c);
         let top = self.map.atomic_u64(OFF_HEAP_TOP);
@@ -72,22 +75,21 @@ impl Pool {
             // Pre-faulting is an optimisation; a failure only costs page faults later.
             let _ = self.map.populate(from as usize, (end - from) as usize);
         }
-        *c = Chunk { next: off, end };
-        Ok(())
+        *c = Chunk {
+            start: off,
+            next: off,
+            end,
+        };
+        self.record_chunk(Some((off, off, end)))
     }
 
     /// Returns the unused tail of `c` to the heap when the heap top is still its end, else
-    /// to the free table with epoch 0 (it was never published).
+    /// to the free table with epoch 0 (it was never published). The process-table entry
+    /// stops naming the chunk first (persisted), so that nobody gives the tail back twice
+    /// (design §5.4); if that cannot be persisted the tail stays leaked.
     fn give_back(&self, c: &mut Chunk) {
-        if c.next < c.end
-            && self
-                .map
-                .atomic_u64(OFF_HEAP_TOP)
-                .compare_exchange(c.end, c.next, Ordering::AcqRel, Ordering::Acquire)
-                .is_err()
-        {
-            // Best effort: a tail that cannot be registered stays leaked, as before.
-            let _ = self.register(&[(c.next, c.end - c.next)], 0);
+        if c.end > 0 && self.record_chunk(None).is_ok() {
+            self.return_tail(c.next, c.end);
         }
         *c = Chunk::default();
     }

@@ -76,6 +76,11 @@ pub(super) const OFF_FREE_CHANGES: usize = 112;
 /// Entries of the process table of a new pool, and the size of one.
 pub(super) const PROCS: u64 = 1024;
 pub(super) const PROC_ENTRY: u64 = 64;
+/// Words of a process table entry after `owner` and `pin`: the open pool's current chunk
+/// (design §5.4, "A killed writer's chunk"; start 0 = none).
+pub(super) const PROC_CHUNK_START: u64 = 16;
+pub(super) const PROC_CHUNK_NEXT: u64 = 24;
+pub(super) const PROC_CHUNK_END: u64 = 32;
 /// Entries of the free table of a new pool, and the size of one.
 pub(super) const FREE_ENTRIES: u64 = 16384;
 pub(super) const FREE_ENTRY: u64 = 32;

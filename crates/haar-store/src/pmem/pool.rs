@@ -55,6 +55,9 @@ pub(super) struct Pool {
     pub(super) tables: Option<Tables>,
     /// This process's pins (design §5.4).
     pub(super) pins: Mutex<Pins>,
+    /// The process-table entry that records the chunk (u64::MAX: none yet); the same entry
+    /// as the pins' (design §5.4, "A killed writer's chunk").
+    pub(super) chunk_entry: std::sync::atomic::AtomicU64,
     /// This process as a process-table owner.
     pub(super) me: u64,
     /// The free table's change count when this process last found it empty (design §5.4).
@@ -109,7 +112,7 @@ impl Pool {
         } else {
             0
         };
-        Ok(Pool {
+        let pool = Pool {
             map,
             path,
             file,
@@ -129,11 +132,15 @@ impl Pool {
             dbs: Mutex::new((0, HashMap::new())),
             tables,
             pins: Mutex::new(Pins::default()),
+            chunk_entry: std::sync::atomic::AtomicU64::new(u64::MAX),
             me: process::my_owner(),
             free_seen_empty: std::sync::atomic::AtomicU64::new(u64::MAX),
             through_file: std::sync::atomic::AtomicBool::new(opts.prefault == Prefault::Never),
             planned: std::sync::atomic::AtomicU64::new(0),
-        })
+        };
+        // What killed writers reserved and never used goes back (design §5.4).
+        pool.recover_dead_chunks();
+        Ok(pool)
     }
 
     /// Whether this pool was created over the leftover of an interrupted creation.

@@ -6,6 +6,8 @@
 /// A range of the heap reserved by this process, sub-allocated privately (design §5.3).
 #[derive(Debug, Default)]
 pub(super) struct Chunk {
+    /// Where it starts (recorded for a killed writer's recovery, design §5.4).
+    pub(super) start: u64,
     pub(super) next: u64,
     pub(super) end: u64,
 }

@@ -13,7 +13,8 @@ use haar_core::Key;
 
 use super::layout::{
     ADDING, ALIGN, EMPTY, FREE, FREE_ENTRY, MAX_REGION, NO_PIN, OFF_EPOCH, OFF_FREE_CHANGES,
-    PROC_ENTRY, SPLITTING, Tables, record_size,
+    OFF_HEAP_TOP, PROC_CHUNK_END, PROC_CHUNK_NEXT, PROC_CHUNK_START, PROC_ENTRY, SPLITTING, Tables,
+    record_size,
 };
 use super::pool::Pool;
 use super::process::start_time;
@@ -102,6 +103,11 @@ impl Pool {
         self.map.atomic_u64((t.procs + i * PROC_ENTRY + 8) as usize)
     }
 
+    fn proc_word(&self, t: &Tables, i: u64, word: u64) -> &AtomicU64 {
+        self.map
+            .atomic_u64((t.procs + i * PROC_ENTRY + word) as usize)
+    }
+
     fn free_state(&self, t: &Tables, i: u64) -> &AtomicU64 {
         self.map.atomic_u64((t.free + i * FREE_ENTRY) as usize)
     }
@@ -131,15 +137,7 @@ impl Pool {
         };
         {
             let mut pins = self.pins.lock().unwrap();
-            let entry = match pins.entry {
-                Some(i) => i,
-                None => {
-                    let i = self.claim_proc_entry(&t)?;
-                    pins.entry = Some(i);
-                    pins.published = NO_PIN;
-                    i
-                }
-            };
+            let entry = self.entry_in(&t, &mut pins)?;
             match pins.counts.iter_mut().find(|(e, _)| *e == epoch) {
                 Some((_, n)) => *n += 1,
                 None => pins.counts.push((epoch, 1)),
@@ -182,19 +180,149 @@ impl Pool {
         }
     }
 
+    /// This pool object's process-table entry, claimed now if it has none.
+    fn entry_in(&self, t: &Tables, pins: &mut super::process::Pins) -> Result<u64> {
+        if let Some(i) = pins.entry {
+            return Ok(i);
+        }
+        let i = self.claim_proc_entry(t)?;
+        pins.entry = Some(i);
+        pins.published = NO_PIN;
+        Ok(i)
+    }
+
+    /// Records this pool object's chunk `start..end`, `next` the first byte not handed out,
+    /// in its process-table entry, persisted (`None`: no chunk); design §5.4, "A killed
+    /// writer's chunk". Called under the chunk's lock, before anything is allocated in a new
+    /// chunk and before an old chunk's tail is given back.
+    pub(super) fn record_chunk(&self, chunk: Option<(u64, u64, u64)>) -> Result<()> {
+        let Some(t) = self.tables() else {
+            return Ok(());
+        };
+        let i = match self.chunk_entry.load(SeqCst) {
+            u64::MAX if chunk.is_none() => return Ok(()),
+            u64::MAX => {
+                let i = self.entry_in(&t, &mut self.pins.lock().unwrap())?;
+                self.chunk_entry.store(i, SeqCst);
+                i
+            }
+            i => i,
+        };
+        match chunk {
+            None => self.proc_word(&t, i, PROC_CHUNK_START).store(0, SeqCst),
+            Some((start, next, end)) => {
+                self.proc_word(&t, i, PROC_CHUNK_END).store(end, SeqCst);
+                self.proc_word(&t, i, PROC_CHUNK_NEXT).store(next, SeqCst);
+                self.proc_word(&t, i, PROC_CHUNK_START).store(start, SeqCst);
+            }
+        }
+        self.persist_range(t.procs + i * PROC_ENTRY, PROC_ENTRY)
+    }
+
+    /// Notes the chunk's first byte not handed out (a plain store: exact after a kill, and
+    /// persisted by [`Pool::persist_chunk_entry`] before anything in the chunk is published).
+    pub(super) fn note_chunk_next(&self, next: u64) {
+        if let (Some(t), i) = (self.tables(), self.chunk_entry.load(SeqCst))
+            && i != u64::MAX
+        {
+            self.proc_word(&t, i, PROC_CHUNK_NEXT)
+                .store(next, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Persists the chunk's record before a store that publishes bytes of the chunk (a commit
+    /// slot, an extension's link): after a power cut, the recorded `next` is then at or above
+    /// every published byte.
+    pub(super) fn persist_chunk_entry(&self) -> Result<()> {
+        match (self.tables(), self.chunk_entry.load(SeqCst)) {
+            (Some(t), i) if i != u64::MAX => {
+                self.persist_range(t.procs + i * PROC_ENTRY + PROC_CHUNK_START, 24)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Gives back what the dead owner `dead` of entry `i` reserved and never used, and frees
+    /// the entry (design §5.4): takes the entry first, so no other process recovers it too;
+    /// clears its chunk, persisted, before the tail goes back, so a recoverer killed in
+    /// between leaks the tail but never gives it back twice.
+    fn recover_dead(&self, t: &Tables, i: u64, dead: u64) {
+        let owner = self.proc_owner(t, i);
+        if owner
+            .compare_exchange(dead, self.me, SeqCst, SeqCst)
+            .is_err()
+        {
+            return;
+        }
+        self.proc_pin(t, i).store(NO_PIN, SeqCst);
+        let start = self.proc_word(t, i, PROC_CHUNK_START).load(SeqCst);
+        if start != 0 {
+            let next = self.proc_word(t, i, PROC_CHUNK_NEXT).load(SeqCst);
+            let end = self.proc_word(t, i, PROC_CHUNK_END).load(SeqCst);
+            self.proc_word(t, i, PROC_CHUNK_START).store(0, SeqCst);
+            let top = self.map.atomic_u64(OFF_HEAP_TOP).load(SeqCst);
+            let sane = start <= next
+                && next <= end
+                && end <= top
+                && start >= self.heap_start
+                && (next | end).is_multiple_of(ALIGN);
+            if sane
+                && next < end
+                && self
+                    .persist_range(t.procs + i * PROC_ENTRY + PROC_CHUNK_START, 8)
+                    .is_ok()
+            {
+                self.return_tail(next, end);
+            }
+        }
+        let _ = owner.compare_exchange(self.me, 0, SeqCst, SeqCst);
+    }
+
+    /// Recovers the chunks of every dead owner (when the pool is opened).
+    pub(super) fn recover_dead_chunks(&self) {
+        let Some(t) = self.tables() else { return };
+        for i in 0..t.nprocs {
+            let cur = self.proc_owner(&t, i).load(SeqCst);
+            if cur != 0
+                && cur != self.me
+                && self.proc_word(&t, i, PROC_CHUNK_START).load(SeqCst) != 0
+                && !owner_alive(cur)
+            {
+                self.recover_dead(&t, i, cur);
+            }
+        }
+    }
+
+    /// Returns `next..end`, reserved but never handed out, to the heap top if it is the top,
+    /// else to the free table with epoch 0 (it was never published); best effort: what
+    /// cannot be registered stays leaked.
+    pub(super) fn return_tail(&self, next: u64, end: u64) {
+        if next < end
+            && self
+                .map
+                .atomic_u64(OFF_HEAP_TOP)
+                .compare_exchange(end, next, SeqCst, SeqCst)
+                .is_err()
+        {
+            let _ = self.register(&[(next, end - next)], 0);
+        }
+    }
+
     /// Claims a process-table entry for this process, sweeping entries of dead processes.
     fn claim_proc_entry(&self, t: &Tables) -> Result<u64> {
         for sweep in [false, true] {
             for i in 0..t.nprocs {
                 let owner = self.proc_owner(t, i);
                 let cur = owner.load(SeqCst);
-                if sweep && cur != 0 && !owner_alive(cur) {
-                    let _ = owner.compare_exchange(cur, 0, SeqCst, SeqCst);
+                if sweep && cur != 0 && cur != self.me && !owner_alive(cur) {
+                    self.recover_dead(t, i, cur);
                 }
                 if owner.load(SeqCst) == 0
                     && owner.compare_exchange(0, self.me, SeqCst, SeqCst).is_ok()
                 {
                     self.proc_pin(t, i).store(NO_PIN, SeqCst);
+                    // Left by a binary that predates chunk records, or a recoverer that died.
+                    self.proc_word(t, i, PROC_CHUNK_START).store(0, SeqCst);
                     return Ok(i);
                 }
             }
@@ -232,14 +360,17 @@ impl Pool {
                 continue;
             }
             let pin = self.proc_pin(t, i).load(SeqCst);
-            if pin == NO_PIN {
+            let chunk = self.proc_word(t, i, PROC_CHUNK_START).load(SeqCst) != 0;
+            if pin == NO_PIN && !chunk {
                 continue;
             }
             if cur != self.me && !owner_alive(cur) {
-                let _ = owner.compare_exchange(cur, 0, SeqCst, SeqCst);
+                self.recover_dead(t, i, cur);
                 continue;
             }
-            safe = safe.min(pin);
+            if pin != NO_PIN {
+                safe = safe.min(pin);
+            }
         }
         safe
     }
