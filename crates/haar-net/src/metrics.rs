@@ -76,6 +76,7 @@ pub fn op_label(kind: Kind) -> &'static str {
         Kind::Wipe => "wipe",
         Kind::Purge => "purge",
         Kind::Problems => "problems",
+        Kind::Extract => "extract",
         Kind::Watch => "watch",
         _ => "other",
     }

@@ -337,6 +337,10 @@ impl FieldStore for DistStore {
     }
 
     /// Not forwarded: dist holds no field bytes here.
+    /// None: its fields are on several lanes (extraction retrieves them whole through it).
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
     fn as_local(&self) -> Option<&Store> {
         None
     }
@@ -718,6 +722,10 @@ impl FieldStore for SelectStore {
     }
     /// Not forwarded: select holds no field bytes itself, and which route holds a field is
     /// known only per field; extraction reads whole fields through it.
+    /// None: its fields are on several lanes (extraction retrieves them whole through it).
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
     fn as_local(&self) -> Option<&Store> {
         None
     }

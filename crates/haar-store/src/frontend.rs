@@ -110,6 +110,14 @@ pub trait FieldStore: Send {
         None
     }
 
+    /// Capability: this front-end as [`std::any::Any`], for a facade above this crate that
+    /// uses an ability of a concrete front-end this trait cannot name (`haar::extract` reaches
+    /// a server's EXTRACT, design §8, through haar-net's `RemoteStore`). `None` by default and
+    /// from wrappers that route to several stores (dist, select).
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
+
     /// Delivers the fields of many complete keys as one batch: each found field once, with its
     /// key as stored, in an order the store chooses (dist: grouped per server, one round trip
     /// each); keys with no flushed field are reported missing.
@@ -303,6 +311,9 @@ impl FieldStore for Store {
         Some(Store::retrieve_lent(self, key))
     }
     fn as_local(&self) -> Option<&Store> {
+        Some(self)
+    }
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
         Some(self)
     }
     fn list(&self, req: &Request) -> Result<Vec<Field>> {

@@ -3,9 +3,11 @@
 //!
 //! Owns the choice of path: a local store (posix, pmem) is read by range through
 //! [`Store::with_field_ranges`], with each field's jump record from the database's `jumps`
-//! sidecar (computed from the field's leading bytes and appended there on first use); any other
-//! store (servers, dist, FDB5) retrieves whole fields and extracts from them. The decoding is
-//! `haar_grib::jump`'s.
+//! sidecar (computed from the field's leading bytes and appended there on first use); one
+//! server (`remote`) is sent an EXTRACT and extracts with this same code on its side
+//! ([`ServerExtractor`], design §8), so only the values travel; any other store (dist, FDB5,
+//! a server that predates EXTRACT) retrieves whole fields and extracts from them. The decoding
+//! is `haar_grib::jump`'s.
 //!
 //! ```
 //! use haar::extract::{Selection, extract};
@@ -40,15 +42,9 @@ use haar_grib::jump::{self, ByteSource, JumpError, JumpInfo};
 use haar_store::format::DataRef;
 use haar_store::{Error, FieldBytes, FieldStore, Result, Store};
 
-/// Which values of each field.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Selection {
-    /// Half-open ranges `[i, j)` of grid indices, as `pygribjump` counts them.
-    Ranges(Vec<(u64, u64)>),
-    /// Points (latitude, longitude) in degrees, each resolved per field to its nearest grid
-    /// index (regular lat/lon and global Gaussian grids).
-    Points(Vec<(f64, f64)>),
-}
+use haar_net::protocol::FieldValues;
+/// Which values of each field (the type an EXTRACT carries to a server).
+pub use haar_net::protocol::Selection;
 
 /// One field's values.
 #[derive(Debug, Clone, PartialEq)]
@@ -106,20 +102,86 @@ fn ranges_of(key: &Key, sel: &Selection, info: Option<&JumpInfo>) -> Result<Vec<
 /// Values of every field of `req` at `sel`, in the order the store lists (or retrieves) them;
 /// fields the request names that are not stored are absent. Errors name the field.
 pub fn extract(store: &dyn FieldStore, req: &Request, sel: &Selection) -> Result<Vec<Extracted>> {
-    match store.as_local() {
-        Some(local) => extract_local(local, req, sel),
-        None => extract_whole(store, req, sel),
+    let mut out = Vec::new();
+    extract_each(store, req, sel, &mut |e| {
+        out.push(e);
+        Ok(())
+    })?;
+    Ok(out)
+}
+
+/// As [`extract`], handing the fields to `each` one by one as they are found (a server streams
+/// its reply this way).
+pub fn extract_each(
+    store: &dyn FieldStore,
+    req: &Request,
+    sel: &Selection,
+    each: &mut dyn FnMut(Extracted) -> Result<()>,
+) -> Result<()> {
+    if let Some(local) = store.as_local() {
+        return extract_local(local, req, sel, each);
+    }
+    let remote = (store.as_any()).and_then(|a| a.downcast_ref::<haar_net::RemoteStore>());
+    if let Some(remote) = remote {
+        let done = remote.extract(req, sel, &mut |v| each(from_wire(v)))?;
+        if done.is_some() {
+            return Ok(());
+        }
+        // The server does not extract (it predates EXTRACT): the fields travel whole.
+    }
+    extract_whole(store, req, sel, each)
+}
+
+/// A field's values as a server sent them.
+fn from_wire(v: FieldValues) -> Extracted {
+    Extracted {
+        key: v.key,
+        ranges: v.ranges,
+        values: v.values,
+        method: if v.method == Method::Jump.as_str() {
+            Method::Jump
+        } else {
+            Method::WholeField
+        },
+        bytes_read: v.bytes_read,
+    }
+}
+
+/// What `haar serve` runs for EXTRACT (design §8): this module's extraction over the
+/// server's own store, so a client gets the values a local extraction gives.
+pub struct ServerExtractor;
+
+impl haar_net::server::Extractor for ServerExtractor {
+    fn extract(
+        &self,
+        store: &dyn FieldStore,
+        req: &Request,
+        sel: &Selection,
+        each: &mut dyn FnMut(FieldValues) -> Result<()>,
+    ) -> Result<()> {
+        extract_each(store, req, sel, &mut |e| {
+            each(FieldValues {
+                key: e.key,
+                ranges: e.ranges,
+                values: e.values,
+                method: e.method.as_str().to_string(),
+                bytes_read: e.bytes_read,
+            })
+        })
     }
 }
 
 /// Through any store: each field retrieved whole, then decoded at the ranges.
-fn extract_whole(store: &dyn FieldStore, req: &Request, sel: &Selection) -> Result<Vec<Extracted>> {
-    let mut out = Vec::new();
+fn extract_whole(
+    store: &dyn FieldStore,
+    req: &Request,
+    sel: &Selection,
+    each: &mut dyn FnMut(Extracted) -> Result<()>,
+) -> Result<()> {
     store.retrieve(req, &mut |key, bytes, _crc| {
-        out.push(from_message(key, bytes, sel)?);
-        Ok(())
+        each(from_message(key, bytes, sel)?)
     })?;
-    Ok(out)
+    Ok(())
 }
 
 fn from_message(key: &Key, bytes: &[u8], sel: &Selection) -> Result<Extracted> {
@@ -262,9 +324,13 @@ fn parse_sidecar(mut b: &[u8]) -> HashMap<FieldId, JumpInfo> {
 }
 
 /// Through a local store: each field read by range, its record from the sidecar.
-fn extract_local(store: &Store, req: &Request, sel: &Selection) -> Result<Vec<Extracted>> {
+fn extract_local(
+    store: &Store,
+    req: &Request,
+    sel: &Selection,
+    each: &mut dyn FnMut(Extracted) -> Result<()>,
+) -> Result<()> {
     let mut sidecars: HashMap<Key, Sidecar> = HashMap::new();
-    let mut out = Vec::new();
     for field in store.list(req)? {
         let key = field.key();
         if !sidecars.contains_key(&field.db) {
@@ -316,20 +382,20 @@ fn extract_local(store: &Store, req: &Request, sel: &Selection) -> Result<Vec<Ex
             }))
         })?;
         match done.transpose()? {
-            Some(Some(e)) => out.push(e),
+            Some(Some(e)) => each(e)?,
             // Another packing, or the database went away meanwhile: the whole field.
             _ => {
                 let Some((stored, bytes)) = store.retrieve_lent(&key)? else {
                     continue;
                 };
-                out.push(from_message(&stored, &bytes, sel)?);
+                each(from_message(&stored, &bytes, sel)?)?;
             }
         }
     }
     for (_, s) in sidecars {
         s.save();
     }
-    Ok(out)
+    Ok(())
 }
 
 #[cfg(test)]

@@ -507,6 +507,10 @@ impl FieldStore for DownLane {
     fn as_local(&self) -> Option<&Store> {
         None
     }
+    /// None: nothing to extract from; `retrieve` fails with the connect error.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        None
+    }
     /// Fails with the connect error, as `retrieve` does (dist falls back to the next lane).
     fn retrieve_keys(&self, keys: &[Key], sink: &mut Sink<'_>) -> Result<RetrieveReport> {
         haar_store::frontend::retrieve_keys_one_by_one(self, keys, sink)

@@ -71,6 +71,7 @@ pub fn bind(opts: &OpenOptions, serve: &ServeOptions) -> Result<Server> {
             local,
             limits: serve.limits,
             frame_tags: serve.frame_tags,
+            extractor: Some(Arc::new(crate::extract::ServerExtractor)),
         },
     )
     .map_err(|e| Error::net("cannot listen on", &serve.listen, e))

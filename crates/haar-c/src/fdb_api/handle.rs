@@ -350,6 +350,9 @@ impl FieldStore for Checked<'_> {
     fn as_local(&self) -> Option<&haar::Store> {
         self.inner.as_local()
     }
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        self.inner.as_any()
+    }
     fn retrieve_keys(&self, keys: &[Key], sink: &mut Sink<'_>) -> haar::Result<RetrieveReport> {
         self.inner.retrieve_keys(keys, sink)
     }

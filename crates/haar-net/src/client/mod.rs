@@ -10,6 +10,7 @@
 //! streams and `wait`).
 
 mod down;
+mod extract;
 mod local;
 mod remote;
 mod retry;

@@ -168,6 +168,19 @@ impl RemoteStore {
         meta: &[u8],
         on_field: &mut dyn FnMut(FieldMeta, &[u8]) -> Result<()>,
     ) -> Result<T> {
+        self.call_frames(kind, meta, &mut |f: &Frame| {
+            let m: FieldMeta = f.meta()?;
+            on_field(m, &f.data).map_err(CallError::Sink)
+        })
+    }
+
+    /// As [`RemoteStore::call`], handing every FIELD or VALUES frame of the reply to `on_data`.
+    pub(super) fn call_frames<T: DeserializeOwned>(
+        &self,
+        kind: Kind,
+        meta: &[u8],
+        on_data: &mut dyn FnMut(&Frame) -> std::result::Result<(), CallError>,
+    ) -> Result<T> {
         let mut slot = self.session.borrow_mut();
         if kind != Kind::Flush {
             self.drop_if_closed(&mut slot);
@@ -197,10 +210,7 @@ impl RemoteStore {
                         .into());
                     }
                     match f.kind() {
-                        Some(Kind::Field) => {
-                            let m: FieldMeta = f.meta()?;
-                            on_field(m, &f.data).map_err(CallError::Sink)?;
-                        }
+                        Some(Kind::Field | Kind::Values) => on_data(&f)?,
                         Some(Kind::End | Kind::Ok) => {
                             return Ok(Some(
                                 serde_json::from_slice(&f.meta)
@@ -304,7 +314,7 @@ impl RemoteStore {
 
 /// Why a request's reply loop ended before its END: the connection, the server's ERROR, or
 /// the caller's sink (whose error is returned as it is, e.g. a full output disk).
-enum CallError {
+pub(super) enum CallError {
     Wire(WireError),
     Remote(ErrorMeta),
     Sink(Error),
@@ -517,6 +527,11 @@ impl FieldStore for RemoteStore {
     }
 
     /// Each database's problems name this server (design §8, "Damage in replies").
+    /// Itself: `haar::extract` finds [`RemoteStore::extract`] through it.
+    fn as_any(&self) -> Option<&dyn std::any::Any> {
+        Some(self)
+    }
+
     fn stats(&self, req: &Request) -> Result<Vec<DbStats>> {
         Ok(self
             .server_stats(req)?

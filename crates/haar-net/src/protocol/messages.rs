@@ -356,3 +356,188 @@ impl From<StatsEntry> for haar_store::DbStats {
         }
     }
 }
+
+/// The version of EXTRACT and VALUES this build speaks (design §8, "EXTRACT").
+pub const EXTRACT_VERSION: u32 = 1;
+
+/// Which values of each field an EXTRACT asks for.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Selection {
+    /// Half-open ranges `[i, j)` of grid indices, as `pygribjump` counts them.
+    Ranges(Vec<(u64, u64)>),
+    /// Points (latitude, longitude) in degrees, each resolved per field to its nearest grid
+    /// index (regular lat/lon and global Gaussian grids).
+    Points(Vec<(f64, f64)>),
+}
+
+/// `EXTRACT`: exactly one of `ranges` and `points`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExtractMeta {
+    /// [`EXTRACT_VERSION`] of the sender.
+    pub version: u32,
+    /// The MARS request in its text form.
+    pub request: String,
+    /// Half-open grid index ranges.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ranges: Option<Vec<(u64, u64)>>,
+    /// Points (latitude, longitude) in degrees.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub points: Option<Vec<(f64, f64)>>,
+}
+
+impl ExtractMeta {
+    /// The request for `sel` of the fields of `request`.
+    pub fn new(request: String, sel: &Selection) -> ExtractMeta {
+        let (ranges, points) = match sel {
+            Selection::Ranges(r) => (Some(r.clone()), None),
+            Selection::Points(p) => (None, Some(p.clone())),
+        };
+        ExtractMeta {
+            version: EXTRACT_VERSION,
+            request,
+            ranges,
+            points,
+        }
+    }
+
+    /// The selection, or why there is none (neither or both given, a range that ends before
+    /// it starts, a point that is not finite).
+    pub fn selection(&self) -> Result<Selection, String> {
+        match (&self.ranges, &self.points) {
+            (Some(r), None) => match r.iter().find(|(i, j)| j < i) {
+                Some((i, j)) => Err(format!("range [{i}, {j}) ends before it starts")),
+                None => Ok(Selection::Ranges(r.clone())),
+            },
+            (None, Some(p)) => match p.iter().find(|(a, b)| !a.is_finite() || !b.is_finite()) {
+                Some((a, b)) => Err(format!(
+                    "point ({a}, {b}) is not a finite latitude, longitude"
+                )),
+                None => Ok(Selection::Points(p.clone())),
+            },
+            _ => Err("EXTRACT needs exactly one of `ranges` and `points`".into()),
+        }
+    }
+}
+
+/// One field's values as a VALUES frame carries them (meta [`ValuesMeta`], data the values).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FieldValues {
+    /// The field's key as stored.
+    pub key: Key,
+    /// The ranges the values are of (for points: `[index, index + 1)` each).
+    pub ranges: Vec<(u64, u64)>,
+    /// Per range, its values in index order; NaN where the field has no value.
+    pub values: Vec<Vec<f64>>,
+    /// How the server found them: `jump` or `eccodes-whole-field` (design §16).
+    pub method: String,
+    /// Bytes of the field the server read to find them.
+    pub bytes_read: u64,
+}
+
+/// `VALUES` meta.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ValuesMeta {
+    /// [`EXTRACT_VERSION`] of the server.
+    pub version: u32,
+    /// The field's key as stored.
+    pub key: Key,
+    /// The ranges the values are of, in the order of the data; absent when they are the
+    /// EXTRACT's own `ranges` (only resolved points travel: a range list echoed per field
+    /// would outweigh 100 single values).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ranges: Option<Vec<(u64, u64)>>,
+    /// `jump` or `eccodes-whole-field`.
+    pub method: String,
+    /// Bytes of the field read on the server.
+    pub bytes_read: u64,
+    /// CRC-32C of the data part.
+    pub crc: u32,
+}
+
+impl FieldValues {
+    /// The VALUES meta and data: every value of every range, in range order, f64
+    /// little-endian, under a CRC-32C; the ranges are left out when they are `asked`.
+    pub fn encode(&self, asked: &Selection) -> (ValuesMeta, Vec<u8>) {
+        let n: usize = self.values.iter().map(Vec::len).sum();
+        let mut data = Vec::with_capacity(n * 8);
+        for v in self.values.iter().flatten() {
+            data.extend_from_slice(&v.to_le_bytes());
+        }
+        let meta = ValuesMeta {
+            version: EXTRACT_VERSION,
+            key: self.key.clone(),
+            ranges: match asked {
+                Selection::Ranges(r) if *r == self.ranges => None,
+                _ => Some(self.ranges.clone()),
+            },
+            method: self.method.clone(),
+            bytes_read: self.bytes_read,
+            crc: haar_persist::crc32c(&data),
+        };
+        (meta, data)
+    }
+
+    /// The values of a VALUES frame in reply to an EXTRACT of `asked`, or why they cannot be
+    /// trusted (a CRC that does not match, a length that is not the ranges' values).
+    pub fn decode(meta: ValuesMeta, data: &[u8], asked: &Selection) -> Result<FieldValues, String> {
+        let crc = haar_persist::crc32c(data);
+        if crc != meta.crc {
+            return Err(format!(
+                "values of {} damaged in transit: CRC-32C {crc:#010x}, the server sent {:#010x}",
+                meta.key, meta.crc
+            ));
+        }
+        let ranges = match (meta.ranges, asked) {
+            (Some(r), _) => r,
+            (None, Selection::Ranges(r)) => r.clone(),
+            (None, Selection::Points(_)) => {
+                return Err(format!(
+                    "values of {} without their points' ranges",
+                    meta.key
+                ));
+            }
+        };
+        let counts: Vec<u64> = ranges.iter().map(|(i, j)| j.saturating_sub(*i)).collect();
+        let total: u64 = counts.iter().sum();
+        if total.checked_mul(8) != Some(data.len() as u64) {
+            return Err(format!(
+                "values of {}: {} data bytes for ranges holding {total} values",
+                meta.key,
+                data.len()
+            ));
+        }
+        let mut chunks = data
+            .chunks_exact(8)
+            .map(|b| f64::from_le_bytes(b.try_into().unwrap()));
+        let values = counts
+            .iter()
+            .map(|&c| chunks.by_ref().take(c as usize).collect())
+            .collect();
+        Ok(FieldValues {
+            key: meta.key,
+            ranges,
+            values,
+            method: meta.method,
+            bytes_read: meta.bytes_read,
+        })
+    }
+}
+
+/// `END` of EXTRACT.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExtractEnd {
+    /// Fields whose values were sent.
+    pub found: u64,
+    /// Values sent.
+    pub values: u64,
+}
+
+/// The start of the message of an ERROR that means "this server does not extract" (it
+/// predates EXTRACT, has no extractor, or speaks another EXTRACT version): the client falls
+/// back to retrieving whole fields on it, and on nothing else.
+pub fn extract_unsupported_prefix() -> String {
+    format!(
+        "unknown or unexpected request kind {}",
+        crate::protocol::Kind::Extract as u8
+    )
+}

@@ -103,6 +103,9 @@ pub enum Kind {
     RetrieveKeys = 25,
     /// `{request}` → `END {problems}`: the damage in the matching databases, without stats.
     Problems = 26,
+    /// `{version, request, ranges | points}` → `VALUES`… then `END {found, values}`: values
+    /// extracted on the server (design §8, issue 29).
+    Extract = 27,
     /// Reply to FLUSH: `{fields}`.
     Ok = 32,
     /// One retrieved field: `{key, crc}` + bytes.
@@ -115,6 +118,9 @@ pub enum Kind {
     Error = 36,
     /// Sent on an idle WATCH stream every few seconds so both sides notice a dead peer.
     Heartbeat = 37,
+    /// One field's extracted values: `{version, key, ranges, method, bytes_read, crc}` +
+    /// f64 little-endian values.
+    Values = 38,
 }
 
 impl Kind {
@@ -138,12 +144,14 @@ impl Kind {
             24 => Watch,
             25 => RetrieveKeys,
             26 => Problems,
+            27 => Extract,
             32 => Ok,
             33 => Field,
             34 => End,
             35 => Event,
             36 => Error,
             37 => Heartbeat,
+            38 => Values,
             _ => return None,
         })
     }
@@ -167,6 +175,8 @@ impl Kind {
             Purge => "PURGE",
             RetrieveKeys => "RETRIEVE_KEYS",
             Problems => "PROBLEMS",
+            Extract => "EXTRACT",
+            Values => "VALUES",
             Watch => "WATCH",
             Ok => "OK",
             Field => "FIELD",

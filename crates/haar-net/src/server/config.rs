@@ -5,10 +5,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use haar_core::request::Request;
 use haar_store::{Backend, FieldStore, Store, StoreOptions};
 
 use crate::auth::Tokens;
-use crate::protocol::{self, Access, LocalOffer};
+use crate::protocol::{self, Access, FieldValues, LocalOffer, Selection};
 
 type Opener = dyn Fn() -> haar_store::Result<Box<dyn FieldStore>> + Send + Sync;
 
@@ -72,6 +73,25 @@ pub struct ServerConfig {
     /// When plain-TCP connections tag their frames (design §8): by default when the client's
     /// address is not a loopback address or the client asks.
     pub frame_tags: protocol::FrameTags,
+    /// What EXTRACT runs (design §8; `haar serve` gives the library's extraction). Without
+    /// one, EXTRACT is answered "unsupported" and clients retrieve whole fields.
+    pub extractor: Option<Arc<dyn Extractor>>,
+}
+
+/// The extraction a server runs for EXTRACT: values of every field of `req` at `sel` from
+/// `store`, handed to `each` field by field in the order the store lists them (so a reply
+/// streams, whatever the number of fields). An error of `each` (the client went away) ends
+/// the extraction with that error.
+pub trait Extractor: Send + Sync {
+    /// Extracts; errors name the field (input errors: a range past the grid, a point outside
+    /// it, a grid points cannot be resolved on).
+    fn extract(
+        &self,
+        store: &dyn FieldStore,
+        req: &Request,
+        sel: &Selection,
+        each: &mut dyn FnMut(FieldValues) -> haar_store::Result<()>,
+    ) -> haar_store::Result<()>;
 }
 
 /// Bounds that keep hostile or broken peers from exhausting a server (design §8). The

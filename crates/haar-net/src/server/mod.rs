@@ -43,12 +43,15 @@ use self::accept::{Shared, refuse_at_accept};
 use self::handshake::connection;
 use self::usage::usage_probe;
 
-pub use self::config::{SMALL_FRAME, ServerConfig, ServerLimits, Target, boot_id, local_offer};
+pub use self::config::{
+    Extractor, SMALL_FRAME, ServerConfig, ServerLimits, Target, boot_id, local_offer,
+};
 pub use self::events::{EVENT_LOG_CAPACITY, HEARTBEAT};
 
 mod accept;
 mod config;
 mod events;
+mod extract;
 mod handshake;
 mod session;
 mod usage;

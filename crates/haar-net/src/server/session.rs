@@ -125,6 +125,7 @@ impl Session {
             }
             let reply = match kind {
                 Some(Kind::Flush) => self.flush(id),
+                Some(Kind::Extract) => self.extract(&f),
                 Some(
                     k @ (Kind::Retrieve
                     | Kind::RetrieveKeys
