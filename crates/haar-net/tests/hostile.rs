@@ -1325,57 +1325,15 @@ fn connect_from(from: std::net::Ipv4Addr, addr: &str) -> std::io::Result<TcpStre
 /// another source succeeds while the flood runs; the drops are logged once.
 #[test]
 fn a_reconnecting_peer_without_a_token_cannot_starve_logins() {
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let s = Child_::start(limits());
     let flooder = std::net::Ipv4Addr::new(127, 0, 0, 2);
-    let stop = Arc::new(AtomicBool::new(false));
-    let cycles = Arc::new(AtomicU64::new(0));
-    let flood: Vec<_> = (0..80)
-        .map(|_| {
-            let (addr, stop, cycles) = (s.addr.clone(), stop.clone(), cycles.clone());
-            std::thread::spawn(move || {
-                while !stop.load(Ordering::SeqCst) {
-                    if let Ok(mut c) = connect_from(flooder, &addr) {
-                        // Holds the connection until the server ends it (dropped, refused, or
-                        // at the handshake deadline), then connects again.
-                        let _ = closed_within(&mut c, Duration::from_secs(30));
-                    }
-                    cycles.fetch_add(1, Ordering::SeqCst);
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-            })
-        })
-        .collect();
-    // The flood has filled whatever it can: its connections have been closed and opened
-    // again many times over.
-    let until = Instant::now() + Duration::from_secs(120);
-    while cycles.load(Ordering::SeqCst) < 400 {
-        assert!(Instant::now() < until, "the flood did not get going");
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let mut failed = Vec::new();
-    for step in 0..8u32 {
-        match RemoteStore::connect(&s.addr, &cfg(RW)) {
-            Ok(mut c) => {
-                let d = data(step, 1000);
-                c.archive(&key(step), &d).unwrap();
-                c.flush().unwrap();
-                assert_eq!(c.list(&single(&key(step))).unwrap().len(), 1);
-            }
-            Err(e) => failed.push(e.to_string()),
-        }
-    }
-    let during = cycles.load(Ordering::SeqCst);
-    stop.store(true, Ordering::SeqCst);
-    for t in flood {
-        t.join().unwrap();
-    }
+    let (failed, during) = logins_during_a_flood(&s, flooder, Duration::from_millis(5), 400, 8);
     assert!(
         failed.is_empty(),
         "{} of 8 logins failed while a peer reconnected without end: {failed:?}",
         failed.len()
     );
-    eprintln!("8 of 8 logins succeeded; the flood had opened {during} connections by then");
+    eprintln!("8 of 8 logins succeeded; the flood opened {during} connections meanwhile");
     // The drops are logged once for the source, with the cause.
     let log = s.log();
     let once = log
@@ -1398,9 +1356,30 @@ fn a_reconnecting_peer_without_a_token_cannot_starve_logins() {
 /// 10, 20, 40 and 80 ms: 50 of 50 in two runs.
 #[test]
 fn a_reconnecting_local_peer_cannot_starve_logins_from_the_same_address() {
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let s = Child_::start(limits());
     let local = std::net::Ipv4Addr::LOCALHOST;
+    let (failed, during) = logins_during_a_flood(&s, local, Duration::ZERO, 2000, 50);
+    eprintln!(
+        "{} of 50 logins succeeded from the flood's own address; the flood opened {during} \
+         connections meanwhile",
+        50 - failed.len()
+    );
+    assert!(failed.is_empty(), "{failed:?}");
+}
+
+/// Floods the server `s` from `from` (80 threads, each holding its connection until the
+/// server ends it: dropped, refused, or at the handshake deadline; then `pause` and again)
+/// until it has cycled `warm` times, then logs in `logins` times from 127.0.0.1, each
+/// archiving, flushing and listing a field. The logins that failed, and how many connections
+/// the flood opened during them.
+fn logins_during_a_flood(
+    s: &Child_,
+    from: std::net::Ipv4Addr,
+    pause: Duration,
+    warm: u64,
+    logins: u32,
+) -> (Vec<String>, u64) {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     let stop = Arc::new(AtomicBool::new(false));
     let cycles = Arc::new(AtomicU64::new(0));
     let flood: Vec<_> = (0..80)
@@ -1408,22 +1387,25 @@ fn a_reconnecting_local_peer_cannot_starve_logins_from_the_same_address() {
             let (addr, stop, cycles) = (s.addr.clone(), stop.clone(), cycles.clone());
             std::thread::spawn(move || {
                 while !stop.load(Ordering::SeqCst) {
-                    if let Ok(mut c) = connect_from(local, &addr) {
+                    if let Ok(mut c) = connect_from(from, &addr) {
                         let _ = closed_within(&mut c, Duration::from_secs(30));
                     }
                     cycles.fetch_add(1, Ordering::SeqCst);
+                    std::thread::sleep(pause);
                 }
             })
         })
         .collect();
+    // The flood has filled whatever it can: its connections have been closed and opened
+    // again many times over.
     let until = Instant::now() + Duration::from_secs(120);
-    while cycles.load(Ordering::SeqCst) < 2000 {
+    while cycles.load(Ordering::SeqCst) < warm {
         assert!(Instant::now() < until, "the flood did not get going");
         std::thread::sleep(Duration::from_millis(20));
     }
-    let mut failed = Vec::new();
     let started = cycles.load(Ordering::SeqCst);
-    for step in 0..50u32 {
+    let mut failed = Vec::new();
+    for step in 0..logins {
         match RemoteStore::connect(&s.addr, &cfg(RW)) {
             Ok(mut c) => {
                 let d = data(step, 1000);
@@ -1439,12 +1421,7 @@ fn a_reconnecting_local_peer_cannot_starve_logins_from_the_same_address() {
     for t in flood {
         t.join().unwrap();
     }
-    eprintln!(
-        "{} of 50 logins succeeded from the flood's own address; the flood opened {during} \
-         connections meanwhile",
-        50 - failed.len()
-    );
-    assert!(failed.is_empty(), "{failed:?}");
+    (failed, during)
 }
 
 /// Issue 27: a read-only token could make the server buffer a 64 MiB request per connection
