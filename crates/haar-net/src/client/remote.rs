@@ -526,12 +526,12 @@ impl FieldStore for RemoteStore {
         })
     }
 
-    /// Each database's problems name this server (design §8, "Damage in replies").
     /// Itself: `haar::extract` finds [`RemoteStore::extract`] through it.
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         Some(self)
     }
 
+    /// Each database's problems name this server (design §8, "Damage in replies").
     fn stats(&self, req: &Request) -> Result<Vec<DbStats>> {
         Ok(self
             .server_stats(req)?
