@@ -11,6 +11,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 
 use haar::FieldStoreExt;
+use haar::read::{Missing, retrieve_into};
 use haar_core::request::Request;
 
 use crate::copy::{self, Progress, write_to};
@@ -66,10 +67,8 @@ pub(crate) fn store_to_file(
             write_fetched(run, store, req, &file, &tmp, &mut back)
         };
         let (len, crc, missing) = written?;
-        if let Some((n, first)) = missing {
-            return Err(Error::Missing(format!(
-                "{n} field(s) of {req} missing in dataspace {space}, e.g. {first}"
-            )));
+        if !missing.is_empty() {
+            return Err(missing_in(space, &missing));
         }
         let back = back.finish(len, &mut |p, n| run.phase(p, n))?;
         if back != (len, crc) {
@@ -100,8 +99,8 @@ pub(crate) fn store_to_file(
 }
 
 /// What writing a request's fields into a file gives: bytes written, their CRC-32C (combined
-/// from the fields' verified ones) and, when fields were missing, how many and the first.
-type Written = (u64, u32, Option<(usize, String)>);
+/// from the fields' verified ones) and what the request found nothing for.
+type Written = (u64, u32, Missing);
 
 /// The fields' CRC-32C: the one the store verified the field against before handing it over,
 /// combined without a pass over the bytes (a store that hands none over is checksummed here).
@@ -110,8 +109,11 @@ fn combine(crc: u32, bytes: &[u8], field_crc: Option<u32>) -> u32 {
     haar_persist::crc32c_combine(crc, field_crc, bytes.len() as u64)
 }
 
-fn missing_of(report: &haar::RetrieveReport) -> Option<(usize, String)> {
-    (!report.missing.is_empty()).then(|| (report.missing.len(), report.missing[0].to_string()))
+/// The error a staging of fields fails with when its request found fields missing in dataspace
+/// `space`: [`Missing`]'s words (the keys, or the request that matched nothing, and any damage
+/// found), as every face words them.
+fn missing_in(space: &str, missing: &Missing) -> Error {
+    Error::Missing(format!("dataspace {space}: {missing}"))
 }
 
 /// To a disk file system: each field written from the store's buffer as it is handed over,
@@ -129,7 +131,8 @@ fn write_inline(
     let mut crc = 0u32;
     let mut len = 0u64;
     let mut failure: Option<Error> = None;
-    let report = store.retrieve(req, &mut |_key, bytes, field_crc| {
+    let one = std::slice::from_ref(req);
+    let report = retrieve_into(store, one, &mut |_key, bytes, field_crc| {
         if run.cancelled() {
             failure = Some(Error::Cancelled(run.id().into()));
             return Err(haar::Error::Config("cancelled".into()));
@@ -156,9 +159,9 @@ fn write_inline(
     if let Some(f) = failure {
         return Err(f);
     }
-    let report = report?;
+    let got = report?;
     out.flush().map_err(|e| Error::io("write", tmp, e))?;
-    Ok((len, crc, missing_of(&report)))
+    Ok((len, crc, got.missing))
 }
 
 /// Bytes of fields gathered per write to a memory file system.
@@ -240,10 +243,11 @@ fn write_fetched(
     tmp: &Path,
     back: &mut ReadBack,
 ) -> Result<Written> {
-    let fetch = move |h: &Handover<Vec<u8>>| -> Result<(u32, Option<(usize, String)>)> {
+    let fetch = move |h: &Handover<Vec<u8>>| -> Result<(u32, Missing)> {
         let mut crc = 0u32;
         let mut buf = h.buffer()?;
-        let report = store.retrieve(req, &mut |_key, bytes, field_crc| {
+        let one = std::slice::from_ref(req);
+        let got = retrieve_into(&*store, one, &mut |_key, bytes, field_crc| {
             crc = combine(crc, bytes, field_crc);
             let mut rest = bytes;
             while !rest.is_empty() {
@@ -259,7 +263,7 @@ fn write_fetched(
         if !buf.is_empty() {
             let _ = h.send(buf);
         }
-        Ok((crc, missing_of(&report?)))
+        Ok((crc, got?.missing))
     };
     let mut len = 0u64;
     let (written, fetched) = fetched_beside(FETCH_BUFFER, tmp, fetch, |buf: Vec<u8>| {
@@ -582,7 +586,8 @@ pub(crate) fn store_to_store(
     // before anything is copied), and a pmem pool grows as the copy needs it (design §5.1).
     dst.provision(total)?;
     let fetch = move |h: &Handover<(haar_core::Key, Vec<u8>, Option<u32>)>| {
-        Ok(src.retrieve(req, &mut |key, bytes, crc| {
+        let one = std::slice::from_ref(req);
+        Ok(retrieve_into(&*src, one, &mut |key, bytes, crc| {
             let mut buf = h.buffer()?;
             buf.extend_from_slice(bytes);
             h.send((key.clone(), buf, crc))
@@ -600,12 +605,9 @@ pub(crate) fn store_to_store(
         Ok(buf)
     });
     archived?;
-    let report = fetched?;
-    if !report.missing.is_empty() {
-        return Err(Error::Missing(format!(
-            "{} field(s) of {req} missing in dataspace {from}",
-            report.missing.len()
-        )));
+    let got = fetched?;
+    if !got.missing.is_empty() {
+        return Err(missing_in(from, &got.missing));
     }
     dst.flush()?;
     run.finish_one(to.into(), len, 0);
