@@ -361,7 +361,7 @@ pub enum Command {
     /// packings (CCSDS, complex) are decoded whole with ecCodes and say so. Missing points
     /// (bitmap) print as NaN (JSON: null). Text output: one line per field, its key, the
     /// method, then the values in range order. Fields the request names that are not stored
-    /// are left out.
+    /// are left out; a request that matches no stored field exits 2, naming it.
     ///
     /// Examples:
     ///   haar extract class=od,param=167,step=0/6 --ranges 0-10,5000-5004

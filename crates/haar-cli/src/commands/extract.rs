@@ -64,8 +64,15 @@ pub fn run(cli: &Cli, a: &ExtractArgs) -> Result<(), Failure> {
     let store = open::field_store_for_reading(cli)?;
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     let out_err = |e: std::io::Error| Failure::io(format!("writing the values: {e}"));
+    // A request that matches no stored field is requested data missing (exit 2, naming it),
+    // as for `haar retrieve`; fields a request names that are not stored are left out.
+    let mut unmatched = Vec::new();
     for req in open::requests(Some(&a.request))? {
-        for e in haar::extract::extract(&*store, &req, &sel)? {
+        let extracted = haar::extract::extract(&*store, &req, &sel)?;
+        if extracted.is_empty() {
+            unmatched.push(req.to_string());
+        }
+        for e in extracted {
             if a.json {
                 writeln!(out, "{}", json_line(&e)).map_err(out_err)?;
             } else {
@@ -77,7 +84,15 @@ pub fn run(cli: &Cli, a: &ExtractArgs) -> Result<(), Failure> {
             }
         }
     }
-    out.flush().map_err(out_err)
+    out.flush().map_err(out_err)?;
+    if unmatched.is_empty() {
+        Ok(())
+    } else {
+        Err(Failure::missing(format!(
+            "no stored field matches {}",
+            unmatched.join("; ")
+        )))
+    }
 }
 
 #[cfg(test)]
