@@ -16,6 +16,16 @@ fn stderr(o: &Output) -> String {
     String::from_utf8_lossy(&o.stderr).into_owned()
 }
 
+/// Exit 2, and stderr names the request (its step and param).
+fn exits_2_naming_it(o: &Output, what: &str) {
+    assert_eq!(o.status.code(), Some(2), "{what}: {}", stderr(o));
+    let err = stderr(o);
+    assert!(
+        err.contains("step=6") && err.contains("param=167"),
+        "{what} does not name the request: {err}"
+    );
+}
+
 #[test]
 fn a_request_matching_nothing_exits_2_from_retrieve_and_extract_naming_it() {
     let tmp = tempfile::tempdir().unwrap();
@@ -38,34 +48,14 @@ fn a_request_matching_nothing_exits_2_from_retrieve_and_extract_naming_it() {
             backend,
             &["retrieve", &absent, "-o", out.to_str().unwrap()],
         );
-        assert_eq!(
-            o.status.code(),
-            Some(2),
-            "{backend} retrieve: {}",
-            stderr(&o)
-        );
-        assert!(
-            stderr(&o).contains("step=6") && stderr(&o).contains("param=167"),
-            "{backend} retrieve does not name the request: {}",
-            stderr(&o)
-        );
+        exits_2_naming_it(&o, &format!("{backend} retrieve"));
         assert!(
             !out.exists(),
             "{backend}: a failed retrieve left its output"
         );
 
         let o = haar(&root, backend, &["extract", &absent, "--ranges", "0-1"]);
-        assert_eq!(
-            o.status.code(),
-            Some(2),
-            "{backend} extract: {}",
-            stderr(&o)
-        );
-        assert!(
-            stderr(&o).contains("step=6") && stderr(&o).contains("param=167"),
-            "{backend} extract does not name the request: {}",
-            stderr(&o)
-        );
+        exits_2_naming_it(&o, &format!("{backend} extract"));
         assert!(o.stdout.is_empty(), "{backend} extract printed values");
 
         let o = haar(&root, backend, &["list", &absent]);
