@@ -1,8 +1,9 @@
 /*
  * fdb_c_510: FDB5 5.10's listing API (Debian 12's libfdb5-dev header): archives three
- * fields through $FDB5_CONFIG_FILE, flushes, lists them with fdb_new_listiterator /
- * fdb_list(fdb, req, it) / fdb_listiterator_next(it, &exist, &str) and prints each string,
- * one a line. Run against Debian's libfdb5.so and against haar's built with the feature
+ * fields through $FDB5_CONFIG_FILE, flushes, archives the first key again and flushes, lists
+ * them with fdb_new_listiterator / fdb_list(fdb, req, it) / fdb_listiterator_next(it, &exist,
+ * &str) and prints each string, one a line: four, as 5.10's fdb_list does not deduplicate
+ * (the masked copy is listed too). Run against Debian's libfdb5.so and against haar's built with the feature
  * fdb5-5_10 by tests/fdb_v5_10.rs, which compares the output.
  */
 #include <stdbool.h>
@@ -24,8 +25,9 @@ int main(void) {
     CHECK(fdb_initialise());
     fdb_handle_t *fdb = NULL;
     CHECK(fdb_new_handle(&fdb));
-    const char *steps[3] = {"0", "6", "12"};
-    for (int i = 0; i < 3; i++) {
+    const char *steps[4] = {"0", "6", "12", "0"};
+    for (int i = 0; i < 4; i++) {
+        if (i == 3) CHECK(fdb_flush(fdb)); /* the first key again, in a later index */
         fdb_key_t *key = NULL;
         CHECK(fdb_new_key(&key));
         CHECK(fdb_key_add(key, "class", "od"));
@@ -62,5 +64,5 @@ int main(void) {
     CHECK(fdb_delete_listiterator(it));
     CHECK(fdb_delete_request(req));
     CHECK(fdb_delete_handle(fdb));
-    return n == 3 ? 0 : 1;
+    return n == 4 ? 0 : 1;
 }
