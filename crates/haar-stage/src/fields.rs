@@ -125,7 +125,7 @@ fn write_inline(
     req: &Request,
     file: &std::fs::File,
     tmp: &Path,
-    back: &mut ReadBack,
+    back: &mut ReadBack<'_>,
 ) -> Result<Written> {
     let mut out = std::io::BufWriter::with_capacity(64 << 10, file);
     let mut crc = 0u32;
@@ -241,7 +241,7 @@ fn write_fetched(
     req: &Request,
     file: &std::fs::File,
     tmp: &Path,
-    back: &mut ReadBack,
+    back: &mut ReadBack<'_>,
 ) -> Result<Written> {
     let fetch = move |h: &Handover<Vec<u8>>| -> Result<(u32, Missing)> {
         let mut crc = 0u32;

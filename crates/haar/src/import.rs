@@ -395,7 +395,7 @@ struct Archived<'a> {
 /// verdicts are reported in archive order. If the batch's read fails part way (a corrupt
 /// field), the fields it did not reach are read one by one, so the error names only the
 /// fields it is about.
-fn verify(store: &dyn FieldStore, archived: &[Archived], report: &mut ImportReport) {
+fn verify(store: &dyn FieldStore, archived: &[Archived<'_>], report: &mut ImportReport) {
     // Per field: its length once it matched, or why not.
     let mut verdicts: Vec<Option<Result<u64, String>>> = vec![None; archived.len()];
     let mut strays = Vec::new();
@@ -429,7 +429,7 @@ fn verify(store: &dyn FieldStore, archived: &[Archived], report: &mut ImportRepo
 /// for each field delivered.
 fn read_back(
     store: &dyn FieldStore,
-    archived: &[Archived],
+    archived: &[Archived<'_>],
     which: &[usize],
     verdicts: &mut [Option<Result<u64, String>>],
     strays: &mut Vec<String>,

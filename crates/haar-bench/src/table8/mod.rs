@@ -205,7 +205,7 @@ fn fdb_hammer_row(
     if !a.quiet {
         eprintln!("haar hammer --vcluster: fdb-hammer x{k}: writing, then reading");
     }
-    let hosts: Vec<fdb_hammer::Host> = nodes
+    let hosts: Vec<fdb_hammer::Host<'_>> = nodes
         .iter()
         .map(|n| fdb_hammer::Host {
             name: n.name.clone(),

@@ -30,7 +30,7 @@ pub fn run(cli: &Cli, a: &ArchiveArgs) -> Result<(), Failure> {
         exclude: filter(&a.exclude)?,
         ..IngestOptions::default()
     };
-    let inputs: Vec<Input> = a.files.iter().cloned().map(Input::File).collect();
+    let inputs: Vec<Input<'_>> = a.files.iter().cloned().map(Input::File).collect();
     let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
     bar.set_style(
         ProgressStyle::with_template(

@@ -80,7 +80,7 @@ pub fn ingest<'a>(
         }
         // However this closure ends (a store error returns early), the workers stop.
         let _stop = StopWorkers(&shared);
-        let mut opened: VecDeque<std::result::Result<Arc<Job>, String>> = VecDeque::new();
+        let mut opened: VecDeque<std::result::Result<Arc<Job<'_>>, String>> = VecDeque::new();
         let mut to_open = inputs.into_iter();
         loop {
             while opened.len() < LOOKAHEAD {
@@ -130,9 +130,9 @@ impl State<'_> {
     fn stream(
         &mut self,
         store: &mut dyn FieldStore,
-        job: &Job,
-        keying: &Keying,
-        shared: &Shared,
+        job: &Job<'_>,
+        keying: &Keying<'_>,
+        shared: &Shared<'_>,
     ) -> Result<()> {
         let checkpoint = store.checkpoint();
         let (mut fields, mut skipped, mut bytes) = (0usize, 0usize, 0u64);

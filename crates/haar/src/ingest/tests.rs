@@ -130,7 +130,7 @@ impl FieldStore for Probe {
     }
 }
 
-fn run(store: &mut dyn FieldStore, inputs: Vec<Input>, opts: &IngestOptions) -> IngestReport {
+fn run(store: &mut dyn FieldStore, inputs: Vec<Input<'_>>, opts: &IngestOptions) -> IngestReport {
     ingest(store, inputs, opts, &mut |_| {}).unwrap()
 }
 
