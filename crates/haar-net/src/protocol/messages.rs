@@ -541,3 +541,106 @@ pub fn extract_unsupported_prefix() -> String {
         crate::protocol::Kind::Extract as u8
     )
 }
+
+#[cfg(test)]
+mod extract_tests {
+    use super::*;
+
+    fn values() -> FieldValues {
+        FieldValues {
+            key: Key::parse("class=od,param=167").unwrap(),
+            ranges: vec![(3, 5), (9, 10)],
+            values: vec![vec![1.5, f64::NAN], vec![-0.0]],
+            method: "jump".into(),
+            bytes_read: 12,
+        }
+    }
+
+    #[test]
+    fn values_round_trip_bit_for_bit_and_echo_ranges_only_for_points() {
+        let v = values();
+        let asked = Selection::Ranges(v.ranges.clone());
+        let (meta, data) = v.encode(&asked);
+        assert_eq!(meta.ranges, None);
+        assert_eq!(data.len(), 3 * 8);
+        assert_eq!(data[..8], 1.5f64.to_le_bytes());
+        let back = FieldValues::decode(meta, &data, &asked).unwrap();
+        let bits = |v: &FieldValues| -> Vec<u64> {
+            v.values.concat().iter().map(|x| x.to_bits()).collect()
+        };
+        assert_eq!(bits(&back), bits(&v));
+        assert_eq!(back.ranges, v.ranges);
+        // Points: the resolved ranges travel.
+        let points = Selection::Points(vec![(1.0, 2.0), (3.0, 4.0)]);
+        let (meta, data) = v.encode(&points);
+        assert_eq!(meta.ranges.as_deref(), Some(&v.ranges[..]));
+        assert_eq!(
+            FieldValues::decode(meta, &data, &points).unwrap().ranges,
+            v.ranges
+        );
+    }
+
+    #[test]
+    fn damaged_or_short_values_are_refused() {
+        let v = values();
+        let asked = Selection::Ranges(v.ranges.clone());
+        let (meta, mut data) = v.encode(&asked);
+        data[3] ^= 1;
+        let e = FieldValues::decode(meta.clone(), &data, &asked).unwrap_err();
+        assert!(e.contains("damaged in transit"), "{e}");
+        let short = &data[..16];
+        let m = ValuesMeta {
+            crc: haar_persist::crc32c(short),
+            ..meta
+        };
+        let e = FieldValues::decode(m, short, &asked).unwrap_err();
+        assert!(
+            e.contains("16 data bytes for ranges holding 3 values"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn an_extract_asks_for_exactly_one_valid_selection() {
+        let m = ExtractMeta::new("param=167".into(), &Selection::Ranges(vec![(0, 2)]));
+        let text = String::from_utf8(crate::protocol::to_meta(&m)).unwrap();
+        assert_eq!(
+            text,
+            r#"{"version":1,"request":"param=167","ranges":[[0,2]]}"#
+        );
+        assert_eq!(m.selection(), Ok(Selection::Ranges(vec![(0, 2)])));
+        let bad = |m: ExtractMeta| m.selection().unwrap_err();
+        assert!(
+            bad(ExtractMeta {
+                ranges: Some(vec![(5, 4)]),
+                ..m.clone()
+            })
+            .contains("ends before")
+        );
+        assert!(
+            bad(ExtractMeta {
+                points: Some(vec![]),
+                ..m.clone()
+            })
+            .contains("exactly one")
+        );
+        assert!(
+            bad(ExtractMeta {
+                ranges: None,
+                ..m.clone()
+            })
+            .contains("exactly one")
+        );
+        let nan = ExtractMeta {
+            ranges: None,
+            points: Some(vec![(f64::NAN, 0.0)]),
+            ..m
+        };
+        assert!(bad(nan).contains("not a finite"));
+        // What a server that predates EXTRACT answers is "unsupported" to the client.
+        assert!(
+            "unknown or unexpected request kind 27 (unknown)"
+                .starts_with(&extract_unsupported_prefix())
+        );
+    }
+}
