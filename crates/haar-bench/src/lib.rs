@@ -25,6 +25,7 @@
 //! to run inside the `haar` executable.
 
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 pub mod bench;
 pub mod error;

@@ -28,6 +28,7 @@
 //! ```
 
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 pub mod key;
 pub mod param;

@@ -22,6 +22,7 @@
 //! ```
 
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 pub mod fields;
 pub mod files;

@@ -20,6 +20,7 @@
 //! ```
 
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 mod launch;
 mod pool_file;

@@ -50,6 +50,7 @@
 //! `msync`, even in [`PersistMode::CpuCache`].
 
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 pub mod copy;
 pub mod cpu;

@@ -54,6 +54,7 @@
 //! ```
 
 #![warn(missing_docs)]
+#![warn(unreachable_pub)]
 
 pub mod beneath;
 pub mod copy;

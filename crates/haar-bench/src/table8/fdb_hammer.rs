@@ -23,9 +23,9 @@ use crate::layout::Layout;
 
 /// A node to run processes on: its host name (for `--nodes`) and how to place a command
 /// there (a virtual-cluster node's [`crate::vcluster::Node::command`]).
-pub struct Host<'a> {
-    pub name: String,
-    pub place: Box<dyn Fn(&Command) -> Command + 'a>,
+pub(super) struct Host<'a> {
+    pub(super) name: String,
+    pub(super) place: Box<dyn Fn(&Command) -> Command + 'a>,
 }
 
 use super::GIB;
@@ -33,7 +33,7 @@ use super::GIB;
 /// The `LD_AUDIT` library that lets the wheel's `fdb-hammer` start (see the module). Its
 /// source is `fdb-hammer-audit.c` beside this file, which `bench/fdb5_plugin_bench.py` also
 /// builds.
-pub const AUDIT_C: &str = include_str!("fdb-hammer-audit.c");
+pub(super) const AUDIT_C: &str = include_str!("fdb-hammer-audit.c");
 
 /// Writes the template GRIB `fdb-hammer` stamps its fields from: one GRIB2 message of
 /// about `field_size` bytes (16-bit values on a square grid), an ensemble member
@@ -59,14 +59,14 @@ open(path, "wb").write(eccodes.codes_get_message(h))
 const BARRIER_PORT: u16 = 7777;
 
 /// What every `fdb-hammer` run of a sweep shares: the tool, its audit shim and template.
-pub struct Kit {
+pub(super) struct Kit {
     /// Holds the shim, the template and the per-node run directories (in `/var/tmp`,
     /// which every node sees).
-    pub dir: tempfile::TempDir,
-    pub bin: PathBuf,
-    pub audit: PathBuf,
-    pub grib: PathBuf,
-    pub version: String,
+    pub(super) dir: tempfile::TempDir,
+    pub(super) bin: PathBuf,
+    pub(super) audit: PathBuf,
+    pub(super) grib: PathBuf,
+    pub(super) version: String,
 }
 
 fn run_here(cmd: &mut Command, what: &str) -> Result<String, String> {
@@ -85,7 +85,7 @@ fn run_here(cmd: &mut Command, what: &str) -> Result<String, String> {
 
 /// The wheel's `fdb-hammer` (`HAAR_FDB_HAMMER` overrides), its audit shim built with `cc`,
 /// and a template GRIB of `layout`'s field size; an error says what is missing.
-pub fn prepare(layout: &Layout) -> Result<Kit, String> {
+pub(super) fn prepare(layout: &Layout) -> Result<Kit, String> {
     let dir = tempfile::Builder::new()
         .prefix("haar-fdb-hammer-")
         .tempdir_in("/var/tmp")
@@ -138,16 +138,16 @@ pub fn prepare(layout: &Layout) -> Result<Kit, String> {
 
 /// What one `fdb-hammer` process said it did.
 #[derive(Debug, Default, Clone, PartialEq)]
-pub struct Said {
-    pub fields: u64,
-    pub bytes: u64,
+pub(super) struct Said {
+    pub(super) fields: u64,
+    pub(super) bytes: u64,
     /// Wall-clock (epoch) seconds before its first and after its last I/O.
-    pub first_io: f64,
-    pub last_io: f64,
+    pub(super) first_io: f64,
+    pub(super) last_io: f64,
 }
 
 /// Parses `fdb-hammer`'s report (write: `Fields written`, read: `Fields read`, …).
-pub fn parse(out: &str) -> Option<Said> {
+pub(super) fn parse(out: &str) -> Option<Said> {
     let mut s = Said::default();
     let (mut f, mut b, mut t0, mut t1) = (false, false, false, false);
     for line in out.lines() {
@@ -291,7 +291,7 @@ fn phase(outs: &[String], expected_fields: u64, what: &str) -> Result<Value, Str
 
 /// `fdb-hammer` writing, then reading, `layout` (members `1..=per_node × K`, `per_node`
 /// on each of `nodes`, `procs` processes per node) into the FDB5 `env` configures.
-pub fn write_then_read(
+pub(super) fn write_then_read(
     kit: &Kit,
     env: &[(String, String)],
     nodes: &[Host<'_>],
