@@ -11,7 +11,9 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use haar_core::key::Key;
-use haar_net::{ClientConfig, RemoteStore};
+use haar_core::request::Request;
+use haar_net::server::HEARTBEAT;
+use haar_net::{ClientConfig, RemoteStore, Watch};
 use haar_store::FieldStore;
 
 const HAAR: &str = env!("CARGO_BIN_EXE_haar");
@@ -95,9 +97,10 @@ fn sigterm_stops_serve_cleanly_and_gives_the_chunk_back() {
                 .unwrap();
         }
         w.flush().unwrap();
-        // Open when the signal comes: an idle logged-in connection, and one whose archive
-        // is never flushed.
+        // Open when the signal comes: an idle logged-in connection, a WATCH stream waiting
+        // for flushes, and one whose archive is never flushed.
         let _idle = RemoteStore::connect(&addr, &cfg).unwrap();
+        let _watch = Watch::open(&addr, &cfg, &Request::parse("class=rd").unwrap()).unwrap();
         let mut unflushed = RemoteStore::connect(&addr, &cfg).unwrap();
         unflushed
             .archive(&key(round, 999), &vec![9u8; 10_000])
@@ -118,6 +121,14 @@ fn sigterm_stops_serve_cleanly_and_gives_the_chunk_back() {
         assert!(
             status.success(),
             "round {round}: haar serve ended with {status} on SIGTERM (a clean stop exits 0)"
+        );
+        // Nothing here needs the stop's grace (5 s): the idle connection sees the end of its
+        // input and the WATCH stream is woken at once. (Slurm kills a step KillWait seconds
+        // after its SIGTERM; a stop that waits out the grace loses its chunk there.)
+        assert!(
+            t.elapsed() < HEARTBEAT * 2,
+            "round {round}: the stop took {:?}: a connection held it until the grace ran out",
+            t.elapsed()
         );
         let i = info(&root);
         let used = i["backend"]["heap_used_bytes"].as_u64().unwrap();

@@ -222,6 +222,16 @@ impl Server {
             shared.open.load(Ordering::SeqCst)
         };
         let open = shared.end_connections(Shutdown::Read);
+        // WATCH streams wait on the event log, not on their socket: wake them to end (under
+        // its lock, so that none is between its check of the flag and its wait).
+        {
+            let _log = shared
+                .events
+                .inner
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            shared.events.cond.notify_all();
+        }
         let mut left = wait(Instant::now() + STOP_GRACE);
         if left > 0 {
             tracing::warn!(

@@ -471,9 +471,19 @@ impl Session {
         let log = &self.shared.events;
         loop {
             let batch: Vec<(u64, Arc<Ev>)> = {
+                let stopping = || {
+                    self.shared
+                        .stopping
+                        .load(std::sync::atomic::Ordering::SeqCst)
+                };
                 let mut g = log.inner.lock().unwrap();
-                if g.next() <= cursor {
+                if g.next() <= cursor && !stopping() {
                     g = log.cond.wait_timeout(g, HEARTBEAT).unwrap().0;
+                }
+                // A stopping server ends its streams at once (it wakes them under this lock):
+                // the client sees the connection end and watches again after the restart.
+                if stopping() {
+                    return Ok(());
                 }
                 if cursor < g.first {
                     let m = ErrorMeta {
