@@ -246,6 +246,37 @@ JOB
     [ -z "$left" ] || fail "the other nodes kept what the failed job staged in: $left"
     on n1 srun -N 1 -w n3 rmdir /mnt/pmem0/ct-fail
     pass "a stage-in refused on n3 failed job $jid (FAILED, script not run) naming n3 and the directive; torn down on n1, n2, n4"
+
+    # One node's stage-out is refused: a root-owned 0700 directory where n2's copy must go.
+    # The job has ended (it stays COMPLETED); the Epilog tells it: its output file names the
+    # node and the directive, and n2 keeps its copy and journal.
+    on n1 bash -c "rm -rf $S/sofail && mkdir -p $S/sofail/n2 && chmod 0700 $S/sofail/n2 && chown $STAGE_USER $S/sofail"
+    # shellcheck disable=SC2016
+    as_stage_user n1 bash -c "cat > $S/sofail.sh" <<'JOB'
+#!/bin/bash
+#SBATCH -N 4
+#SBATCH -o sofail-%j.out
+#HAAR stage_out local:ct-so/out shared:ct/stage/sofail
+srun -N 4 --ntasks-per-node=1 bash -c 'mkdir -p /mnt/pmem0/ct-so/out && hostname > /mnt/pmem0/ct-so/out/host'
+echo JOB-DONE
+JOB
+    jid=$(run_job_as_user sofail.sh 60)
+    [ "$(job_state "$jid")" = COMPLETED ] || fail "job $jid (stage-out refused on n2) ended $(job_state "$jid"), not COMPLETED"
+    local told=""
+    for _ in $(seq 1 60); do
+        out=$(on n1 cat "$S/sofail-$jid.out" 2>&1)
+        grep -q 'haar: stage-out failed on node n2: .*#HAAR stage_out local:ct-so/out shared:ct/stage/sofail' <<<"$out" && { told=1; break; }
+        sleep 0.5
+    done
+    printf '    job: %s\n' "${out//$'\n'/$'\n'    job: }" >&2
+    [ -n "$told" ] || fail "job $jid: a stage-out refused on n2 is not told in its output file, naming n2 and the directive"
+    for node in n1 n3 n4; do
+        [ "$(on n1 cat "$S/sofail/$node/host" 2>&1)" = "$node" ] || fail "stage_out: $S/sofail/$node/host does not say $node"
+    done
+    [ "$(on n2 cat /mnt/pmem0/ct-so/out/host 2>&1)" = n2 ] || fail "n2 did not keep its copy after its stage-out failed"
+    on n1 srun -N 4 --ntasks-per-node=1 bash -c "rm -rf /mnt/pmem0/ct-so /run/haar-stage/$jid"
+    on n1 rm -rf "$S/sofail"
+    pass "a stage-out refused on n2 is told in job $jid's output (the job stays COMPLETED), naming n2 and the directive; n1, n3, n4 gathered, n2 kept its copy"
     test_workflow
     say "stage checks: $((SECONDS - t0)) s"
 }
