@@ -4,7 +4,7 @@
 //! full key), with `replicas` copies and the failover rules of the design. `SelectStore` routes
 //! by key patterns. Both are pure composition: they know nothing of servers or backends.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 
 use haar_core::request::{Request, Values};
@@ -15,7 +15,6 @@ use haar_core::{Key, rendezvous};
 use crate::backend::FieldBytes;
 use crate::error::{Error, LaneFailures, Result};
 use crate::frontend::{FieldStore, Sink};
-use crate::report::single_key_request;
 use crate::store::axes_of;
 use crate::store::{
     Checkpoint, DbStats, Field, PurgeReport, RetrieveReport, Store, StoreOptions, WipeReport,
@@ -232,7 +231,13 @@ impl DistStore {
             if got[x] && (failed.is_none() || p.complete) {
                 continue;
             }
-            tail.push(p.passed(failed.as_ref().map(|e| clone_fault(name, e))));
+            tail.push(
+                p.passed(
+                    failed
+                        .as_ref()
+                        .map(|e| clone_fault("retrieve from", name, e)),
+                ),
+            );
         }
         self.fetch_in_order(tail, sink, report)
     }
@@ -240,14 +245,249 @@ impl DistStore {
     /// A key every lane of its ranking was asked for: missing, or an error when a lane that
     /// could hold it failed and no replica stands in for it.
     fn not_found(&self, p: Pending, report: &mut RetrieveReport) -> Result<()> {
-        match p.failed {
-            Some(e) if self.replicas == 1 || self.lanes.len() == 1 => Err(e),
-            _ => {
+        match self.unanswered(p.failed) {
+            Some(e) => Err(e),
+            None => {
                 report.missing.push(p.key);
                 Ok(())
             }
         }
     }
+
+    /// The error of a key no lane had, given the last lane error met on its way: that error
+    /// when no replica stands in for the lane (`replicas` 1, or one lane), else none (missing).
+    fn unanswered(&self, failed: Option<Error>) -> Option<Error> {
+        failed.filter(|_| self.replicas == 1 || self.lanes.len() == 1)
+    }
+}
+
+impl DistStore {
+    /// The keys a read of `req` asks the lanes for, in request-expansion order, and the report
+    /// it starts from (the combinations already known missing, the keywords ignored): the
+    /// request's own keys when it names every keyword it uses; for an `all` or a partial
+    /// combination, the keys the merged listing has ([`FieldStore::list`]).
+    pub fn request_keys(&self, req: &Request) -> Result<(Vec<Key>, RetrieveReport)> {
+        let (resolved, ignored) = self.opts.resolve(req)?;
+        let mut report = RetrieveReport {
+            ignored,
+            ..RetrieveReport::default()
+        };
+        let complete = !resolved
+            .params
+            .iter()
+            .any(|p| matches!(p.values, Values::All));
+        let mut keys: Vec<Key> = Vec::new();
+        if !complete {
+            keys.extend(self.list(&resolved)?.iter().map(Field::key));
+            return Ok((keys, report));
+        }
+        // Partial combinations take every listed field that agrees with them, from one
+        // listing of the whole request (not one per combination: one round trip per lane),
+        // grouped by their values of the request's keywords.
+        let mut listed: Option<HashMap<Vec<String>, Vec<Key>>> = None;
+        let words: Vec<&str> = (resolved.params.iter())
+            .filter(|p| matches!(p.values, Values::List(_)))
+            .map(|p| p.keyword.as_str())
+            .collect();
+        let values_of = |k: &Key| -> Vec<String> {
+            (words.iter())
+                .map(|w| k.get(w).unwrap_or("").to_string())
+                .collect()
+        };
+        for key in resolved.expand() {
+            if self.opts.split(&key).is_ok() {
+                keys.push(key);
+                continue;
+            }
+            if listed.is_none() {
+                let mut by: HashMap<Vec<String>, Vec<Key>> = HashMap::new();
+                for f in self.list(&resolved)? {
+                    let k = f.key();
+                    by.entry(values_of(&k)).or_default().push(k);
+                }
+                listed = Some(by);
+            }
+            match listed.as_ref().and_then(|l| l.get(&values_of(&key))) {
+                Some(fields) => keys.extend(fields.iter().cloned()),
+                None => report.missing.push(key),
+            }
+        }
+        Ok((keys, report))
+    }
+
+    /// A read of `keys` through an operation the lanes offer that this crate cannot name
+    /// (`haar::extract` sends each server an EXTRACT, design §7.1): the same lanes, replicas
+    /// and failover as [`FieldStore::retrieve`], the operation given as `read`.
+    ///
+    /// `read(lane, keys, found)` is asked of one lane for every key whose next lane in its
+    /// ranking is that lane, and hands `found` each thing it finds with the key of the field
+    /// it is of. The first key not yet settled picks the lane; so with database placement a
+    /// request within one database costs one call, and a request over several costs one call
+    /// per lane (plus one per lane for the keys a lane lacked). A key the lane did not answer
+    /// goes to the next lane of its ranking; on an error of the lane (I/O, network: the lane's
+    /// fault, not the request's), every key it did not answer does, and a key no lane has is
+    /// missing, or the last lane error (naming the server, `op` saying what failed) when
+    /// `replicas` is 1, as a retrieve's. Any other error of `read`, or of `deliver`, ends
+    /// the read as it is.
+    ///
+    /// `deliver` is handed what was found in the order of `keys` (a key that names fewer
+    /// keywords than its rule: each field agreeing with it, in the lane's order), each key's
+    /// as soon as every key before it is settled; held until then, so at most what one call
+    /// per lane finds. Returns the keys no lane has.
+    pub fn read_by_lane<T>(
+        &self,
+        op: &'static str,
+        keys: Vec<Key>,
+        read: &mut LaneRead<'_, T>,
+        deliver: &mut dyn FnMut(Key, T) -> Result<()>,
+    ) -> Result<Vec<Key>> {
+        let mut keys = keys
+            .into_iter()
+            .map(|k| self.pending(k))
+            .collect::<Result<Vec<_>>>()?;
+        let n = keys.len();
+        let mut found: Vec<Vec<(Key, T)>> = (0..n).map(|_| Vec::new()).collect();
+        let mut settled = vec![false; n];
+        let mut missing = Vec::new();
+        // Keys before `emitted` are delivered.
+        let mut emitted = 0;
+        loop {
+            for i in emitted..n {
+                if settled[i] || keys[i].next < keys[i].ranking.len() {
+                    continue;
+                }
+                // Asked of every lane: what lanes that failed delivered before failing stays.
+                settled[i] = true;
+                if found[i].is_empty() {
+                    if let Some(e) = self.unanswered(keys[i].failed.take()) {
+                        return Err(e);
+                    }
+                    missing.push(keys[i].key.clone());
+                }
+            }
+            while emitted < n && settled[emitted] {
+                for (k, t) in std::mem::take(&mut found[emitted]) {
+                    deliver(k, t)?;
+                }
+                emitted += 1;
+            }
+            let Some(first) = (emitted..n).find(|&i| !settled[i]) else {
+                return Ok(missing);
+            };
+            let lane = keys[first].ranking[keys[first].next];
+            let group: Vec<usize> = (first..n)
+                .filter(|&i| !settled[i] && keys[i].ranking.get(keys[i].next) == Some(&lane))
+                .collect();
+            let asked: Vec<Key> = group.iter().map(|&i| keys[i].key.clone()).collect();
+            let mut got = vec![false; group.len()];
+            let res = read(&*self.lanes[lane].store, &asked, &mut |k, t| {
+                // The first key of the group it agrees with that still wants a field.
+                let Some(g) = (0..group.len()).find(|&g| {
+                    let p = &keys[group[g]];
+                    p.agrees(&k) && !(p.complete && got[g])
+                }) else {
+                    return; // not asked for (archived since the keys were listed)
+                };
+                let p = &mut keys[group[g]];
+                if !p.complete {
+                    if p.seen.contains(&k) {
+                        return; // delivered by a lane that failed after it
+                    }
+                    p.seen.push(k.clone());
+                }
+                got[g] = true;
+                found[group[g]].push((k, t));
+            });
+            let failed = match res {
+                Ok(()) => None,
+                Err(e) if lane_fault(&e) => Some(e),
+                Err(e) => return Err(e),
+            };
+            let name = &self.lanes[lane].name;
+            for (g, &i) in group.iter().enumerate() {
+                let p = &mut keys[i];
+                // As in a retrieve: a partial key answered by a lane that then failed may have
+                // more fields there; the next lane delivers the others.
+                if got[g] && (failed.is_none() || p.complete) {
+                    settled[i] = true;
+                    continue;
+                }
+                p.next += 1;
+                if let Some(e) = &failed {
+                    p.failed = Some(clone_fault(op, name, e));
+                }
+            }
+        }
+    }
+}
+
+/// One lane's part of [`DistStore::read_by_lane`]: `read(lane, keys, found)`.
+pub type LaneRead<'a, T> =
+    dyn FnMut(&dyn FieldStore, &[Key], &mut dyn FnMut(Key, T)) -> Result<()> + 'a;
+
+/// Requests that together name exactly `keys` (a union of cartesian products, no other key):
+/// how a group of keys is asked of a lane that takes requests, not keys (a server's EXTRACT).
+/// Keys that differ in one keyword's value only are merged into one request, keyword by
+/// keyword from the last, so the keys of a request's expansion within one database give one
+/// request, and a lane's share of them under field placement one per run of other values.
+/// Keys naming different keywords are never merged.
+pub fn requests_for(keys: &[Key]) -> Vec<Request> {
+    // A box: per keyword (in the key's order), its values in first-seen order.
+    type Boxed = Vec<(String, Vec<String>)>;
+    let mut boxes: Vec<Boxed> = keys
+        .iter()
+        .map(|k| {
+            k.iter()
+                .map(|(w, v)| (w.to_string(), vec![v.to_string()]))
+                .collect()
+        })
+        .collect();
+    let mut words: Vec<String> = Vec::new();
+    for k in keys {
+        for w in k.keywords() {
+            if !words.iter().any(|x| x == w) {
+                words.push(w.to_string());
+            }
+        }
+    }
+    for word in words.iter().rev() {
+        // Boxes equal but for `word`'s values merge into the first of them.
+        let mut merged: Vec<Boxed> = Vec::new();
+        let mut at: std::collections::HashMap<Boxed, usize> = std::collections::HashMap::new();
+        for b in boxes {
+            let Some(pos) = b.iter().position(|(w, _)| w == word) else {
+                merged.push(b);
+                continue;
+            };
+            let mut rest = b.clone();
+            rest[pos].1.clear();
+            match at.get(&rest) {
+                Some(&m) => {
+                    let vals = &mut merged[m][pos].1;
+                    for v in &b[pos].1 {
+                        if !vals.contains(v) {
+                            vals.push(v.clone());
+                        }
+                    }
+                }
+                None => {
+                    at.insert(rest, merged.len());
+                    merged.push(b);
+                }
+            }
+        }
+        boxes = merged;
+    }
+    boxes
+        .into_iter()
+        .map(|b| {
+            let mut r = Request::default();
+            for (w, vals) in b {
+                r.set(w, Values::List(vals));
+            }
+            r
+        })
+        .collect()
 }
 
 /// A key of a read and how far along its ranking it has been asked.
@@ -283,8 +523,8 @@ impl Pending {
 
 /// A lane error met by a batch, handed on to the one-by-one fallback of each key it did not
 /// deliver (which needs an error of its own per key).
-fn clone_fault(lane: &str, e: &Error) -> Error {
-    Error::net("retrieve from", lane, std::io::Error::other(e.to_string()))
+fn clone_fault(op: &'static str, lane: &str, e: &Error) -> Error {
+    Error::net(op, lane, std::io::Error::other(e.to_string()))
 }
 
 // Every method is stated: forwarded to the lanes, or answered here and why.
@@ -336,11 +576,13 @@ impl FieldStore for DistStore {
         None
     }
 
-    /// Not forwarded: dist holds no field bytes here.
-    /// None: its fields are on several lanes (extraction retrieves them whole through it).
+    /// Not forwarded: this store itself, so that a facade above this crate reads through
+    /// its lanes with an operation they offer ([`DistStore::read_by_lane`]: `haar::extract`
+    /// sends each server an EXTRACT for the keys it holds).
     fn as_any(&self) -> Option<&dyn std::any::Any> {
-        None
+        Some(self)
     }
+    /// Not forwarded: dist holds no field bytes here.
     fn as_local(&self) -> Option<&Store> {
         None
     }
@@ -438,32 +680,7 @@ impl FieldStore for DistStore {
     /// database is one round trip); the keys a batch skips are read from the next lanes of
     /// their ranking before its next field is delivered (see `fetch_in_order`).
     fn retrieve(&self, req: &Request, sink: &mut Sink<'_>) -> Result<RetrieveReport> {
-        let (resolved, ignored) = self.opts.resolve(req)?;
-        let mut report = RetrieveReport {
-            ignored,
-            ..RetrieveReport::default()
-        };
-        let complete = !resolved
-            .params
-            .iter()
-            .any(|p| matches!(p.values, Values::All));
-        let mut keys: Vec<Key> = Vec::new();
-        if complete {
-            for key in resolved.expand() {
-                if self.opts.split(&key).is_ok() {
-                    keys.push(key);
-                    continue;
-                }
-                // A partial combination: every listed field that agrees with it.
-                let fields = self.list(&single_key_request(&key))?;
-                if fields.is_empty() {
-                    report.missing.push(key);
-                }
-                keys.extend(fields.iter().map(Field::key));
-            }
-        } else {
-            keys.extend(self.list(&resolved)?.iter().map(Field::key));
-        }
+        let (keys, mut report) = self.request_keys(req)?;
         let pending = keys
             .into_iter()
             .map(|k| self.pending(k))

@@ -112,8 +112,8 @@ pub trait FieldStore: Send {
 
     /// Capability: this front-end as [`std::any::Any`], for a facade above this crate that
     /// uses an ability of a concrete front-end this trait cannot name (`haar::extract` reaches
-    /// a server's EXTRACT, design §8, through haar-net's `RemoteStore`). `None` by default and
-    /// from wrappers that route to several stores (dist, select).
+    /// a server's EXTRACT, design §8, through haar-net's `RemoteStore`, and each lane's through
+    /// [`crate::dist::DistStore::read_by_lane`]). `None` by default and from `select`.
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         None
     }

@@ -5,7 +5,9 @@
 //! [`Store::with_field_ranges`], with each field's jump record from the database's `jumps`
 //! sidecar (computed from the field's leading bytes and appended there on first use); one
 //! server (`remote`) is sent an EXTRACT and extracts with this same code on its side
-//! ([`ServerExtractor`], design §8), so only the values travel; any other store (dist, FDB5,
+//! ([`ServerExtractor`], design §8), so only the values travel; `dist` over several servers
+//! asks each lane for the fields it holds, with dist's replicas and failover
+//! (`DistStore::read_by_lane`), each server extracting its own; any other store (select, FDB5,
 //! a server that predates EXTRACT) retrieves whole fields and extracts from them. The decoding
 //! is `haar_grib::jump`'s.
 //!
@@ -39,6 +41,7 @@ use haar_core::request::Request;
 /// How a field's values were found (re-exported so faces need not depend on `haar-grib`).
 pub use haar_grib::jump::Method;
 use haar_grib::jump::{self, ByteSource, JumpError, JumpInfo};
+use haar_store::dist::{DistStore, requests_for};
 use haar_store::format::DataRef;
 use haar_store::{Error, FieldBytes, FieldStore, Result, Store};
 
@@ -121,6 +124,9 @@ pub fn extract_each(
     if let Some(local) = store.as_local() {
         return extract_local(local, req, sel, each);
     }
+    if let Some(dist) = (store.as_any()).and_then(|a| a.downcast_ref::<DistStore>()) {
+        return extract_dist(dist, req, sel, each);
+    }
     let remote = (store.as_any()).and_then(|a| a.downcast_ref::<haar_net::RemoteStore>());
     if let Some(remote) = remote {
         let done = remote.extract(req, sel, &mut |v| each(from_wire(v)))?;
@@ -130,6 +136,34 @@ pub fn extract_each(
         // The server does not extract (it predates EXTRACT): the fields travel whole.
     }
     extract_whole(store, req, sel, each)
+}
+
+/// Through `dist` (design §7.1): the request's keys grouped by the lane that holds them, each
+/// group extracted by that lane (a server: one EXTRACT per product of keys, so only values
+/// travel; a lane that does not extract: its fields whole), with dist's replicas and failover
+/// (`DistStore::read_by_lane`), handed on in the request's order.
+fn extract_dist(
+    dist: &DistStore,
+    req: &Request,
+    sel: &Selection,
+    each: &mut dyn FnMut(Extracted) -> Result<()>,
+) -> Result<()> {
+    let (keys, _) = dist.request_keys(req)?;
+    dist.read_by_lane(
+        "extract from",
+        keys,
+        &mut |lane, keys, found| {
+            for r in requests_for(keys) {
+                extract_each(lane, &r, sel, &mut |e| {
+                    found(e.key.clone(), e);
+                    Ok(())
+                })?;
+            }
+            Ok(())
+        },
+        &mut |_, e| each(e),
+    )?;
+    Ok(())
 }
 
 /// A field's values as a server sent them.

@@ -1,0 +1,290 @@
+//! `DistStore::read_by_lane` and `requests_for` (design §7.1): the path `haar::extract` takes
+//! through `dist`, over in-process lanes that can be switched off like dead servers. The
+//! operation here reads each lane by the requests `requests_for` makes of its keys, as an
+//! EXTRACT does, and must give what `retrieve` gives: the same fields, in request order, with
+//! the same replicas and failover; one call per lane when nothing is missing.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use haar_core::Key;
+use haar_core::request::Request;
+use haar_core::schema::{Schema, SplitKey};
+use haar_core::value::Context;
+use haar_store::dist::{DistStore, Placement, requests_for};
+use haar_store::{
+    DbStats, Error, Field, FieldStore, MemoryBackend, PurgeReport, RetrieveReport, Sink, Store,
+    StoreOptions, WipeReport,
+};
+use proptest::prelude::*;
+
+/// A lane that can be switched off, like a server that died.
+struct Switchable {
+    inner: Store,
+    down: Arc<AtomicBool>,
+    name: String,
+}
+
+impl Switchable {
+    fn check(&self) -> haar_store::Result<()> {
+        if self.down.load(Ordering::SeqCst) {
+            Err(Error::io(
+                "connect",
+                &self.name,
+                std::io::Error::from(std::io::ErrorKind::ConnectionRefused),
+            ))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+impl FieldStore for Switchable {
+    fn describe(&self) -> String {
+        self.name.clone()
+    }
+    fn options(&self) -> &StoreOptions {
+        self.inner.options()
+    }
+    fn archive_split(
+        &mut self,
+        split: &SplitKey,
+        data: &[u8],
+        crc: Option<u32>,
+    ) -> haar_store::Result<()> {
+        self.check()?;
+        self.inner.archive_split(split, data, crc)
+    }
+    fn flush(&mut self) -> haar_store::Result<()> {
+        self.check()?;
+        self.inner.flush()
+    }
+    fn retrieve(&self, req: &Request, sink: &mut Sink<'_>) -> haar_store::Result<RetrieveReport> {
+        self.check()?;
+        FieldStore::retrieve(&self.inner, req, sink)
+    }
+    fn list(&self, req: &Request) -> haar_store::Result<Vec<Field>> {
+        self.check()?;
+        self.inner.list(req)
+    }
+    fn wipe(&mut self, req: &Request, doit: bool) -> haar_store::Result<WipeReport> {
+        self.check()?;
+        self.inner.wipe(req, doit)
+    }
+    fn purge(&mut self, req: &Request, doit: bool) -> haar_store::Result<PurgeReport> {
+        self.check()?;
+        self.inner.purge(req, doit)
+    }
+    fn stats(&self, req: &Request) -> haar_store::Result<Vec<DbStats>> {
+        self.check()?;
+        self.inner.stats(req)
+    }
+}
+
+const LANES: usize = 3;
+
+fn dist(
+    backends: &[MemoryBackend],
+    down: &[Arc<AtomicBool>],
+    replicas: usize,
+    placement: Placement,
+) -> DistStore {
+    let lanes = (0..LANES)
+        .map(|i| {
+            let name = format!("node{i}:7000");
+            let lane: Box<dyn FieldStore> = Box::new(Switchable {
+                inner: Store::new(backends[i].clone()),
+                down: down[i].clone(),
+                name: name.clone(),
+            });
+            (name, lane)
+        })
+        .collect();
+    DistStore::new(
+        lanes,
+        replicas,
+        placement,
+        Arc::new(Schema::builtin().clone()),
+        Context::now(),
+    )
+    .unwrap()
+}
+
+const BASE: &str = "class=od,expver=1,stream=oper,time=12,domain=g,type=fc,levtype=sfc,param=167";
+
+fn key(date: u32, step: u32) -> Key {
+    Key::parse(&format!("{BASE},date={date},step={step}")).unwrap()
+}
+
+/// The field of a key: its text, so a field names what it is.
+fn payload(k: &Key) -> Vec<u8> {
+    k.to_string().into_bytes()
+}
+
+/// `read_by_lane` with the operation an EXTRACT is: each lane read by `requests_for` of the
+/// keys asked of it. Returns what was delivered, the keys missing and the calls per lane.
+type ByLane = (Vec<(Key, Vec<u8>)>, Vec<Key>, Vec<usize>);
+
+fn read(d: &DistStore, req: &Request) -> haar_store::Result<ByLane> {
+    let (keys, _) = d.request_keys(req)?;
+    let mut calls = vec![0; LANES];
+    let mut out = Vec::new();
+    let missing = d.read_by_lane(
+        "extract from",
+        keys,
+        &mut |lane, keys, found| {
+            let i: usize = lane.describe()[4..5].parse().unwrap();
+            calls[i] += 1;
+            for r in requests_for(keys) {
+                lane.retrieve(&r, &mut |k, b, _| {
+                    found(k.clone(), b.to_vec());
+                    Ok(())
+                })?;
+            }
+            Ok(())
+        },
+        &mut |k, b| {
+            out.push((k, b));
+            Ok(())
+        },
+    )?;
+    Ok((out, missing, calls))
+}
+
+fn retrieved(d: &DistStore, req: &Request) -> Vec<(Key, Vec<u8>)> {
+    let mut out = Vec::new();
+    d.retrieve(req, &mut |k, b, _| {
+        out.push((k.clone(), b.to_vec()));
+        Ok(())
+    })
+    .unwrap();
+    out
+}
+
+const DATES: [u32; 8] = [
+    20261101, 20261102, 20261103, 20261104, 20261105, 20261106, 20261107, 20261108,
+];
+const STEPS: [u32; 4] = [18, 0, 12, 6];
+
+fn request(dates: &[u32], steps: &[u32]) -> Request {
+    let j = |v: &[u32]| v.iter().map(u32::to_string).collect::<Vec<_>>().join("/");
+    Request::parse(&format!("{BASE},date={},step={}", j(dates), j(steps))).unwrap()
+}
+
+#[test]
+fn reads_by_lane_as_retrieve_does_in_request_order_one_call_per_lane() {
+    for placement in [Placement::Database, Placement::Field] {
+        let backends: Vec<MemoryBackend> = (0..LANES).map(|_| MemoryBackend::new()).collect();
+        let down: Vec<Arc<AtomicBool>> = (0..LANES).map(|_| Arc::default()).collect();
+        let mut d = dist(&backends, &down, 1, placement);
+        for date in DATES {
+            for step in STEPS {
+                let k = key(date, step);
+                d.archive(&k, &payload(&k)).unwrap();
+            }
+        }
+        d.flush().unwrap();
+        // Dates out of order, every key stored: one call per lane that holds any.
+        let req = request(&[20261105, 20261101, 20261108, 20261103], &[6, 0]);
+        let (out, missing, calls) = read(&d, &req).unwrap();
+        assert_eq!(out, retrieved(&d, &req), "{placement:?}");
+        assert_eq!(out.len(), 4 * 2, "{placement:?}");
+        assert!(missing.is_empty());
+        assert!(calls.iter().all(|&c| c <= 1), "{placement:?}: {calls:?}");
+        // A step and a date that are not stored: asked of every lane, then missing.
+        let req = request(
+            &[20261105, 20261101, 20261130, 20261108, 20261103],
+            &[6, 0, 3],
+        );
+        let (out, missing, _) = read(&d, &req).unwrap();
+        assert_eq!(out, retrieved(&d, &req), "{placement:?}");
+        assert_eq!(out.len(), 4 * 2, "{placement:?}");
+        assert_eq!(missing.len(), 5 * 3 - 4 * 2, "{placement:?}");
+        // A partial request: the merged listing's keys, in key order.
+        let (out, _, _) = read(&d, &Request::parse("class=od,step=12").unwrap()).unwrap();
+        assert_eq!(out.len(), DATES.len(), "{placement:?}");
+    }
+}
+
+#[test]
+fn a_down_lane_is_stood_in_for_by_replicas_and_named_without() {
+    let backends: Vec<MemoryBackend> = (0..LANES).map(|_| MemoryBackend::new()).collect();
+    let down: Vec<Arc<AtomicBool>> = (0..LANES).map(|_| Arc::default()).collect();
+    let mut two = dist(&backends, &down, 2, Placement::Database);
+    for date in DATES {
+        for step in STEPS {
+            let k = key(date, step);
+            two.archive(&k, &payload(&k)).unwrap();
+        }
+    }
+    two.flush().unwrap();
+    let req = request(&DATES, &STEPS);
+    let all = retrieved(&two, &req);
+    assert_eq!(all.len(), 32);
+    for (dead, switch) in down.iter().enumerate() {
+        switch.store(true, Ordering::SeqCst);
+        let (out, missing, _) = read(&two, &req).unwrap();
+        assert_eq!(out, all, "lane {dead} down");
+        assert!(missing.is_empty());
+        switch.store(false, Ordering::SeqCst);
+    }
+    // A lane down holding the only copy: replicas 1.
+    let backends: Vec<MemoryBackend> = (0..LANES).map(|_| MemoryBackend::new()).collect();
+    let mut one = dist(&backends, &down, 1, Placement::Database);
+    for date in DATES {
+        let k = key(date, 0);
+        one.archive(&k, &payload(&k)).unwrap();
+    }
+    one.flush().unwrap();
+    let dead = one.ranking(&key(DATES[0], 0)).unwrap()[0];
+    down[dead].store(true, Ordering::SeqCst);
+    let e = read(&one, &request(&DATES, &[0])).unwrap_err().to_string();
+    assert!(
+        e.contains(&format!("node{dead}:7000")) && e.contains("extract from"),
+        "{e}"
+    );
+    let live: Vec<u32> = (DATES.iter().copied())
+        .filter(|&d| one.ranking(&key(d, 0)).unwrap()[0] != dead)
+        .collect();
+    let (out, missing, _) = read(&one, &request(&live, &[0])).unwrap();
+    assert_eq!(out.len(), live.len());
+    assert!(missing.is_empty());
+}
+
+proptest! {
+    /// The requests name exactly the keys given: no key left out, none added.
+    #[test]
+    fn requests_for_names_exactly_the_keys(
+        picks in proptest::collection::vec(any::<bool>(), 3 * 4 * 2),
+        optional in any::<bool>(),
+    ) {
+        let mut keys = Vec::new();
+        let mut i = 0;
+        for date in [20261101, 20261102, 20261103] {
+            for step in [0, 6, 12, 18] {
+                for param in ["167", "130"] {
+                    if picks[i] {
+                        let mut k = Key::parse(&format!("class=od,date={date},step={step}"))
+                            .unwrap()
+                            .with("param", param);
+                        // Keys naming a keyword more: never merged with the others.
+                        if optional && step == 6 {
+                            k = k.with("number", "1");
+                        }
+                        keys.push(k);
+                    }
+                    i += 1;
+                }
+            }
+        }
+        let reqs = requests_for(&keys);
+        let named: Vec<Key> = reqs.iter().flat_map(Request::expand).collect();
+        let want: BTreeSet<Key> = keys.iter().cloned().collect();
+        prop_assert_eq!(named.len(), want.len(), "a key named twice: {:?}", reqs);
+        prop_assert_eq!(named.into_iter().collect::<BTreeSet<_>>(), want);
+        if keys.len() == 24 && !optional {
+            prop_assert_eq!(reqs.len(), 1, "a full product is one request");
+        }
+    }
+}
