@@ -28,6 +28,7 @@
 #![warn(unreachable_pub)]
 
 pub mod bench;
+pub mod cpu;
 pub mod error;
 pub mod fdb5;
 pub mod field;

@@ -96,6 +96,8 @@ pub struct VCluster {
     pub node_bw: String,
     /// Size of each node's `/mnt/pmem0` tmpfs.
     pub pmem_size: String,
+    /// Host pid of the storage node's init (it runs the GlusterFS server), when it runs.
+    pub storage_pid: Option<u32>,
 }
 
 impl VCluster {
@@ -176,6 +178,7 @@ impl VCluster {
             shared_bw,
             node_bw: read("node-bw", "none"),
             pmem_size: read("pmem-size", "2g"),
+            storage_pid: node_pid(run, "storage"),
         })
     }
 }
@@ -193,6 +196,12 @@ fn node_pid(run: &Path, name: &str) -> Option<u32> {
 }
 
 impl Node {
+    /// Host pid of this node's init: every process of the node is in its PID namespace
+    /// (`/proc/PID/ns/pid`), nested in the host's, where each has a host pid too.
+    pub fn init_pid(&self) -> u32 {
+        self.pid
+    }
+
     /// `inner` to be run on this node: in its network, UTS, mount, IPC and PID namespaces (on
     /// its own CPUs when it has them), with the same program, arguments, environment changes
     /// and working directory.

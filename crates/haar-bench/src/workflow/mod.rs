@@ -17,6 +17,7 @@
 
 mod check;
 mod consumer;
+mod cpu_use;
 mod producer;
 mod report;
 mod runs;
@@ -187,6 +188,9 @@ pub fn run(opts: &OpenOptions, a: &Options) -> Result<(), Error> {
         match run_backend(opts, a, &site, b, &l) {
             Ok(row) => {
                 eprintln!("haar workflow: {}", row.line());
+                for line in row.cpu_lines() {
+                    eprintln!("haar workflow: {line}");
+                }
                 rows.push(row);
             }
             // The peer failing is a result of the comparison, not the end of it: FDB5 over

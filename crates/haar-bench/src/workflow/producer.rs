@@ -53,6 +53,7 @@ pub fn producer(opts: &OpenOptions, spec: ProducerSpec, mut rep: Reporter) -> Re
         return rep.say(&format!("result {}", json!({"created": true})));
     }
     let t0 = monotonic_ns();
+    let cpu0 = crate::cpu::self_cpu_s();
     let mut io_ns = 0i128;
     let mut bytes = 0u64;
     for s in 0..l.steps {
@@ -72,7 +73,10 @@ pub fn producer(opts: &OpenOptions, spec: ProducerSpec, mut rep: Reporter) -> Re
         rep.say(&format!("flushed {s} {done}"))?;
     }
     let wall = (monotonic_ns() - t0) as f64 / 1e9;
+    // Its own CPU time over the same span (user + system, all threads), for the run's CPU
+    // figures: it ends with the span, too soon for the parent to read it from /proc.
+    let cpu_s = crate::cpu::self_cpu_s() - cpu0;
     let r = json!({"wall_s": wall, "io_s": io_ns as f64 / 1e9, "bytes": bytes,
-                   "fields": l.steps * l.fields_per_step()});
+                   "fields": l.steps * l.fields_per_step(), "cpu_s": cpu_s});
     rep.say(&format!("result {r}"))
 }

@@ -41,6 +41,67 @@ impl Row {
             .as_ref()
             .map(|a| self.with.producer_io_s / a.producer_io_s - 1.0)
     }
+    /// What the members' CPUs did besides the producers' work, alone and with product
+    /// generation, beside the slowdown: `extra_over_alone_wall` is the CPU time product
+    /// generation's run added there, over the producers' time alone — the slowdown it can
+    /// cause when the producers could use those CPUs whole.
+    fn members_cpu(&self) -> Option<Value> {
+        let alone = self.alone.as_ref()?;
+        let (a, w) = (
+            &alone.cpu.as_ref()?.members,
+            &self.with.cpu.as_ref()?.members,
+        );
+        let extra = w.non_producer_s - a.non_producer_s;
+        Some(json!({
+            "cpus": w.cpus,
+            "non_producer_alone_s": a.non_producer_s,
+            "non_producer_with_s": w.non_producer_s,
+            "non_producer_share_alone": a.non_producer_share,
+            "non_producer_share_with": w.non_producer_share,
+            "idle_alone_s": a.idle_s,
+            "idle_with_s": w.idle_s,
+            "haar_servers_alone_s": a.confined_here.haar_servers_s,
+            "haar_servers_with_s": w.confined_here.haar_servers_s,
+            "extra_s": extra,
+            "extra_over_alone_wall": extra / alone.producer_wall_s,
+            "producer_slowdown": self.slowdown(),
+        }))
+    }
+    /// [`Row::members_cpu`] as one line.
+    pub(super) fn members_cpu_line(&self) -> Option<String> {
+        let m = self.members_cpu()?;
+        let f = |k: &str| m[k].as_f64().unwrap_or(f64::NAN);
+        Some(format!(
+            "{}: members' CPU {}: not the producers' work {:.2} s alone ({:.1}% of it, idle {:.2} s) -> {:.2} s with product generation ({:.1}%, idle {:.2} s; haar servers there {:.2} -> {:.2} s): {:+.2} s = {:+.1}% of the producers' {:.2} s alone, beside a slowdown of {}",
+            self.backend,
+            m["cpus"],
+            f("non_producer_alone_s"),
+            100.0 * f("non_producer_share_alone"),
+            f("idle_alone_s"),
+            f("non_producer_with_s"),
+            100.0 * f("non_producer_share_with"),
+            f("idle_with_s"),
+            f("haar_servers_alone_s"),
+            f("haar_servers_with_s"),
+            f("extra_s"),
+            100.0 * f("extra_over_alone_wall"),
+            self.alone.as_ref().map_or(f64::NAN, |a| a.producer_wall_s),
+            self.slowdown()
+                .map(|s| format!("{:+.1}%", 100.0 * s))
+                .unwrap_or_else(|| "n/a".into()),
+        ))
+    }
+    /// One line per run of the row: where the CPUs' time went.
+    pub(super) fn cpu_lines(&self) -> Vec<String> {
+        let mut v = Vec::new();
+        if let Some(c) = self.alone.as_ref().and_then(|a| a.cpu.as_ref()) {
+            v.push(format!("{} alone: {}", self.backend, c.line()));
+        }
+        if let Some(c) = &self.with.cpu {
+            v.push(format!("{} + consumers: {}", self.backend, c.line()));
+        }
+        v
+    }
     fn latency(&self) -> (f64, f64) {
         p50_p99(&self.with.step_latency_ms)
     }
@@ -112,6 +173,7 @@ pub(super) fn report(
                 "trigger_latency_p50_ms": r.trigger().0,
                 "trigger_latency_p99_ms": r.trigger().1,
                 "server_metrics": r.metrics,
+                "members_cpu": r.members_cpu(),
                 "write_gib_per_s_alone": r.alone.as_ref().map(|x| x.bytes as f64 / x.producer_io_s.max(1e-9) / GIB),
             })
         }).collect::<Vec<_>>(),
@@ -197,6 +259,15 @@ pub(super) fn print_table(l: &Layout, a: &Options, site: &Site, floor_ms: f64, r
     println!(
         "every member field delivered exactly once to product generation; every product (em, es) checked against values recomputed from the members' seeds"
     );
+    if rows.iter().any(|r| r.members_cpu().is_some()) {
+        println!();
+        println!(
+            "CPU over each run's producers' span (go -> last member flush; /proc/stat and /proc/PID/stat), on the members' CPU(s):"
+        );
+        for line in rows.iter().filter_map(Row::members_cpu_line) {
+            println!("{line}");
+        }
+    }
     for r in rows {
         let Some(m) = &r.metrics else { continue };
         let v = |when: &str, k: &str| m[when][k].as_f64().unwrap_or(0.0);

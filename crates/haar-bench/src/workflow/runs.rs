@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
+use super::cpu_use::{CpuFigures, CpuWatch};
 use super::topology::{Prepared, Site};
 use super::{ConsumerSpec, Options, ProducerSpec};
 use crate::error::Error;
@@ -35,6 +36,10 @@ pub(super) struct RunFigures {
     pub(super) consumer_read_s: f64,
     pub(super) consumer_compute_s: f64,
     pub(super) consumer_write_s: f64,
+    /// The producers' own CPU time (summed over members) from go to their last flush.
+    pub(super) producer_cpu_s: f64,
+    /// Where the CPUs' time went over the producers' span ([`super::cpu_use`]).
+    pub(super) cpu: Option<CpuFigures>,
 }
 
 pub(super) fn run_once(
@@ -112,6 +117,11 @@ pub(super) fn run_once(
     }
     group.wait_ready(Duration::from_secs(300))?;
     let bar = crate::progress::bar(l.total_fields(), title, a.quiet);
+    // The CPU figures' span: go → the last member's last flush (what the slowdown compares).
+    let watch = CpuWatch::start(site)?;
+    let mut cpu_end = None;
+    let mut flushes = 0u64;
+    let all_flushes = u64::from(l.members) * u64::from(l.steps);
     group.go()?;
     let steps = l.steps as usize;
     let mut flushed = vec![Vec::new(); steps];
@@ -133,6 +143,10 @@ pub(super) fn run_once(
             "flushed" => {
                 flushed[s].push(ns);
                 bar.inc(u64::from(l.fields_per_step()));
+                flushes += 1;
+                if flushes == all_flushes {
+                    cpu_end = Some(watch.end());
+                }
             }
             "triggered" => triggered[s].push(ns),
             "product" => produced[s].push(ns),
@@ -144,7 +158,17 @@ pub(super) fn run_once(
         fig.producer_wall_s = fig.producer_wall_s.max(r["wall_s"].as_f64().unwrap_or(0.0));
         fig.producer_io_s = fig.producer_io_s.max(r["io_s"].as_f64().unwrap_or(0.0));
         fig.bytes += r["bytes"].as_u64().unwrap_or(0);
+        fig.producer_cpu_s += r["cpu_s"].as_f64().unwrap_or(0.0);
     }
+    let cpu_end = match cpu_end {
+        Some(e) => e?,
+        None => {
+            return Err(Error::Failed(format!(
+                "{title}: the producers said {flushes} flushes, expected {all_flushes}"
+            )));
+        }
+    };
+    fig.cpu = Some(watch.figures(&cpu_end, fig.producer_cpu_s));
     for r in results.iter().skip(l.members as usize) {
         fig.delivered += r["delivered"].as_u64().unwrap_or(0);
         fig.polls += r["polls"].as_u64().unwrap_or(0);
