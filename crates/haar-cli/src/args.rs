@@ -1,12 +1,31 @@
-//! Command-line grammar. The forms here are a contract other tools call: change with care.
+//! Command-line grammar: the top-level `Cli` (with the store and server options every command
+//! shares, given before or after its name) and the `Command` enum naming each command's
+//! arguments, which its module under `commands/` owns beside the function that runs it. The
+//! forms here and there are a contract other tools call: change with care.
 
 use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::commands::net::{WaitArgs, WatchArgs};
+use crate::commands::archive::ArchiveArgs;
+use crate::commands::axes::AxesArgs;
+use crate::commands::compact::CompactArgs;
+use crate::commands::extract::ExtractArgs;
+use crate::commands::generate::GenerateArgs;
+use crate::commands::import::ImportFdb5Args;
+use crate::commands::info::InfoArgs;
+use crate::commands::list::ListArgs;
+use crate::commands::modify::{ModifyArgs, WipeArgs};
+use crate::commands::mount::MountArgs;
+use crate::commands::net::{ServeArgs, WaitArgs, WatchArgs};
+use crate::commands::retrieve::RetrieveArgs;
+use crate::commands::run::RunArgs;
+use crate::commands::schema::SchemaArgs;
+use crate::commands::stage::StageArgs;
 #[cfg(feature = "tools")]
-use crate::commands::workloads::{HammerArgs, WorkerArgs, WorkflowArgs};
+use crate::commands::workloads::{BenchArgs, HammerArgs, WorkerArgs, WorkflowArgs};
+#[cfg(feature = "tools")]
+use crate::commands::{advise::AdviseArgs, net::ClusterArgs, stream::StreamArgs};
 
 const AFTER_HELP: &str = "\
 REQUESTS
@@ -298,7 +317,7 @@ impl Command {
             })
             | Command::Purge(ModifyArgs { open, .. })
             | Command::Info(InfoArgs { open, .. })
-            | Command::Mount(crate::commands::mount::MountArgs { open, .. }) => open.onto(o),
+            | Command::Mount(MountArgs { open, .. }) => open.onto(o),
             #[cfg(feature = "tools")]
             Command::Hammer(HammerArgs { open, .. })
             | Command::WorkloadWorker(WorkerArgs { open, .. }) => open.onto(o),
@@ -398,39 +417,39 @@ pub enum Command {
     /// archive, open, list and retrieve against the size of one database (10^5 to 10^7
     /// fields), beside the real FDB5 in the same run (JSON, Markdown, PNG).
     #[cfg(feature = "tools")]
-    Bench(crate::commands::workloads::BenchArgs),
+    Bench(BenchArgs),
     /// Serve the local store to the network (one server per node); prints `listening on
     /// HOST:PORT` first. Every connection authenticates with the token ($HAAR_TOKEN or
     /// --token-file); --read-token-file adds a read-only token. SIGINT or SIGTERM stops it
     /// cleanly: requests in progress are answered (within 5 s), unflushed archives of its
     /// clients are dropped, the store gives back what it reserved, and it exits 0.
-    Serve(crate::commands::net::ServeArgs),
+    Serve(ServeArgs),
     /// Print one line per flushed field matching a request: first those already flushed, then
     /// each new flush; once per field even with replicas, and across a server's restart (needs
     /// --servers).
-    Watch(crate::commands::net::WatchArgs),
+    Watch(WatchArgs),
     /// Return when every field a request names is flushed (exit 0), or exit 2 after --timeout
     /// naming what is missing (needs --servers).
-    Wait(crate::commands::net::WaitArgs),
+    Wait(WaitArgs),
     /// Start --servers N local servers under --root DIR for development; prints the --servers
     /// string and a config; stops them when stdin closes or on Ctrl-C.
     #[cfg(feature = "tools")]
-    Cluster(crate::commands::net::ClusterArgs),
+    Cluster(ClusterArgs),
     /// STREAM memory bandwidth (copy/scale/add/triad, the reference's rules) on DRAM or on a
     /// mapped file persisted after each kernel (App Direct); --sweep plots the cache cliff.
     #[cfg(feature = "tools")]
-    Stream(crate::commands::stream::StreamArgs),
+    Stream(StreamArgs),
     /// Which persistent-memory configuration suits an application (the JCST paper's decision
     /// trees), by flags, an answer file or questions; --probe inspects this machine.
     #[cfg(feature = "tools")]
-    Advise(crate::commands::advise::AdviseArgs),
+    Advise(AdviseArgs),
     /// Run an unmodified program with its heap in a file mapped from a directory (a DAX
     /// mount on persistent memory), as libvmmalloc did: `haar run --heap DIR[:SIZE] --
     /// COMMAND [ARGS...]`.
     ///
     /// Every malloc of COMMAND comes from the file; static data and stacks stay in DRAM. The
     /// file is removed when COMMAND ends; haar exits with COMMAND's status.
-    Run(crate::commands::run::RunArgs),
+    Run(RunArgs),
     /// Mount a file system over the store (FUSE): MOUNTPOINT/fields/ shows every field
     /// read-only, one directory per schema level and one file per field; everything else is a
     /// writable file system whose files are stored in the same backend, or spread over the
@@ -439,7 +458,7 @@ pub enum Command {
     /// Prints `mounted MOUNTPOINT` when ready and serves in the foreground until unmounted or
     /// until SIGINT/SIGTERM (which unmount it); --daemon returns once mounted. fsync and close
     /// are the durability barrier.
-    Mount(crate::commands::mount::MountArgs),
+    Mount(MountArgs),
     /// Import the fields of an existing FDB5 database (through FDB5's C API, libfdb5),
     /// archive them under the keys FDB5 reports, flush, and verify every field's bytes.
     ///
@@ -451,7 +470,7 @@ pub enum Command {
     /// members x steps x levels x params fields, a flush per step, reads verified by checksum;
     /// prints and saves GiB/s, fields/s and p50/p99 latency per operation.
     #[cfg(feature = "tools")]
-    Hammer(crate::commands::workloads::HammerArgs),
+    Hammer(HammerArgs),
     /// The forecast workflow in miniature (SC'19 Table 9): ensemble producers flushing per
     /// step, product generation triggered by step completion, on a shared POSIX directory, on
     /// haar servers over pmem pools and on the real FDB5; prints the producers' slowdown and
@@ -460,234 +479,21 @@ pub enum Command {
     /// With no options it starts its own local servers on temporary pmem pools, runs about
     /// 1 GiB per run, and removes everything afterwards.
     #[cfg(feature = "tools")]
-    Workflow(crate::commands::workloads::WorkflowArgs),
+    Workflow(WorkflowArgs),
     /// Stage files, directories and fields between dataspaces (node-local directories and
     /// stores, the shared file system, haar servers): checksummed end to end, restartable
     /// after kill -9, with progress and ETA; the engine of the Slurm burst-buffer
     /// integration (slurm/burst_buffer.lua). Tasks run in this process, or in a background
     /// one with --detach.
-    Stage(crate::commands::stage::StageArgs),
+    Stage(StageArgs),
     /// Internal: one worker process of `hammer` or `workflow`.
     #[cfg(feature = "tools")]
     #[command(name = "workload-worker", hide = true)]
-    WorkloadWorker(crate::commands::workloads::WorkerArgs),
+    WorkloadWorker(WorkerArgs),
     /// Internal: man pages and shell completions generated from these definitions, for
     /// `make install-docs` and packagers.
     #[command(hide = true)]
     Generate(GenerateArgs),
-}
-
-/// `haar archive`.
-#[derive(Debug, Args)]
-pub struct ArchiveArgs {
-    /// Keys to set on every field (`k=v,k=v`): overrides GRIB keys; required for non-GRIB files.
-    #[arg(long, value_name = "k=v,...")]
-    pub key: Option<String>,
-    /// Archive only messages matching this request.
-    #[arg(long, value_name = "REQUEST")]
-    pub include: Option<String>,
-    /// Skip messages matching this request.
-    #[arg(long, value_name = "REQUEST")]
-    pub exclude: Option<String>,
-    /// Print a JSON summary.
-    #[arg(long)]
-    pub json: bool,
-    /// Input files.
-    #[arg(required = true, value_name = "FILE")]
-    pub files: Vec<PathBuf>,
-    #[command(flatten)]
-    pub open: OpenArgs,
-}
-
-/// `haar list`.
-#[derive(Debug, Args)]
-pub struct ListArgs {
-    /// Request (all fields when omitted).
-    pub request: Option<String>,
-    /// Also print where each field's bytes are and their length.
-    #[arg(long)]
-    pub location: bool,
-    /// One JSON object per field, as a JSON array.
-    #[arg(long)]
-    pub json: bool,
-    /// FDB5's `fdb-list` layout: `{db keys}{index keys}{datum keys}`.
-    #[arg(long, conflicts_with = "json")]
-    pub fdb: bool,
-    #[command(flatten)]
-    pub open: OpenArgs,
-}
-
-/// `haar retrieve`.
-#[derive(Debug, Args)]
-pub struct RetrieveArgs {
-    /// Request.
-    pub request: String,
-    /// Output file (written whole, then renamed into place). Default: stdout.
-    #[arg(short, long, value_name = "FILE")]
-    pub output: Option<PathBuf>,
-    /// Succeed even if some requested fields are missing (they are still listed on stderr).
-    #[arg(long)]
-    pub allow_missing: bool,
-    #[command(flatten)]
-    pub open: OpenArgs,
-}
-
-/// `haar extract`.
-#[derive(Debug, Args)]
-pub struct ExtractArgs {
-    /// Request (MARS syntax, e.g. class=od,param=167,step=0/to/24/by/6).
-    pub request: String,
-    /// Half-open index ranges I-J ([I, J)), comma-separated, e.g. 0-10,5000-5004; a single
-    /// index I means I-(I+1).
-    #[arg(
-        long,
-        value_name = "I-J,...",
-        required_unless_present = "points",
-        conflicts_with = "points"
-    )]
-    pub ranges: Option<String>,
-    /// Points LAT,LON,LAT,LON,... in degrees, each resolved per field to its nearest grid
-    /// point on the sphere (regular lat/lon grids and global Gaussian grids, reduced such as
-    /// O1280 or regular; other grids are refused: use --ranges).
-    #[arg(long, value_name = "LAT,LON,...", allow_hyphen_values = true)]
-    pub points: Option<String>,
-    /// One JSON object per line per field: {"key", "method", "ranges", "values"} with the
-    /// values of each range in order (missing: null).
-    #[arg(long)]
-    pub json: bool,
-    #[command(flatten)]
-    pub open: OpenArgs,
-}
-
-/// `haar axes`.
-#[derive(Debug, Args)]
-pub struct AxesArgs {
-    /// Request (all fields when omitted).
-    pub request: Option<String>,
-    /// JSON object keyword → values.
-    #[arg(long)]
-    pub json: bool,
-    #[command(flatten)]
-    pub open: OpenArgs,
-}
-
-/// `haar wipe` / `haar purge`.
-#[derive(Debug, Args)]
-pub struct ModifyArgs {
-    /// Request selecting what to act on.
-    pub request: String,
-    /// Really do it (otherwise only report what would be done).
-    #[arg(long)]
-    pub doit: bool,
-    /// JSON report.
-    #[arg(long)]
-    pub json: bool,
-    #[command(flatten)]
-    pub open: OpenArgs,
-}
-
-/// `haar wipe`.
-#[derive(Debug, Args)]
-pub struct WipeArgs {
-    #[command(flatten)]
-    pub modify: ModifyArgs,
-    /// Also delete the files haar did not write in the databases removed whole (FDB5's
-    /// `fdb-wipe --unsafe-wipe-all`); without it such a wipe is refused, naming them.
-    #[arg(long)]
-    pub unsafe_wipe_all: bool,
-}
-
-/// `haar compact`.
-#[derive(Debug, Args)]
-pub struct CompactArgs {
-    /// Restrict to databases matching this request.
-    pub request: Option<String>,
-    /// Merge everything into one run per database, whatever the merge policy says.
-    #[arg(long)]
-    pub full: bool,
-    /// JSON output: one object per database with its outcome.
-    #[arg(long)]
-    pub json: bool,
-    #[command(flatten)]
-    pub store: StoreArgs,
-}
-
-/// `haar info`.
-#[derive(Debug, Args)]
-pub struct InfoArgs {
-    /// Restrict to databases matching this request.
-    pub request: Option<String>,
-    /// JSON output.
-    #[arg(long)]
-    pub json: bool,
-    #[command(flatten)]
-    pub open: OpenArgs,
-}
-
-/// `haar schema`.
-#[derive(Debug, Args)]
-pub struct SchemaArgs {
-    /// Check this schema file and report errors with line and column.
-    #[arg(long, value_name = "FILE")]
-    pub check: Option<PathBuf>,
-    #[command(flatten)]
-    pub store: StoreArgs,
-}
-
-/// `haar import-fdb5`.
-#[derive(Debug, Args)]
-#[command(group(clap::ArgGroup::new("fdb5").required(true).args(["fdb_config", "fdb_root"])))]
-pub struct ImportFdb5Args {
-    /// FDB5 configuration file (what FDB5_CONFIG_FILE would name).
-    #[arg(long, value_name = "FILE")]
-    pub fdb_config: Option<PathBuf>,
-    /// FDB5 root directory (a local TOC store), used with --fdb-schema.
-    #[arg(long, value_name = "DIR")]
-    pub fdb_root: Option<PathBuf>,
-    /// Schema of the FDB5 database given by --fdb-root.
-    #[arg(long, value_name = "FILE", default_value = "/etc/fdb/schema")]
-    pub fdb_schema: PathBuf,
-    /// MARS request selecting what to import (whole database when omitted), e.g.
-    /// class=od,expver=1,param=t.
-    pub request: Option<String>,
-    /// Give the request's values to FDB5 as written, not canonicalised by haar; they must
-    /// then be canonical (expver=0001, param=130).
-    #[arg(long)]
-    pub raw: bool,
-    /// Fields fetched per flush and verification pass.
-    #[arg(long, value_name = "N", default_value_t = 1000)]
-    pub batch: usize,
-    /// Print a JSON summary.
-    #[arg(long)]
-    pub json: bool,
-    #[command(flatten)]
-    pub store: StoreArgs,
-}
-
-/// `haar generate` (hidden): documentation generated from this grammar, so it cannot drift.
-#[derive(Debug, Args)]
-pub struct GenerateArgs {
-    /// What to generate.
-    #[command(subcommand)]
-    pub what: Generate,
-}
-
-/// What `haar generate` writes.
-#[derive(Debug, Subcommand)]
-pub enum Generate {
-    /// Man pages: `haar.1` and one `haar-SUBCOMMAND.1` per visible subcommand, into DIR
-    /// (created if missing).
-    Man {
-        /// Directory to write the pages into.
-        #[arg(value_name = "DIR")]
-        dir: PathBuf,
-    },
-    /// The completion script for SHELL, on stdout.
-    Completions {
-        /// Shell to complete for.
-        #[arg(value_enum, value_name = "SHELL")]
-        shell: clap_complete::Shell,
-    },
 }
 
 #[cfg(test)]

@@ -2,14 +2,39 @@
 //! the library's progress callback, the report printed, and the exit code (1 when any file was
 //! refused). The pipeline itself is `haar::ingest`'s.
 
+use std::path::PathBuf;
+
+use clap::Args;
 use haar::ingest::{self, IngestOptions, Input, Progress};
 use haar_core::Key;
 use haar_core::request::Request;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::Failure;
-use crate::args::{ArchiveArgs, Cli};
+use crate::args::{Cli, OpenArgs};
 use crate::open;
+
+/// `haar archive`.
+#[derive(Debug, Args)]
+pub struct ArchiveArgs {
+    /// Keys to set on every field (`k=v,k=v`): overrides GRIB keys; required for non-GRIB files.
+    #[arg(long, value_name = "k=v,...")]
+    pub key: Option<String>,
+    /// Archive only messages matching this request.
+    #[arg(long, value_name = "REQUEST")]
+    pub include: Option<String>,
+    /// Skip messages matching this request.
+    #[arg(long, value_name = "REQUEST")]
+    pub exclude: Option<String>,
+    /// Print a JSON summary.
+    #[arg(long)]
+    pub json: bool,
+    /// Input files.
+    #[arg(required = true, value_name = "FILE")]
+    pub files: Vec<PathBuf>,
+    #[command(flatten)]
+    pub open: OpenArgs,
+}
 
 fn filter(text: &Option<String>) -> Result<Option<Request>, Failure> {
     let Some(text) = text else { return Ok(None) };

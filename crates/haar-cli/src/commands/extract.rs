@@ -2,10 +2,38 @@
 
 use std::io::Write;
 
+use clap::Args;
 use haar::extract::{Extracted, Selection};
 
-use crate::args::{Cli, ExtractArgs};
+use crate::args::{Cli, OpenArgs};
 use crate::{Failure, open};
+
+/// `haar extract`.
+#[derive(Debug, Args)]
+pub struct ExtractArgs {
+    /// Request (MARS syntax, e.g. class=od,param=167,step=0/to/24/by/6).
+    pub request: String,
+    /// Half-open index ranges I-J ([I, J)), comma-separated, e.g. 0-10,5000-5004; a single
+    /// index I means I-(I+1).
+    #[arg(
+        long,
+        value_name = "I-J,...",
+        required_unless_present = "points",
+        conflicts_with = "points"
+    )]
+    pub ranges: Option<String>,
+    /// Points LAT,LON,LAT,LON,... in degrees, each resolved per field to its nearest grid
+    /// point on the sphere (regular lat/lon grids and global Gaussian grids, reduced such as
+    /// O1280 or regular; other grids are refused: use --ranges).
+    #[arg(long, value_name = "LAT,LON,...", allow_hyphen_values = true)]
+    pub points: Option<String>,
+    /// One JSON object per line per field: {"key", "method", "ranges", "values"} with the
+    /// values of each range in order (missing: null).
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub open: OpenArgs,
+}
 
 /// `I-J` or `I` items, comma-separated.
 fn parse_ranges(text: &str) -> Result<Vec<(u64, u64)>, Failure> {

@@ -1,11 +1,44 @@
 //! `haar import-fdb5`: its arguments as `haar::import::ImportOptions`, the report printed, and
 //! the exit code (1 FDB5's library, the database or the request not usable, 2 nothing listed, 3 a field failed).
 
+use std::path::PathBuf;
+
+use clap::Args;
 use haar::import::{self, Fdb5Source, ImportError, ImportOptions};
 
 use crate::Failure;
-use crate::args::{Cli, ImportFdb5Args};
+use crate::args::{Cli, StoreArgs};
 use crate::open;
+
+/// `haar import-fdb5`.
+#[derive(Debug, Args)]
+#[command(group(clap::ArgGroup::new("fdb5").required(true).args(["fdb_config", "fdb_root"])))]
+pub struct ImportFdb5Args {
+    /// FDB5 configuration file (what FDB5_CONFIG_FILE would name).
+    #[arg(long, value_name = "FILE")]
+    pub fdb_config: Option<PathBuf>,
+    /// FDB5 root directory (a local TOC store), used with --fdb-schema.
+    #[arg(long, value_name = "DIR")]
+    pub fdb_root: Option<PathBuf>,
+    /// Schema of the FDB5 database given by --fdb-root.
+    #[arg(long, value_name = "FILE", default_value = "/etc/fdb/schema")]
+    pub fdb_schema: PathBuf,
+    /// MARS request selecting what to import (whole database when omitted), e.g.
+    /// class=od,expver=1,param=t.
+    pub request: Option<String>,
+    /// Give the request's values to FDB5 as written, not canonicalised by haar; they must
+    /// then be canonical (expver=0001, param=130).
+    #[arg(long)]
+    pub raw: bool,
+    /// Fields fetched per flush and verification pass.
+    #[arg(long, value_name = "N", default_value_t = 1000)]
+    pub batch: usize,
+    /// Print a JSON summary.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
 
 /// Runs `haar import-fdb5`.
 pub fn run(cli: &Cli, a: &ImportFdb5Args) -> Result<(), Failure> {

@@ -10,8 +10,9 @@ use haar_mem::units::parse_size;
 use haar_net::{ServerLimits, WaitOutcome, WatchAll};
 use serde_json::json;
 
+use super::info::InfoArgs;
 use crate::Failure;
-use crate::args::{Cli, ClientArgs, InfoArgs, StoreArgs, TokenArg};
+use crate::args::{Cli, ClientArgs, StoreArgs, TokenArg};
 use crate::open;
 #[cfg(feature = "tools")]
 use haar_bench::procs::Servers;
@@ -354,7 +355,7 @@ pub fn info(cli: &Cli, a: &InfoArgs) -> Result<(), Failure> {
     outln!("haar {}", env!("CARGO_PKG_VERSION"))?;
     outln!("front-end: {}", store.describe())?;
     outln!("databases: {}", dbs.len())?;
-    super::print_databases(&dbs)?;
+    super::info::print_databases(&dbs)?;
     damage()
 }
 
