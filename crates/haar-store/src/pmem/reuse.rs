@@ -42,6 +42,14 @@ impl LendBytes for PinGuard {
     }
 }
 
+/// Free-table entries by the offsets where their regions start and end (hints for
+/// [`Pool::absorb_neighbours`]).
+#[derive(Default)]
+struct Neighbours {
+    by_start: HashMap<u64, u64>,
+    by_end: HashMap<u64, u64>,
+}
+
 /// What the free table holds, for `haar info`.
 #[derive(Debug, Default, Clone, Copy)]
 pub(super) struct FreeSpace {
@@ -403,26 +411,31 @@ impl Pool {
         self.map.atomic_u64(OFF_FREE_CHANGES).fetch_add(1, SeqCst);
     }
 
-    /// Registers free `regions` (64-aligned offsets and lengths) with `epoch`, largest first;
-    /// returns the bytes that did not fit in the table (leaked).
+    /// Registers free `regions` (64-aligned offsets and lengths) with `epoch`, largest first,
+    /// each grown first by the free regions that adjoin it (design §5.4, *Coalesce*); returns
+    /// the bytes that did not fit in the table (leaked).
     pub(super) fn register(&self, regions: &[(u64, u64)], epoch: u64) -> Result<u64> {
         let Some(t) = self.tables() else {
             return Ok(regions.iter().map(|r| r.1).sum());
         };
-        let mut pieces: Vec<(u64, u64)> = Vec::new();
+        let mut pieces: Vec<(u64, u64, u64)> = Vec::new();
         for &(mut off, mut len) in regions {
             while len > 0 {
                 let n = len.min(MAX_REGION);
-                pieces.push((off, n));
+                pieces.push((off, n, epoch));
                 off += n;
                 len -= n;
             }
+        }
+        let mut free = self.free_neighbours(&t);
+        for p in pieces.iter_mut() {
+            *p = self.absorb_neighbours(&t, &mut free, *p)?;
         }
         pieces.sort_by_key(|p| std::cmp::Reverse(p.1));
         let pid = std::process::id();
         let mut i = 0;
         let mut leaked = 0;
-        for (n, &(off, len)) in pieces.iter().enumerate() {
+        for (n, &(off, len, epoch)) in pieces.iter().enumerate() {
             let placed = loop {
                 if i >= t.nfree {
                     break false;
@@ -453,6 +466,66 @@ impl Pool {
             }
         }
         Ok(leaked)
+    }
+
+    /// The free entries by where their region starts and where it ends (one scan; each is
+    /// checked again when claimed).
+    fn free_neighbours(&self, t: &Tables) -> Neighbours {
+        let mut n = Neighbours::default();
+        for i in 0..t.nfree {
+            let s = self.recover(t, i, self.free_state(t, i).load(SeqCst));
+            if kind_of(s) == FREE {
+                let (off, len) = unregion(self.free_region(t, i).load(SeqCst));
+                n.by_start.insert(off, i);
+                n.by_end.insert(off + len, i);
+            }
+        }
+        n
+    }
+
+    /// Grows the region `(off, len, epoch)` by each free region that adjoins it, emptying the
+    /// neighbour's entry (design §5.4, *Coalesce*): claimed (`free → splitting`), its region
+    /// read again, then set empty and persisted before the caller registers the grown region.
+    /// The grown region takes the larger epoch and never exceeds what one entry can name. A
+    /// kill in between leaks what was absorbed; it is never listed twice.
+    fn absorb_neighbours(
+        &self,
+        t: &Tables,
+        free: &mut Neighbours,
+        (mut off, mut len, mut epoch): (u64, u64, u64),
+    ) -> Result<(u64, u64, u64)> {
+        let pid = std::process::id();
+        loop {
+            // Each hint is used once: removed before it is checked.
+            let Some(i) = free
+                .by_end
+                .remove(&off)
+                .or_else(|| free.by_start.remove(&(off + len)))
+            else {
+                return Ok((off, len, epoch));
+            };
+            let st = self.free_state(t, i);
+            let s = st.load(SeqCst);
+            let (o, l) = unregion(self.free_region(t, i).load(SeqCst));
+            free.by_start.remove(&o);
+            free.by_end.remove(&(o + l));
+            let adjoins = o + l == off || off + len == o;
+            if kind_of(s) != FREE || !adjoins || len + l > MAX_REGION {
+                continue;
+            }
+            let claimed = bump(s, SPLITTING, pid);
+            if st.compare_exchange(s, claimed, SeqCst, SeqCst).is_err() {
+                continue; // taken or split meanwhile: leave it
+            }
+            if unregion(self.free_region(t, i).load(SeqCst)) != (o, l) {
+                st.store(bump(claimed, FREE, 0), SeqCst);
+                continue;
+            }
+            let e = self.free_epoch(t, i).load(SeqCst);
+            st.store(bump(claimed, EMPTY, 0), SeqCst);
+            self.persist_range(t.free + i * FREE_ENTRY, 8)?;
+            (off, len, epoch) = (off.min(o), len + l, epoch.max(e));
+        }
     }
 
     /// Takes free space for a chunk of at least `need` bytes (normally `chunk`), preferring a
