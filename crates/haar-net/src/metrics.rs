@@ -29,39 +29,7 @@ type Label = [(&'static str, &'static str); 1];
 /// An operation and how it ended.
 type OpResult = [(&'static str, &'static str); 2];
 
-/// Why a connection did not get to log in: the `cause` label of
-/// `haar_logins_refused_total`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RefusalCause {
-    /// `max_connections` connections were open.
-    Busy,
-    /// Dropped before login for a newer connection (pre-login bounds).
-    PreloginDropped,
-    /// No login within the handshake deadline.
-    HandshakeTimeout,
-    /// The peer did not speak haar's handshake (no HELLO, no AUTH, or a bad one).
-    NotAHaarClient,
-    /// The client speaks another protocol version.
-    VersionMismatch,
-    /// The token's proof did not match.
-    TokenRejected,
-    /// A plain-TCP client of a TLS-only server.
-    TlsRequired,
-}
-
-impl RefusalCause {
-    fn label(self) -> &'static str {
-        match self {
-            RefusalCause::Busy => "busy",
-            RefusalCause::PreloginDropped => "prelogin_dropped",
-            RefusalCause::HandshakeTimeout => "handshake_timeout",
-            RefusalCause::NotAHaarClient => "not_a_haar_client",
-            RefusalCause::VersionMismatch => "version_mismatch",
-            RefusalCause::TokenRejected => "token_rejected",
-            RefusalCause::TlsRequired => "tls_required",
-        }
-    }
-}
+pub use crate::protocol::RefusalCause;
 
 /// The `op` label of a request kind: its protocol name in lower case.
 pub fn op_label(kind: Kind) -> &'static str {

@@ -17,6 +17,7 @@ use haar_store::{Error, Result};
 
 use super::ClientConfig;
 use super::session::{self, Session};
+use crate::protocol::RefusalCause;
 
 /// How long a server that could not be reached is left alone before it is tried again: `first`
 /// after one failure, doubled after each further failure in a row, never more than `max`.
@@ -126,14 +127,17 @@ pub(super) fn connect(addr: &str, cfg: &ClientConfig) -> Result<Session> {
         }
         e.attempts += 1;
     }
-    let mut r = session::connect(addr, cfg);
+    let (mut r, mut cause) = session::connect_why(addr, cfg);
     for pause in DROPPED_LOGIN_PAUSES {
-        if !dropped_before_login(&r) {
+        // Dropped before login for a newer connection from its source: someone else's
+        // connections, not this client's token or the server's fullness, so trying again
+        // soon is likely to pass. A server at its connection limit (`busy`) is not retried.
+        if r.is_ok() || cause != Some(RefusalCause::PreloginDropped) {
             break;
         }
         std::thread::sleep(pause);
         registry().entry(addr.to_string()).or_default().attempts += 1;
-        r = session::connect(addr, cfg);
+        (r, cause) = session::connect_why(addr, cfg);
     }
     let mut reg = registry();
     let e = reg.entry(addr.to_string()).or_default();
@@ -159,15 +163,6 @@ const DROPPED_LOGIN_PAUSES: [Duration; 4] = [
     Duration::from_millis(40),
     Duration::from_millis(80),
 ];
-
-/// Whether the server refused this login by dropping it, before it completed, for a newer
-/// connection from its source ("… the oldest is dropped for the newest …"): someone else's
-/// connections, not this client's token or the server's fullness, so trying again soon is
-/// likely to pass. A server at its connection limit ("busy … the limit") is not retried.
-fn dropped_before_login(r: &Result<Session>) -> bool {
-    matches!(r, Err(Error::Remote { message, .. })
-        if message.starts_with("refused the connection:") && message.contains(" is dropped for "))
-}
 
 /// `addr` answered on a connection opened elsewhere (a watch): it is reachable again.
 pub(super) fn answered(addr: &str) {

@@ -9,8 +9,8 @@ use haar_store::{Error, Result};
 use super::{ClientConfig, io_error};
 use crate::auth;
 use crate::protocol::{
-    self, Access, Challenge, Frame, Hello, Kind, Limits, LocalOffer, Refused, Welcome, WireError,
-    to_meta,
+    self, Access, Challenge, Frame, Hello, Kind, Limits, LocalOffer, RefusalCause, Refused,
+    Welcome, WireError, to_meta,
 };
 use crate::transport::{Conn, Wire};
 
@@ -38,6 +38,21 @@ impl Session {
 
 /// Opens a connection and authenticates.
 pub(super) fn connect(addr: &str, cfg: &ClientConfig) -> Result<Session> {
+    login(addr, cfg, &mut None)
+}
+
+/// Opens a connection and authenticates; a refused login also gives the server's typed cause
+/// (`REFUSED`'s `cause`, design §8), which a caller acts on instead of the reason's wording.
+pub(super) fn connect_why(
+    addr: &str,
+    cfg: &ClientConfig,
+) -> (Result<Session>, Option<RefusalCause>) {
+    let mut cause = None;
+    let r = login(addr, cfg, &mut cause);
+    (r, cause)
+}
+
+fn login(addr: &str, cfg: &ClientConfig, cause: &mut Option<RefusalCause>) -> Result<Session> {
     let hint = "is `haar serve` running there?";
     let addrs: Vec<_> = addr
         .to_socket_addrs()
@@ -129,11 +144,12 @@ pub(super) fn connect(addr: &str, cfg: &ClientConfig) -> Result<Session> {
     wire.flush().map_err(|e| hs(e.into()))?;
     let mut f = Frame::default();
     wire.read(Limits::HANDSHAKE, &mut f).map_err(hs)?;
-    let refused = |f: &Frame| {
-        let reason = f
+    let mut refused = |f: &Frame| {
+        let (reason, why) = f
             .meta::<Refused>()
-            .map(|r| r.reason)
-            .unwrap_or_else(|e| e.to_string());
+            .map(|r| (r.reason, r.cause))
+            .unwrap_or_else(|e| (e.to_string(), None));
+        *cause = why;
         let extra = if cfg.token.is_none() && reason.contains("token") {
             " (this client has no token: set HAAR_TOKEN or --token-file)"
         } else {

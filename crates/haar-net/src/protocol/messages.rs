@@ -109,6 +109,50 @@ impl LocalOffer {
 pub struct Refused {
     /// Why, and what to do.
     pub reason: String,
+    /// Why, as a client acts on it (absent from servers before 2026-11-28).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cause: Option<RefusalCause>,
+}
+
+/// Why a connection did not get to log in: `REFUSED`'s `cause` on the wire and the `cause`
+/// label of `haar_logins_refused_total` (design §8).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RefusalCause {
+    /// `max_connections` connections were open.
+    Busy,
+    /// Dropped before login for a newer connection (pre-login bounds): trying again soon
+    /// is likely to pass.
+    PreloginDropped,
+    /// No login within the handshake deadline.
+    HandshakeTimeout,
+    /// The peer did not speak haar's handshake (no HELLO, no AUTH, or a bad one).
+    NotAHaarClient,
+    /// The client speaks another protocol version.
+    VersionMismatch,
+    /// The token's proof did not match.
+    TokenRejected,
+    /// A plain-TCP client of a TLS-only server.
+    TlsRequired,
+    /// A cause this build does not know (a newer server's).
+    #[serde(other)]
+    Other,
+}
+
+impl RefusalCause {
+    /// Its name on the wire and in metrics.
+    pub fn label(self) -> &'static str {
+        match self {
+            RefusalCause::Busy => "busy",
+            RefusalCause::PreloginDropped => "prelogin_dropped",
+            RefusalCause::HandshakeTimeout => "handshake_timeout",
+            RefusalCause::NotAHaarClient => "not_a_haar_client",
+            RefusalCause::VersionMismatch => "version_mismatch",
+            RefusalCause::TokenRejected => "token_rejected",
+            RefusalCause::TlsRequired => "tls_required",
+            RefusalCause::Other => "other",
+        }
+    }
 }
 
 /// `ARCHIVE` and `FIELD`: a key and the CRC-32C of the data part.
@@ -641,6 +685,40 @@ mod extract_tests {
         assert!(
             "unknown or unexpected request kind 27 (unknown)"
                 .starts_with(&extract_unsupported_prefix())
+        );
+    }
+}
+
+#[cfg(test)]
+mod refused_tests {
+    use super::*;
+
+    #[test]
+    fn a_refusal_carries_its_cause_by_name_and_reads_without_one() {
+        let r = Refused {
+            reason: "server a:1 is busy: … the oldest is dropped for the newest".into(),
+            cause: Some(RefusalCause::PreloginDropped),
+        };
+        let json = String::from_utf8(crate::protocol::to_meta(&r)).unwrap();
+        assert!(json.contains(r#""cause":"prelogin_dropped""#), "{json}");
+        let back: Refused = serde_json::from_str(&json).unwrap();
+        assert_eq!(back, r);
+        // An older server sends no cause; a newer one may send a cause this build lacks.
+        let old: Refused = serde_json::from_str(r#"{"reason":"busy"}"#).unwrap();
+        assert_eq!(old.cause, None);
+        let newer: Refused =
+            serde_json::from_str(r#"{"reason":"x","cause":"quota_exceeded"}"#).unwrap();
+        assert_eq!(newer.cause, Some(RefusalCause::Other));
+        assert_eq!(newer.reason, "x");
+        // Older clients ignore the field: a cause-less refusal has no `cause` key at all.
+        let plain = Refused {
+            reason: "x".into(),
+            cause: None,
+        };
+        assert!(
+            !String::from_utf8(crate::protocol::to_meta(&plain))
+                .unwrap()
+                .contains("cause")
         );
     }
 }

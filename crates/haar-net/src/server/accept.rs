@@ -342,7 +342,10 @@ impl Shared {
             tracing::debug!(source = %v.source, %reason, "dropped before login");
         }
         if self.config.tls.is_none() {
-            let meta = to_meta(&Refused { reason });
+            let meta = to_meta(&Refused {
+                reason,
+                cause: Some(RefusalCause::PreloginDropped),
+            });
             if let Ok(frame) = protocol::encode(Kind::Refused, FLAG_END, 0, &meta, &[]) {
                 // SAFETY: a send on our own duplicated descriptor, which stays open until `v`
                 // is dropped below; MSG_DONTWAIT leaves the socket's blocking mode alone.
@@ -497,6 +500,7 @@ pub(super) fn refuse_at_accept(shared: &Shared, stream: TcpStream, peer: SocketA
     if shared.config.tls.is_none() && stream.set_nonblocking(true).is_ok() {
         let meta = to_meta(&Refused {
             reason: reason.to_string(),
+            cause: Some(RefusalCause::Busy),
         });
         if let Ok(frame) = protocol::encode(Kind::Refused, FLAG_END, 0, &meta, &[]) {
             let _ = (&stream).write_all(&frame);

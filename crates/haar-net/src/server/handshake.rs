@@ -12,9 +12,9 @@ use super::accept::{Shared, Slot, token_name};
 use super::config::boot_id;
 use super::session::{Session, timed_out};
 use crate::auth;
-use crate::metrics::RefusalCause;
 use crate::protocol::{
-    self, Access, Challenge, FLAG_END, Frame, Hello, Kind, Limits, Refused, WireError, to_meta,
+    self, Access, Challenge, FLAG_END, Frame, Hello, Kind, Limits, RefusalCause, Refused,
+    WireError, to_meta,
 };
 use crate::transport::{Conn, Wire};
 
@@ -35,7 +35,10 @@ fn refuse(
         Kind::Refused,
         FLAG_END,
         id,
-        &to_meta(&Refused { reason }),
+        &to_meta(&Refused {
+            reason,
+            cause: Some(cause),
+        }),
         &[],
     )?;
     wire.flush()?;
