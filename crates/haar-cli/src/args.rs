@@ -74,7 +74,7 @@ See docs/design.md for formats and the durability contract.";
     "Use these servers (`haar serve`) instead of the local store: `HOST:PORT,HOST:PORT,...` \
      (several are combined by rendezvous hashing). For `cluster`: how many to start"
 )))]
-pub struct Cli {
+pub(crate) struct Cli {
     // The store and server options given before the subcommand's name.
     #[command(flatten)]
     pub before: OpenArgs,
@@ -91,12 +91,12 @@ pub struct Cli {
 /// Parses the command line: clap's grammar, then the one rule it cannot express. An option
 /// given before the subcommand's name must be one the subcommand takes after it (`haar
 /// --servers x stream` is an error naming `--servers`, not an option silently ignored).
-pub fn parse() -> Result<Cli, clap::Error> {
+pub(crate) fn parse() -> Result<Cli, clap::Error> {
     parse_from(std::env::args_os())
 }
 
 /// [`parse`] of the given arguments (the first is the program's name).
-pub fn parse_from<I, T>(args: I) -> Result<Cli, clap::Error>
+pub(crate) fn parse_from<I, T>(args: I) -> Result<Cli, clap::Error>
 where
     I: IntoIterator<Item = T>,
     T: Into<std::ffi::OsString> + Clone,
@@ -149,7 +149,7 @@ const IGNORED_BEFORE: &[(&str, &[&str])] = &[("generate", &["config", "root", "b
 /// `--config`: the configuration file (flattened into the subcommands that read one).
 #[derive(Debug, Clone, Default, Args)]
 #[command(next_help_heading = "Store options")]
-pub struct ConfigArg {
+pub(crate) struct ConfigArg {
     /// Configuration file (YAML): haar's own, or FDB5's (a local TOC configuration maps onto
     /// a posix root and its schema). Default: $HAAR_CONFIG, else FDB5's $FDB5_CONFIG,
     /// $FDB5_CONFIG_FILE or $FDB_HOME/etc/fdb/config.yaml, else built-in defaults.
@@ -160,7 +160,7 @@ pub struct ConfigArg {
 /// `--root`, `--backend`: the local store, over the configuration's.
 #[derive(Debug, Clone, Default, Args)]
 #[command(next_help_heading = "Store options")]
-pub struct LocalArgs {
+pub(crate) struct LocalArgs {
     /// Store root directory (overrides the configuration's roots).
     #[arg(long, value_name = "DIR")]
     pub root: Option<PathBuf>,
@@ -172,7 +172,7 @@ pub struct LocalArgs {
 /// `--servers`, `--replicas`, `--tls-ca`: servers to reach instead of a local store.
 #[derive(Debug, Clone, Default, Args)]
 #[command(next_help_heading = "Server options")]
-pub struct ServerArgs {
+pub(crate) struct ServerArgs {
     /// Use these servers (`haar serve`) instead of the local store: `HOST:PORT,HOST:PORT,...`
     /// (several are combined by rendezvous hashing).
     #[arg(long, value_name = "HOST:PORT,...")]
@@ -189,7 +189,7 @@ pub struct ServerArgs {
 /// `--token-file`: the shared secret, for servers and clients alike.
 #[derive(Debug, Clone, Default, Args)]
 #[command(next_help_heading = "Server options")]
-pub struct TokenArg {
+pub(crate) struct TokenArg {
     /// File holding the shared-secret token (default: $HAAR_TOKEN), for servers and clients.
     #[arg(long, value_name = "FILE")]
     pub token_file: Option<PathBuf>,
@@ -198,7 +198,7 @@ pub struct TokenArg {
 /// Every store and server option: the commands that work on the local store or on servers
 /// (and the place before any subcommand's name).
 #[derive(Debug, Clone, Default, Args)]
-pub struct OpenArgs {
+pub(crate) struct OpenArgs {
     #[command(flatten)]
     pub config: ConfigArg,
     #[command(flatten)]
@@ -211,7 +211,7 @@ pub struct OpenArgs {
 
 /// The local store only (`schema`, `import-fdb5`).
 #[derive(Debug, Clone, Default, Args)]
-pub struct StoreArgs {
+pub(crate) struct StoreArgs {
     #[command(flatten)]
     pub config: ConfigArg,
     #[command(flatten)]
@@ -220,7 +220,7 @@ pub struct StoreArgs {
 
 /// Servers only, never a local store (`watch`, `wait`, `workflow`).
 #[derive(Debug, Clone, Default, Args)]
-pub struct ClientArgs {
+pub(crate) struct ClientArgs {
     #[command(flatten)]
     pub config: ConfigArg,
     #[command(flatten)]
@@ -276,7 +276,7 @@ impl TokenArg {
 
 impl OpenArgs {
     /// Sets what this group was given over `o`.
-    pub fn onto(&self, o: &mut OpenArgs) {
+    pub(crate) fn onto(&self, o: &mut OpenArgs) {
         self.config.onto(o);
         self.local.onto(o);
         self.servers.onto(o);
@@ -304,7 +304,7 @@ impl ClientArgs {
 impl Command {
     /// Sets the store and server options given after the subcommand's name over `o` (those
     /// given before it): the value after the name wins.
-    pub fn options_onto(&self, o: &mut OpenArgs) {
+    pub(crate) fn options_onto(&self, o: &mut OpenArgs) {
         match self {
             Command::Archive(ArchiveArgs { open, .. })
             | Command::List(ListArgs { open, .. })
@@ -356,7 +356,7 @@ impl Command {
 
 /// Subcommands.
 #[derive(Debug, Subcommand)]
-pub enum Command {
+pub(crate) enum Command {
     /// Archive GRIB files (every message, keys read with ecCodes) or raw files with --key,
     /// then flush once at the end.
     ///

@@ -4,6 +4,8 @@
 //! corruption). A closed stdout (`haar list | head`) is not a failure: the command stops and
 //! haar exits 0 without a message, as Unix tools do.
 
+#![warn(unreachable_pub)]
+
 /// `println!` for a command's results: returns `Result<(), Failure>` instead of panicking when
 /// stdout cannot be written, so a closed pipe ends the command quietly and any other write
 /// error is exit 3 (see `commands::out_err`).

@@ -20,6 +20,8 @@
 //! assert_eq!((msgs[0].index, msgs[0].offset, msgs[0].edition), (0, 16, 1));
 //! ```
 
+#![warn(unreachable_pub)]
+
 pub mod frame;
 pub mod gaussian;
 pub mod grid;

@@ -17,7 +17,7 @@ use crate::Failure;
 
 /// Options of `haar advise`.
 #[derive(Debug, Args)]
-pub struct AdviseArgs {
+pub(crate) struct AdviseArgs {
     /// Does the application need more memory than DRAM offers? (yes|no)
     #[arg(long, value_name = "yes|no", value_parser = yes_no)]
     pub memory_intensive: Option<bool>,
@@ -60,7 +60,7 @@ fn modifiable(s: &str) -> Result<Modifiable, String> {
 }
 
 /// Runs `haar advise`.
-pub fn run(a: &AdviseArgs) -> Result<(), Failure> {
+pub(crate) fn run(a: &AdviseArgs) -> Result<(), Failure> {
     let mut answers = Answers {
         memory_intensive: a.memory_intensive,
         io_intensive: a.io_intensive,

@@ -16,7 +16,7 @@ use crate::open;
 
 /// `haar archive`.
 #[derive(Debug, Args)]
-pub struct ArchiveArgs {
+pub(crate) struct ArchiveArgs {
     /// Keys to set on every field (`k=v,k=v`): overrides GRIB keys; required for non-GRIB files.
     #[arg(long, value_name = "k=v,...")]
     pub key: Option<String>,
@@ -44,7 +44,7 @@ fn filter(text: &Option<String>) -> Result<Option<Request>, Failure> {
 }
 
 /// Runs `haar archive`.
-pub fn run(cli: &Cli, a: &ArchiveArgs) -> Result<(), Failure> {
+pub(crate) fn run(cli: &Cli, a: &ArchiveArgs) -> Result<(), Failure> {
     let mut store = open::open_options(cli).field_store()?;
     let opts = IngestOptions {
         key: match &a.key {

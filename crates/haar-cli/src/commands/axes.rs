@@ -9,7 +9,7 @@ use crate::open;
 
 /// `haar axes`.
 #[derive(Debug, Args)]
-pub struct AxesArgs {
+pub(crate) struct AxesArgs {
     /// Request (all fields when omitted).
     pub request: Option<String>,
     /// JSON object keyword → values.
@@ -20,7 +20,7 @@ pub struct AxesArgs {
 }
 
 /// Runs `haar axes`.
-pub fn run(cli: &Cli, a: &AxesArgs) -> Result<(), Failure> {
+pub(crate) fn run(cli: &Cli, a: &AxesArgs) -> Result<(), Failure> {
     let store = open::field_store_for_reading(cli)?;
     let mut all = std::collections::BTreeMap::<String, std::collections::BTreeSet<String>>::new();
     let reqs = open::requests(a.request.as_deref())?;

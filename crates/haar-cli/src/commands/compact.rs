@@ -9,7 +9,7 @@ use crate::open;
 
 /// `haar compact`.
 #[derive(Debug, Args)]
-pub struct CompactArgs {
+pub(crate) struct CompactArgs {
     /// Restrict to databases matching this request.
     pub request: Option<String>,
     /// Merge everything into one run per database, whatever the merge policy says.
@@ -23,7 +23,7 @@ pub struct CompactArgs {
 }
 
 /// Runs `haar compact`.
-pub fn run(cli: &Cli, a: &CompactArgs) -> Result<(), Failure> {
+pub(crate) fn run(cli: &Cli, a: &CompactArgs) -> Result<(), Failure> {
     if open::open_options(cli).servers.is_some() {
         return Err(Failure::usage(
             "haar compact works on a local store: run it on the server's node with its --root (servers also merge in the background after flushes)",

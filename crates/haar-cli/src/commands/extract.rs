@@ -10,7 +10,7 @@ use crate::{Failure, open};
 
 /// `haar extract`.
 #[derive(Debug, Args)]
-pub struct ExtractArgs {
+pub(crate) struct ExtractArgs {
     /// Request (MARS syntax, e.g. class=od,param=167,step=0/to/24/by/6).
     pub request: String,
     /// Half-open index ranges I-J ([I, J)), comma-separated, e.g. 0-10,5000-5004; a single
@@ -83,7 +83,7 @@ fn json_line(e: &Extracted) -> serde_json::Value {
     })
 }
 
-pub fn run(cli: &Cli, a: &ExtractArgs) -> Result<(), Failure> {
+pub(crate) fn run(cli: &Cli, a: &ExtractArgs) -> Result<(), Failure> {
     let sel = match (&a.ranges, &a.points) {
         (Some(r), _) => Selection::Ranges(parse_ranges(r)?),
         (None, Some(p)) => Selection::Points(parse_points(p)?),

@@ -11,7 +11,7 @@ use crate::args::Cli;
 
 /// `haar generate` (hidden): documentation generated from this grammar, so it cannot drift.
 #[derive(Debug, Args)]
-pub struct GenerateArgs {
+pub(crate) struct GenerateArgs {
     /// What to generate.
     #[command(subcommand)]
     pub what: Generate,
@@ -19,7 +19,7 @@ pub struct GenerateArgs {
 
 /// What `haar generate` writes.
 #[derive(Debug, Subcommand)]
-pub enum Generate {
+pub(crate) enum Generate {
     /// Man pages: `haar.1` and one `haar-SUBCOMMAND.1` per visible subcommand, into DIR
     /// (created if missing).
     Man {
@@ -37,7 +37,7 @@ pub enum Generate {
 
 /// `haar generate`: man pages or a completion script from the same clap definitions that parse
 /// the command line (clap_mangen, clap_complete), so the installed docs match the binary.
-pub fn run(a: &GenerateArgs) -> Result<(), Failure> {
+pub(crate) fn run(a: &GenerateArgs) -> Result<(), Failure> {
     use clap::CommandFactory;
     match &a.what {
         Generate::Man { dir } => {

@@ -13,7 +13,7 @@ use crate::open;
 /// `haar import-fdb5`.
 #[derive(Debug, Args)]
 #[command(group(clap::ArgGroup::new("fdb5").required(true).args(["fdb_config", "fdb_root"])))]
-pub struct ImportFdb5Args {
+pub(crate) struct ImportFdb5Args {
     /// FDB5 configuration file (what FDB5_CONFIG_FILE would name).
     #[arg(long, value_name = "FILE")]
     pub fdb_config: Option<PathBuf>,
@@ -41,7 +41,7 @@ pub struct ImportFdb5Args {
 }
 
 /// Runs `haar import-fdb5`.
-pub fn run(cli: &Cli, a: &ImportFdb5Args) -> Result<(), Failure> {
+pub(crate) fn run(cli: &Cli, a: &ImportFdb5Args) -> Result<(), Failure> {
     let source = match (&a.fdb_config, &a.fdb_root) {
         (Some(c), _) => Fdb5Source::Config(c.clone()),
         (None, Some(root)) => Fdb5Source::Root {

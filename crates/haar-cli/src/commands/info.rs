@@ -11,7 +11,7 @@ use crate::open;
 
 /// `haar info`.
 #[derive(Debug, Args)]
-pub struct InfoArgs {
+pub(crate) struct InfoArgs {
     /// Restrict to databases matching this request.
     pub request: Option<String>,
     /// JSON output.
@@ -22,7 +22,7 @@ pub struct InfoArgs {
 }
 
 /// Runs `haar info`.
-pub fn run(cli: &Cli, a: &InfoArgs) -> Result<(), Failure> {
+pub(crate) fn run(cli: &Cli, a: &InfoArgs) -> Result<(), Failure> {
     if open::open_options(cli).servers.is_some() {
         return net::info(cli, a);
     }

@@ -13,7 +13,7 @@ use crate::open;
 
 /// `haar list`.
 #[derive(Debug, Args)]
-pub struct ListArgs {
+pub(crate) struct ListArgs {
     /// Request (all fields when omitted).
     pub request: Option<String>,
     /// Also print where each field's bytes are and their length.
@@ -30,7 +30,7 @@ pub struct ListArgs {
 }
 
 /// Runs `haar list`.
-pub fn run(cli: &Cli, a: &ListArgs) -> Result<(), Failure> {
+pub(crate) fn run(cli: &Cli, a: &ListArgs) -> Result<(), Failure> {
     let store = open::field_store_for_reading(cli)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());

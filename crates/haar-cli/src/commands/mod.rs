@@ -4,30 +4,30 @@
 //! enum naming each command's arguments). A command parses nothing itself beyond its own
 //! options and formats the store's answers.
 
-pub mod net;
+pub(crate) mod net;
 // The workloads, benchmarks and memory tools: the `tools` feature (default on; off for a lean
 // `haar` on production nodes).
 #[cfg(feature = "tools")]
-pub mod workloads;
+pub(crate) mod workloads;
 
 #[cfg(feature = "tools")]
-pub mod advise;
-pub mod archive;
-pub mod axes;
-pub mod compact;
-pub mod extract;
-pub mod generate;
-pub mod import;
-pub mod info;
-pub mod list;
-pub mod modify;
-pub mod mount;
-pub mod retrieve;
-pub mod run;
-pub mod schema;
-pub mod stage;
+pub(crate) mod advise;
+pub(crate) mod archive;
+pub(crate) mod axes;
+pub(crate) mod compact;
+pub(crate) mod extract;
+pub(crate) mod generate;
+pub(crate) mod import;
+pub(crate) mod info;
+pub(crate) mod list;
+pub(crate) mod modify;
+pub(crate) mod mount;
+pub(crate) mod retrieve;
+pub(crate) mod run;
+pub(crate) mod schema;
+pub(crate) mod stage;
 #[cfg(feature = "tools")]
-pub mod stream;
+pub(crate) mod stream;
 
 use std::io::Write;
 
@@ -37,7 +37,7 @@ use crate::Failure;
 use crate::args::{Cli, Command};
 
 /// Runs the parsed command line.
-pub fn run(cli: Cli) -> Result<(), Failure> {
+pub(crate) fn run(cli: Cli) -> Result<(), Failure> {
     match &cli.command {
         Command::Archive(a) => archive::run(&cli, a),
         Command::List(a) => list::run(&cli, a),

@@ -11,7 +11,7 @@ use crate::open;
 
 /// `haar wipe` / `haar purge`.
 #[derive(Debug, Args)]
-pub struct ModifyArgs {
+pub(crate) struct ModifyArgs {
     /// Request selecting what to act on.
     pub request: String,
     /// Really do it (otherwise only report what would be done).
@@ -26,7 +26,7 @@ pub struct ModifyArgs {
 
 /// `haar wipe`.
 #[derive(Debug, Args)]
-pub struct WipeArgs {
+pub(crate) struct WipeArgs {
     #[command(flatten)]
     pub modify: ModifyArgs,
     /// Also delete the files haar did not write in the databases removed whole (FDB5's
@@ -36,7 +36,7 @@ pub struct WipeArgs {
 }
 
 /// Runs `haar wipe`.
-pub fn wipe(cli: &Cli, w: &WipeArgs) -> Result<(), Failure> {
+pub(crate) fn wipe(cli: &Cli, w: &WipeArgs) -> Result<(), Failure> {
     let a = &w.modify;
     let mut store = open::field_store(cli)?;
     for req in open::requests(Some(&a.request))? {
@@ -86,7 +86,7 @@ pub fn wipe(cli: &Cli, w: &WipeArgs) -> Result<(), Failure> {
 }
 
 /// Runs `haar purge`.
-pub fn purge(cli: &Cli, a: &ModifyArgs) -> Result<(), Failure> {
+pub(crate) fn purge(cli: &Cli, a: &ModifyArgs) -> Result<(), Failure> {
     let mut store = open::field_store(cli)?;
     for req in open::requests(Some(&a.request))? {
         let rep = store.purge(&req, a.doit)?;

@@ -13,7 +13,7 @@ use crate::args::{Cli, OpenArgs};
 /// Options of `haar mount`.
 #[derive(Debug, Args)]
 #[command(after_long_help = MOUNT_AFTER_HELP)]
-pub struct MountArgs {
+pub(crate) struct MountArgs {
     /// Directory to mount the file system on (must exist).
     #[arg(value_name = "MOUNTPOINT")]
     pub mountpoint: PathBuf,
@@ -120,7 +120,7 @@ EXAMPLES
     haar --config haar-cluster.yaml mount --mount-id 3 --daemon /mnt/haar";
 
 /// Runs `haar mount`.
-pub fn run(cli: &Cli, a: &MountArgs) -> Result<(), Failure> {
+pub(crate) fn run(cli: &Cli, a: &MountArgs) -> Result<(), Failure> {
     if a.daemon {
         return daemonise(a.metrics.is_some());
     }

@@ -19,7 +19,7 @@ use haar_bench::procs::Servers;
 
 /// `haar serve`.
 #[derive(Debug, Args)]
-pub struct ServeArgs {
+pub(crate) struct ServeArgs {
     /// Address to listen on (`HOST:PORT`; port 0 picks a free one). The first line on stdout is
     /// `listening on HOST:PORT`.
     #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:7070")]
@@ -101,7 +101,7 @@ pub struct ServeArgs {
 
 /// `haar serve --log-format`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     /// One line per event: time, level, message, `name=value` fields.
     Text,
     /// One JSON object per line.
@@ -131,7 +131,7 @@ fn positive_secs(s: &str) -> Result<f64, String> {
 
 /// `haar watch`.
 #[derive(Debug, Args)]
-pub struct WatchArgs {
+pub(crate) struct WatchArgs {
     /// Request (every field when omitted).
     pub request: Option<String>,
     /// One JSON object per line: key, length, seq, replay, server.
@@ -143,7 +143,7 @@ pub struct WatchArgs {
 
 /// `haar wait`.
 #[derive(Debug, Args)]
-pub struct WaitArgs {
+pub(crate) struct WaitArgs {
     /// Request naming every field to wait for (explicit values, no `all`).
     pub request: String,
     /// Give up after this many seconds (exit 2, naming what is missing).
@@ -164,7 +164,7 @@ pub struct WaitArgs {
 #[command(mut_arg("token_file", |a| a.help(
     "File holding the servers' token (default: DIR/token, created when missing)"
 )))]
-pub struct ClusterArgs {
+pub(crate) struct ClusterArgs {
     /// How many local servers to start (server I under --root DIR/nodeI).
     #[arg(long, value_name = "N")]
     pub servers: Option<usize>,
@@ -188,7 +188,7 @@ fn parse_frame_tags(s: &str) -> Result<haar_net::protocol::FrameTags, String> {
 
 /// `haar serve`: binds, prints `listening on ADDR`, serves until SIGINT/SIGTERM, then stops
 /// cleanly and exits 0.
-pub fn serve(cli: &Cli, a: &ServeArgs) -> Result<(), Failure> {
+pub(crate) fn serve(cli: &Cli, a: &ServeArgs) -> Result<(), Failure> {
     let opts = open::open_options(cli);
     let max_buffered = a
         .max_buffered
@@ -264,7 +264,7 @@ pub fn serve(cli: &Cli, a: &ServeArgs) -> Result<(), Failure> {
 }
 
 /// `haar watch`: one line per flushed field, forever (or until a server fails).
-pub fn watch(cli: &Cli, a: &WatchArgs) -> Result<(), Failure> {
+pub(crate) fn watch(cli: &Cli, a: &WatchArgs) -> Result<(), Failure> {
     let servers = servers(cli)?;
     let cfg = open::client_config(cli)?;
     let reqs = open::requests(a.request.as_deref())?;
@@ -307,7 +307,7 @@ pub fn watch(cli: &Cli, a: &WatchArgs) -> Result<(), Failure> {
 }
 
 /// `haar wait`: exit 0 once every field of the request is flushed, 2 on timeout.
-pub fn wait(cli: &Cli, a: &WaitArgs) -> Result<(), Failure> {
+pub(crate) fn wait(cli: &Cli, a: &WaitArgs) -> Result<(), Failure> {
     let servers = servers(cli)?;
     let cfg = open::client_config(cli)?;
     let reqs = open::requests(Some(&a.request))?;
@@ -339,7 +339,7 @@ pub fn wait(cli: &Cli, a: &WaitArgs) -> Result<(), Failure> {
 }
 
 /// `haar info` with --servers: the front-end and per-database statistics from the servers.
-pub fn info(cli: &Cli, a: &InfoArgs) -> Result<(), Failure> {
+pub(crate) fn info(cli: &Cli, a: &InfoArgs) -> Result<(), Failure> {
     let store = open::field_store(cli)?;
     let mut dbs = Vec::new();
     for req in open::requests(a.request.as_deref())? {
@@ -362,7 +362,7 @@ pub fn info(cli: &Cli, a: &InfoArgs) -> Result<(), Failure> {
 /// `haar cluster --servers N --root DIR`: N local servers for development, stopped when stdin
 /// closes or on Ctrl-C.
 #[cfg(feature = "tools")]
-pub fn cluster(cli: &Cli) -> Result<(), Failure> {
+pub(crate) fn cluster(cli: &Cli) -> Result<(), Failure> {
     use std::io::Read;
     let given = open::given(cli);
     let n: usize = given

@@ -14,7 +14,7 @@ use crate::open;
 
 /// `haar retrieve`.
 #[derive(Debug, Args)]
-pub struct RetrieveArgs {
+pub(crate) struct RetrieveArgs {
     /// Request.
     pub request: String,
     /// Output file (written whole, then renamed into place). Default: stdout.
@@ -28,7 +28,7 @@ pub struct RetrieveArgs {
 }
 
 /// Runs `haar retrieve`.
-pub fn run(cli: &Cli, a: &RetrieveArgs) -> Result<(), Failure> {
+pub(crate) fn run(cli: &Cli, a: &RetrieveArgs) -> Result<(), Failure> {
     let store = open::field_store_for_reading(cli)?;
     let reqs = open::requests(Some(&a.request))?;
     // A regular file (or a new one) is written whole beside it, then renamed into place; a

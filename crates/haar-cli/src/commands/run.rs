@@ -11,7 +11,7 @@ use crate::Failure;
 /// Options of `haar run`.
 #[derive(Debug, Args)]
 #[command(after_long_help = RUN_AFTER_HELP)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// Place COMMAND's heap in a file mapped from DIR (a DAX file system on persistent
     /// memory; any directory, e.g. /dev/shm, elsewhere). SIZE is the pool's size per process,
     /// in bytes or with a suffix K, M, G, T (binary); default: all the space available in DIR
@@ -55,7 +55,7 @@ EXAMPLES
     haar run --heap /dev/shm:2G -- python3 -c 'print(sum(range(10**7)))'";
 
 /// Runs `haar run`: exits with COMMAND's status.
-pub fn run(a: &RunArgs) -> Result<(), Failure> {
+pub(crate) fn run(a: &RunArgs) -> Result<(), Failure> {
     let fail = |e: haar_heap::HeapError| Failure::with_status(e.exit_status(), e.to_string());
     let ran = haar_heap::run(&a.heap, None, &a.command).map_err(fail)?;
     match ran.shell_status() {

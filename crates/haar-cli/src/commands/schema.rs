@@ -10,7 +10,7 @@ use crate::open;
 
 /// `haar schema`.
 #[derive(Debug, Args)]
-pub struct SchemaArgs {
+pub(crate) struct SchemaArgs {
     /// Check this schema file and report errors with line and column.
     #[arg(long, value_name = "FILE")]
     pub check: Option<PathBuf>,
@@ -19,7 +19,7 @@ pub struct SchemaArgs {
 }
 
 /// Runs `haar schema`.
-pub fn run(cli: &Cli, a: &SchemaArgs) -> Result<(), Failure> {
+pub(crate) fn run(cli: &Cli, a: &SchemaArgs) -> Result<(), Failure> {
     if let Some(path) = &a.check {
         let s = open::load_schema(path)?;
         outln!("{}: ok ({} keywords)", path.display(), s.keywords().len())?;

@@ -13,7 +13,7 @@ use haar_stage::persist::{self, Op};
 use haar_stage::tasks::{self, Connect, Local};
 use haar_stage::{Dataspace, Dataspaces, Direction, ErrorClass, Journal, Stager, TaskSpec};
 
-pub use self::args::StageArgs;
+pub(crate) use self::args::StageArgs;
 use self::args::{
     AdminOp, DaemonArgs, JobNodeArgs, NodeOp, PersistOp, StageAction, SubmitArgs, runner_argv,
 };
@@ -73,7 +73,7 @@ fn connect_to(a: &StageArgs) -> Connect {
 }
 
 /// Runs `haar stage`.
-pub fn run(cli: &Cli, a: &StageArgs) -> Result<(), Failure> {
+pub(crate) fn run(cli: &Cli, a: &StageArgs) -> Result<(), Failure> {
     match &a.action {
         StageAction::Daemon(d) => return serve(cli, a, d),
         StageAction::Admin { op } => return admin(a, op),

@@ -14,7 +14,7 @@ use crate::Failure;
 
 /// Options of `haar stream`.
 #[derive(Debug, Args)]
-pub struct StreamArgs {
+pub(crate) struct StreamArgs {
     /// MiB per array (default: 4 x the sum of all last-level caches, STREAM's rule).
     #[arg(long, value_name = "MIB", conflicts_with = "elements")]
     pub array_mib: Option<u64>,
@@ -68,7 +68,7 @@ fn failure(e: StreamError) -> Failure {
 }
 
 /// Runs `haar stream`.
-pub fn run(a: &StreamArgs) -> Result<(), Failure> {
+pub(crate) fn run(a: &StreamArgs) -> Result<(), Failure> {
     let root = Path::new("/");
     let llc = machine::last_level_cache(root);
     let llc_total = llc.as_ref().map_or(32 << 20, |c| c.total());

@@ -28,7 +28,7 @@ impl From<haar_bench::Error> for Failure {
 
 /// What the hammer does.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ModeArg {
+pub(crate) enum ModeArg {
     /// Archive every field, flush at the end of each step.
     Write,
     /// Retrieve every field one at a time and verify it.
@@ -67,7 +67,7 @@ TIMING
     pages) before use. Archive and flush do all their work (copy, checksum, persist with
     flush + fence semantics, commit) inside the timed region. The provisioning's own time is
     printed and saved (provision_s), with the throughput counting it.")]
-pub struct HammerArgs {
+pub(crate) struct HammerArgs {
     /// write, read (verified) or list.
     #[arg(long, value_enum, default_value = "write")]
     pub mode: ModeArg,
@@ -153,7 +153,7 @@ impl HammerArgs {
 }
 
 /// Runs `haar hammer`.
-pub fn hammer(cli: &Cli, a: &HammerArgs) -> Result<(), Failure> {
+pub(crate) fn hammer(cli: &Cli, a: &HammerArgs) -> Result<(), Failure> {
     Ok(hammer::run(&open_options(cli), &a.options())?)
 }
 
@@ -188,7 +188,7 @@ EXAMPLES
     haar workflow --members 10 --levels 20 --params 5 --steps 4   # 10 x 100 fields per step
     haar --servers n1:7000,n2:7000 --token-file t workflow --backends haar
     scripts/vcluster.sh up 4 && haar workflow --vcluster 4 --json t9.json   # across 4 nodes")]
-pub struct WorkflowArgs {
+pub(crate) struct WorkflowArgs {
     /// Ensemble members (producer processes).
     #[arg(long, default_value_t = 10)]
     pub members: u32,
@@ -281,7 +281,7 @@ impl WorkflowArgs {
 }
 
 /// Runs `haar workflow`.
-pub fn workflow(cli: &Cli, a: &WorkflowArgs) -> Result<(), Failure> {
+pub(crate) fn workflow(cli: &Cli, a: &WorkflowArgs) -> Result<(), Failure> {
     Ok(workflow::run(&open_options(cli), &a.options())?)
 }
 
@@ -340,7 +340,7 @@ EXAMPLES
     haar bench --scale                                     # 10^5 and 10^6 fields, pmem on /dev/shm
     haar bench --scale --sizes 1e5,1e6,1e7 --out bench/results
     haar bench --scale --backend posix --root /var/tmp --field-bytes 512 --runs 11")]
-pub struct BenchArgs {
+pub(crate) struct BenchArgs {
     /// Directory for the temporary stores (default: a new directory under /dev/shm, removed
     /// afterwards). Use a DAX mount to measure real persistent memory.
     #[arg(long, value_name = "DIR")]
@@ -419,7 +419,7 @@ pub struct BenchArgs {
 }
 
 /// Runs `haar bench` (or, hidden, its visibility reader).
-pub fn bench(a: &BenchArgs) -> Result<(), Failure> {
+pub(crate) fn bench(a: &BenchArgs) -> Result<(), Failure> {
     if let Some(v) = &a.visibility_reader {
         let n = v[1].parse().map_err(|_| Failure::usage("bad N"))?;
         return Ok(bench::visibility_reader(std::path::Path::new(&v[0]), n)?);
@@ -457,7 +457,7 @@ pub fn bench(a: &BenchArgs) -> Result<(), Failure> {
 
 /// Options of the hidden `haar workload-worker`.
 #[derive(Debug, Args)]
-pub struct WorkerArgs {
+pub(crate) struct WorkerArgs {
     /// The worker's instructions (JSON).
     #[arg(long)]
     pub spec: String,
@@ -466,6 +466,6 @@ pub struct WorkerArgs {
 }
 
 /// Runs one worker process of `haar hammer` or `haar workflow` (docs/design.md §10).
-pub fn worker(cli: &Cli, a: &WorkerArgs) -> Result<(), Failure> {
+pub(crate) fn worker(cli: &Cli, a: &WorkerArgs) -> Result<(), Failure> {
     Ok(haar_bench::worker::run(&open_options(cli), &a.spec)?)
 }

@@ -50,7 +50,7 @@ EXIT STATUS
 /// `haar stage`.
 #[derive(Debug, Args)]
 #[command(after_long_help = STAGE_HELP)]
-pub struct StageArgs {
+pub(crate) struct StageArgs {
     /// What to do.
     #[command(subcommand)]
     pub action: StageAction,
@@ -83,7 +83,7 @@ pub struct StageArgs {
 
 impl StageArgs {
     /// The daemon's `--log-format`; text for every other action.
-    pub fn log_format(&self) -> crate::commands::net::LogFormat {
+    pub(crate) fn log_format(&self) -> crate::commands::net::LogFormat {
         match &self.action {
             StageAction::Daemon(d) => d.log_format,
             _ => crate::commands::net::LogFormat::Text,
@@ -93,7 +93,7 @@ impl StageArgs {
 
 /// How to start a task.
 #[derive(Debug, Args)]
-pub struct MoveArgs {
+pub(crate) struct MoveArgs {
     /// Source endpoint: NAME:PATH, NAME:REQUEST or /ABS/PATH.
     pub src: String,
     /// Destination endpoint.
@@ -116,14 +116,14 @@ pub struct MoveArgs {
 
 /// A task named by its id.
 #[derive(Debug, Args)]
-pub struct TaskArg {
+pub(crate) struct TaskArg {
     /// The task's id.
     pub task: String,
 }
 
 /// `haar stage` actions.
 #[derive(Debug, Subcommand)]
-pub enum StageAction {
+pub(crate) enum StageAction {
     /// Stage SRC into the job's tier at DST (a task recorded as `in`: a job's teardown
     /// removes what it staged in unless persisted).
     In(MoveArgs),
@@ -197,7 +197,7 @@ pub enum StageAction {
 
 /// The command line of the hidden `haar stage run` for a call: the one place it is written,
 /// handed to `haar_stage`'s launcher (`--detach`, the stage service's runners).
-pub fn runner_argv(call: &RunnerCall<'_>) -> Vec<OsString> {
+pub(super) fn runner_argv(call: &RunnerCall<'_>) -> Vec<OsString> {
     let mut v: Vec<OsString> = vec!["stage".into(), "run".into(), call.task.into()];
     v.extend(["--journal".into(), call.journal.into()]);
     if let Some(c) = call.config {
@@ -211,7 +211,7 @@ pub fn runner_argv(call: &RunnerCall<'_>) -> Vec<OsString> {
 
 /// The parts of per-node staging.
 #[derive(Debug, Subcommand)]
-pub enum NodeOp {
+pub(crate) enum NodeOp {
     /// Prolog: stage in this node's share of the plan; report to the node's directory and
     /// to --reports.
     In {
@@ -242,7 +242,7 @@ pub enum NodeOp {
 
 /// One node of a job.
 #[derive(Debug, Args)]
-pub struct JobNodeArgs {
+pub(crate) struct JobNodeArgs {
     /// This node's directory of the job (node-local, the owner's).
     #[arg(long, value_name = "DIR")]
     pub dir: PathBuf,
@@ -259,7 +259,7 @@ pub struct JobNodeArgs {
 
 /// `haar stage daemon` options.
 #[derive(Debug, Args)]
-pub struct DaemonArgs {
+pub(crate) struct DaemonArgs {
     /// State directory: per-user journals, registered dataspaces, the drain mark.
     #[arg(long, value_name = "DIR", default_value = daemon::DEFAULT_STATE)]
     pub state: PathBuf,
@@ -296,7 +296,7 @@ pub struct DaemonArgs {
 
 /// `haar stage submit` options.
 #[derive(Debug, Args)]
-pub struct SubmitArgs {
+pub(crate) struct SubmitArgs {
     /// The producer's job id.
     #[arg(long, value_name = "JOBID")]
     pub after: String,
@@ -318,7 +318,7 @@ pub struct SubmitArgs {
 /// `haar stage bench` options (a tool: the `tools` feature).
 #[cfg(feature = "tools")]
 #[derive(Debug, Args)]
-pub struct BenchArgs {
+pub(crate) struct BenchArgs {
     /// Where the sources are written (the tier staged from).
     #[arg(long, value_name = "DIR")]
     pub from: PathBuf,
@@ -352,7 +352,7 @@ pub struct BenchArgs {
 
 /// `haar stage admin` operations.
 #[derive(Debug, Subcommand)]
-pub enum AdminOp {
+pub(crate) enum AdminOp {
     /// Add a dataspace to the service (beside the configuration's).
     Register {
         /// Its name.
@@ -390,7 +390,7 @@ pub enum AdminOp {
 
 /// `resume` options.
 #[derive(Debug, Args)]
-pub struct MoveQuiet {
+pub(crate) struct MoveQuiet {
     /// The task's id.
     pub task: String,
     /// No progress bar.
@@ -400,7 +400,7 @@ pub struct MoveQuiet {
 
 /// `haar stage persist` operations.
 #[derive(Debug, Subcommand)]
-pub enum PersistOp {
+pub(crate) enum PersistOp {
     /// Keep LOCATION (NAME:PATH) after the job: owner-only permissions, recorded.
     Store {
         /// The location.
