@@ -24,6 +24,8 @@
 
 #![warn(missing_docs)]
 
+#![warn(unreachable_pub)]
+
 pub mod auth;
 pub mod client;
 pub mod metrics;

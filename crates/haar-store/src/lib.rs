@@ -6,6 +6,8 @@
 
 #![warn(missing_docs)]
 
+#![warn(unreachable_pub)]
+
 pub mod backend;
 mod catalogue;
 pub mod config;

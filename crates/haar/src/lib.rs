@@ -39,6 +39,8 @@
 
 #![warn(missing_docs)]
 
+#![warn(unreachable_pub)]
+
 pub mod extract;
 pub mod fdb5;
 pub mod import;

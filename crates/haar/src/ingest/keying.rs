@@ -66,7 +66,7 @@ pub(crate) struct Job<'a> {
 impl<'a> Job<'a> {
     /// Opens `bytes` as the input `name`: frames its GRIB messages, or, when it holds none
     /// and `keying` has keys to give, makes it one raw field under them.
-    pub fn open(name: String, bytes: Bytes<'a>, keying: &Keying<'_>) -> Result<Job<'a>, String> {
+    pub(super) fn open(name: String, bytes: Bytes<'a>, keying: &Keying<'_>) -> Result<Job<'a>, String> {
         match frame(&name, &bytes, keying) {
             // Zeros where a truncated mapping was are no fault of the file's format.
             Err(_) if bytes.changed() => Err(changed_while_read(&name)),
@@ -96,7 +96,7 @@ impl<'a> Job<'a> {
     }
 
     /// True once every message has been claimed by a worker (nothing left to queue).
-    pub fn all_claimed(&self) -> bool {
+    pub(super) fn all_claimed(&self) -> bool {
         self.next.load(Ordering::Relaxed) >= self.msgs.len()
     }
 
@@ -105,7 +105,7 @@ impl<'a> Job<'a> {
     }
 
     /// Claims and keys one message; false when none is left to claim.
-    pub fn work_one(&self, keying: &Keying<'_>, shared: &Shared<'_>) -> bool {
+    pub(super) fn work_one(&self, keying: &Keying<'_>, shared: &Shared<'_>) -> bool {
         let i = self.next.fetch_add(1, Ordering::Relaxed);
         let Some(&(index, offset, len)) = self.msgs.get(i) else {
             return false;
@@ -136,7 +136,7 @@ impl<'a> Job<'a> {
 
     /// The outcome of message position `i`, keying this input's messages while it is not
     /// ready; `None` if it was skipped after an earlier fault.
-    pub fn outcome(&self, i: usize, keying: &Keying<'_>, shared: &Shared<'_>) -> Option<&Outcome> {
+    pub(super) fn outcome(&self, i: usize, keying: &Keying<'_>, shared: &Shared<'_>) -> Option<&Outcome> {
         loop {
             if let Some(o) = self.outcomes[i].get() {
                 return Some(o);
@@ -159,7 +159,7 @@ impl<'a> Job<'a> {
 
     /// Helps key this input's messages, then waits for the workers' last ones; the first
     /// fault, if any.
-    pub fn finish(&self, keying: &Keying<'_>, shared: &Shared<'_>) -> Option<&str> {
+    pub(super) fn finish(&self, keying: &Keying<'_>, shared: &Shared<'_>) -> Option<&str> {
         while self.work_one(keying, shared) {}
         let mut q = shared.queue.lock().unwrap_or_else(|e| e.into_inner());
         while !self.complete() {
@@ -183,7 +183,7 @@ pub(crate) struct Shared<'a> {
 }
 
 impl<'a> Shared<'a> {
-    pub fn new() -> Self {
+    pub(super) fn new() -> Self {
         Shared {
             queue: Mutex::new(Some(VecDeque::new())),
             wake: Condvar::new(),
@@ -191,7 +191,7 @@ impl<'a> Shared<'a> {
     }
 
     /// Hands `job` to the workers.
-    pub fn push(&self, job: Arc<Job<'a>>) {
+    pub(super) fn push(&self, job: Arc<Job<'a>>) {
         let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(q) = q.as_mut() {
             q.push_back(job);
@@ -200,7 +200,7 @@ impl<'a> Shared<'a> {
     }
 
     /// A key worker: keys messages of the oldest inputs until the queue is closed.
-    pub fn work(&self, keying: &Keying<'_>) {
+    pub(super) fn work(&self, keying: &Keying<'_>) {
         while let Some(job) = self.next_job() {
             job.work_one(keying, self);
         }
