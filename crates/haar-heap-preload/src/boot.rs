@@ -25,13 +25,13 @@ fn base() -> usize {
 }
 
 /// Whether `p` points into the bootstrap buffer.
-pub fn owns(p: *mut c_void) -> bool {
+pub(crate) fn owns(p: *mut c_void) -> bool {
     let a = p as usize;
     a >= base() && a < base() + SIZE
 }
 
 /// The size a bootstrap block was allocated with, or `None` if `p` is not one.
-pub fn size_of(p: *mut c_void) -> Option<usize> {
+pub(crate) fn size_of(p: *mut c_void) -> Option<usize> {
     if !owns(p) {
         return None;
     }
@@ -41,7 +41,7 @@ pub fn size_of(p: *mut c_void) -> Option<usize> {
 
 /// `size` bytes aligned to `align` (a power of two), or NULL with `ENOMEM` when the buffer
 /// is exhausted.
-pub fn alloc(size: usize, align: usize) -> *mut c_void {
+pub(crate) fn alloc(size: usize, align: usize) -> *mut c_void {
     let align = align.max(HEADER);
     let mut used = USED.load(Ordering::Relaxed);
     loop {

@@ -13,6 +13,8 @@
 
 #![allow(clippy::missing_safety_doc)]
 
+#![warn(unreachable_pub)]
+
 mod boot;
 mod next;
 mod pool;

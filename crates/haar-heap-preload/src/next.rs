@@ -20,7 +20,7 @@ fn lookup(slot: &AtomicUsize, name: &CStr) {
 }
 
 /// Resolves the next allocator's functions (may allocate: call only in the set-up state).
-pub fn resolve() {
+pub(crate) fn resolve() {
     lookup(&MALLOC, c"malloc");
     lookup(&FREE, c"free");
     lookup(&CALLOC, c"calloc");
@@ -43,7 +43,7 @@ macro_rules! call {
 }
 
 /// The next `malloc`.
-pub unsafe fn malloc(size: usize) -> *mut c_void {
+pub(crate) unsafe fn malloc(size: usize) -> *mut c_void {
     call!(
         MALLOC,
         unsafe extern "C" fn(usize) -> *mut c_void,
@@ -53,12 +53,12 @@ pub unsafe fn malloc(size: usize) -> *mut c_void {
 }
 
 /// The next `free`; a block from an allocator that cannot be found is left alone.
-pub unsafe fn free(p: *mut c_void) {
+pub(crate) unsafe fn free(p: *mut c_void) {
     call!(FREE, unsafe extern "C" fn(*mut c_void), (), p)
 }
 
 /// The next `calloc`.
-pub unsafe fn calloc(n: usize, size: usize) -> *mut c_void {
+pub(crate) unsafe fn calloc(n: usize, size: usize) -> *mut c_void {
     call!(
         CALLOC,
         unsafe extern "C" fn(usize, usize) -> *mut c_void,
@@ -69,7 +69,7 @@ pub unsafe fn calloc(n: usize, size: usize) -> *mut c_void {
 }
 
 /// The next `realloc`.
-pub unsafe fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
+pub(crate) unsafe fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
     call!(
         REALLOC,
         unsafe extern "C" fn(*mut c_void, usize) -> *mut c_void,
@@ -80,7 +80,7 @@ pub unsafe fn realloc(p: *mut c_void, size: usize) -> *mut c_void {
 }
 
 /// The next `memalign`.
-pub unsafe fn memalign(align: usize, size: usize) -> *mut c_void {
+pub(crate) unsafe fn memalign(align: usize, size: usize) -> *mut c_void {
     call!(
         MEMALIGN,
         unsafe extern "C" fn(usize, usize) -> *mut c_void,
@@ -91,6 +91,6 @@ pub unsafe fn memalign(align: usize, size: usize) -> *mut c_void {
 }
 
 /// The next `malloc_usable_size` (0 when it cannot be found: a move then copies nothing).
-pub unsafe fn usable_size(p: *mut c_void) -> usize {
+pub(crate) unsafe fn usable_size(p: *mut c_void) -> usize {
     call!(USABLE, unsafe extern "C" fn(*mut c_void) -> usize, 0, p)
 }

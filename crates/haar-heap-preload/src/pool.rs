@@ -25,7 +25,7 @@ const SETUP_FAILED: i32 = 127;
 
 /// Where allocations go right now.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
+pub(crate) enum Mode {
     /// The pool is set up: mimalloc in the mapping.
     Pool,
     /// No pool configured: the next allocator.
@@ -81,7 +81,7 @@ fn strerror(e: i32) -> &'static [u8] {
 
 /// Where allocations go now, setting the pool up at the first call.
 #[inline]
-pub fn mode() -> Mode {
+pub(crate) fn mode() -> Mode {
     match STATE.load(Ordering::Acquire) {
         POOL => Mode::Pool,
         PASS => Mode::Pass,
@@ -104,7 +104,7 @@ pub fn mode() -> Mode {
 
 /// Whether `p` lies in this process's pool.
 #[inline]
-pub fn owns(p: *mut c_void) -> bool {
+pub(crate) fn owns(p: *mut c_void) -> bool {
     let base = BASE.load(Ordering::Acquire);
     let a = p as usize;
     base != 0 && a >= base && a - base < LEN.load(Ordering::Acquire)
@@ -342,7 +342,7 @@ fn private_pool(size: usize) -> Result<i32, i32> {
 }
 
 /// Says once that the pool is full (the caller returns NULL with `ENOMEM`).
-pub fn report_full(request: usize) {
+pub(crate) fn report_full(request: usize) {
     if REPORTED_FULL.swap(true, Ordering::AcqRel) {
         return;
     }
@@ -378,7 +378,7 @@ pub fn report_full(request: usize) {
 /// larger pool block, and the (aligned, raw, size) triple is kept in a small table so that
 /// `free` and `malloc_usable_size` find the raw block. Such requests are rare; the table holds
 /// [`BIG_SLOTS`] at a time (more: `ENOMEM`).
-pub fn big_aligned(align: usize, size: usize) -> *mut c_void {
+pub(crate) fn big_aligned(align: usize, size: usize) -> *mut c_void {
     let Some(total) = size.checked_add(align) else {
         return ptr::null_mut();
     };
@@ -445,7 +445,7 @@ impl Drop for BigLock {
 
 /// The block to give mimalloc back for `p`: the raw block of a [`big_aligned`] one (its slot
 /// is emptied), else `p` itself.
-pub fn big_aligned_release(p: *mut c_void) -> *mut c_void {
+pub(crate) fn big_aligned_release(p: *mut c_void) -> *mut c_void {
     if BIG_COUNT.load(Ordering::Acquire) == 0 {
         return p;
     }
@@ -461,7 +461,7 @@ pub fn big_aligned_release(p: *mut c_void) -> *mut c_void {
 }
 
 /// Usable size of a [`big_aligned`] block, `None` for any other.
-pub fn big_aligned_usable(p: *mut c_void) -> Option<usize> {
+pub(crate) fn big_aligned_usable(p: *mut c_void) -> Option<usize> {
     if BIG_COUNT.load(Ordering::Acquire) == 0 {
         return None;
     }

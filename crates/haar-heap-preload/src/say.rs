@@ -4,14 +4,14 @@
 use std::fmt::{self, Write};
 
 /// A fixed buffer that `core::fmt` writes into; text past its end is cut.
-pub struct Line {
+pub(crate) struct Line {
     buf: [u8; 1024],
     len: usize,
 }
 
 impl Line {
     /// An empty line.
-    pub fn new() -> Line {
+    pub(crate) fn new() -> Line {
         Line {
             buf: [0; 1024],
             len: 0,
@@ -19,13 +19,13 @@ impl Line {
     }
 
     /// The text so far (NUL-terminated only if a `\0` was written).
-    pub fn as_ptr(&self) -> *const libc::c_char {
+    pub(crate) fn as_ptr(&self) -> *const libc::c_char {
         self.buf.as_ptr().cast()
     }
 
     /// Writes the line and a newline to stderr in one call (so that lines of several
     /// processes do not interleave).
-    pub fn emit(mut self) {
+    pub(crate) fn emit(mut self) {
         let _ = self.write_str("\n");
         if self.len == self.buf.len()
             && let Some(last) = self.buf.last_mut()
@@ -53,7 +53,7 @@ impl Write for Line {
 }
 
 /// A byte count as people read it: `512 MiB`, `2.0 GiB`.
-pub struct Bytes(pub u64);
+pub(crate) struct Bytes(pub u64);
 
 impl fmt::Display for Bytes {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -76,7 +76,7 @@ impl fmt::Display for Bytes {
 }
 
 /// A NUL-terminated C string shown as text (bytes that are not UTF-8 shown as `?`).
-pub struct CText<'a>(pub &'a [u8]);
+pub(crate) struct CText<'a>(pub &'a [u8]);
 
 impl fmt::Display for CText<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
