@@ -12,7 +12,6 @@
 //! library's), so the library is inert when preloaded by anything else.
 
 #![allow(clippy::missing_safety_doc)]
-
 #![warn(unreachable_pub)]
 
 mod boot;

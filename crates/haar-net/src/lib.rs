@@ -23,7 +23,6 @@
 //! ```
 
 #![warn(missing_docs)]
-
 #![warn(unreachable_pub)]
 
 pub mod auth;

@@ -5,7 +5,6 @@
 //! are in `docs/design.md`.
 
 #![warn(missing_docs)]
-
 #![warn(unreachable_pub)]
 
 pub mod backend;

@@ -38,7 +38,6 @@
 //! ```
 
 #![warn(missing_docs)]
-
 #![warn(unreachable_pub)]
 
 pub mod extract;

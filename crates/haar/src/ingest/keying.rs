@@ -66,7 +66,11 @@ pub(crate) struct Job<'a> {
 impl<'a> Job<'a> {
     /// Opens `bytes` as the input `name`: frames its GRIB messages, or, when it holds none
     /// and `keying` has keys to give, makes it one raw field under them.
-    pub(super) fn open(name: String, bytes: Bytes<'a>, keying: &Keying<'_>) -> Result<Job<'a>, String> {
+    pub(super) fn open(
+        name: String,
+        bytes: Bytes<'a>,
+        keying: &Keying<'_>,
+    ) -> Result<Job<'a>, String> {
         match frame(&name, &bytes, keying) {
             // Zeros where a truncated mapping was are no fault of the file's format.
             Err(_) if bytes.changed() => Err(changed_while_read(&name)),
@@ -136,7 +140,12 @@ impl<'a> Job<'a> {
 
     /// The outcome of message position `i`, keying this input's messages while it is not
     /// ready; `None` if it was skipped after an earlier fault.
-    pub(super) fn outcome(&self, i: usize, keying: &Keying<'_>, shared: &Shared<'_>) -> Option<&Outcome> {
+    pub(super) fn outcome(
+        &self,
+        i: usize,
+        keying: &Keying<'_>,
+        shared: &Shared<'_>,
+    ) -> Option<&Outcome> {
         loop {
             if let Some(o) = self.outcomes[i].get() {
                 return Some(o);
