@@ -9,6 +9,7 @@
 //! Both are thin: every store is opened by `haar::open`, GRIB is keyed by `haar::ingest`, and
 //! no panic crosses the boundary ([`ffi::guard`]).
 
+#![warn(missing_docs)]
 #![warn(unreachable_pub)]
 
 pub mod fdb_api;

@@ -20,6 +20,7 @@
 //! assert_eq!((msgs[0].index, msgs[0].offset, msgs[0].edition), (0, 16, 1));
 //! ```
 
+#![warn(missing_docs)]
 #![warn(unreachable_pub)]
 
 pub mod frame;
