@@ -6,7 +6,8 @@
 //! them product generation can take away from the members.
 //!
 //! Roles, from one `/proc` snapshot at each end of the span (a process's CPU time is its
-//! utime + stime, over all its threads):
+//! utime + stime, over all its threads; its role is told at the start, where every worker is
+//! alive, since an exiting process shows no command line):
 //! - producers: each member's own figure from go to its last flush, which it reports itself
 //!   (members end with the span, too late for the closing snapshot);
 //! - consumers, haar servers: this run's worker and `haar serve` processes (descendants of
@@ -170,8 +171,9 @@ pub(super) struct CpuWatch {
     nodes: HashMap<String, String>,
     /// The members' CPUs.
     members_cpus: BTreeSet<usize>,
-    /// pid → (start time, CPU ticks).
-    procs: HashMap<u32, (u64, u64)>,
+    /// pid → (start time, CPU ticks, role). Roles are told here, where every worker is alive
+    /// and waits for go: a process that is exiting shows an empty command line.
+    procs: HashMap<u32, (u64, u64, Role)>,
     cpus: Vec<(usize, CpuTicks)>,
     t0: i128,
 }
@@ -197,9 +199,15 @@ impl CpuWatch {
                 nodes.insert(ns, "storage".into());
             }
         }
-        let procs = cpu::processes()?
-            .into_iter()
-            .map(|p| (p.pid, (p.stat.starttime, p.stat.cpu_ticks)))
+        let me = std::process::id();
+        let all = cpu::processes()?;
+        let parents: HashMap<u32, u32> = all.iter().map(|p| (p.pid, p.stat.ppid)).collect();
+        let procs = all
+            .iter()
+            .map(|p| {
+                let role = role(p, me, &parents, &nodes);
+                (p.pid, (p.stat.starttime, p.stat.cpu_ticks, role))
+            })
             .collect();
         let cpus = cpu::read_cpus()?;
         let all: BTreeSet<usize> = cpus.iter().map(|c| c.0).collect();
@@ -213,7 +221,7 @@ impl CpuWatch {
             None => None,
         };
         Ok(CpuWatch {
-            me: std::process::id(),
+            me,
             nodes,
             members_cpus: pinned.unwrap_or(all),
             procs,
@@ -263,17 +271,16 @@ impl CpuWatch {
         f.roles.producers_s = producers_s;
         members.confined_here.producers_s = producers_s;
         for p in &end.procs {
-            let role = role(p, self.me, &parents, &self.nodes);
+            let (role, ticks) = match self.procs.get(&p.pid) {
+                Some(&(start, t, role)) if start == p.stat.starttime => {
+                    (role, p.stat.cpu_ticks.saturating_sub(t))
+                }
+                // Started during the span: all its time is the span's.
+                _ => (role(p, self.me, &parents, &self.nodes), p.stat.cpu_ticks),
+            };
             if role == Role::Producer {
                 continue;
             }
-            let ticks = match self.procs.get(&p.pid) {
-                Some(&(start, t)) if start == p.stat.starttime => {
-                    p.stat.cpu_ticks.saturating_sub(t)
-                }
-                // Started during the span: all its time is the span's.
-                _ => p.stat.cpu_ticks,
-            };
             if ticks == 0 {
                 continue;
             }
@@ -319,13 +326,10 @@ fn role(
             return Role::Harness;
         }
         let args = &p.cmdline;
-        if args.iter().any(|a| a == "workload-worker") {
-            if args.iter().any(|a| a.starts_with("{\"Producer\"")) {
-                return Role::Producer;
-            }
-            if args.iter().any(|a| a.starts_with("{\"Consumer\"")) {
-                return Role::Consumer;
-            }
+        match worker_kind(args).as_deref() {
+            Some("producer") => return Role::Producer,
+            Some("consumer") => return Role::Consumer,
+            _ => {}
         }
         if args.iter().skip(1).any(|a| a == "serve") {
             return Role::HaarServer;
@@ -341,10 +345,21 @@ fn role(
     Role::RestOfHost
 }
 
+/// The kind of worker a `haar … workload-worker --spec JSON` command line starts: the spec's
+/// one key as [`crate::worker::WorkerSpec`] is serialised (`producer`, `consumer`, …).
+fn worker_kind(args: &[String]) -> Option<String> {
+    let at = args.iter().position(|a| a == "workload-worker")?;
+    let mut rest = args[at + 1..].iter();
+    rest.find(|a| *a == "--spec")?;
+    let spec: serde_json::Value = serde_json::from_str(rest.next()?).ok()?;
+    spec.as_object()?.keys().next().cloned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::cpu::PidStat;
+    use crate::worker::WorkerSpec;
 
     fn proc(pid: u32, ppid: u32, comm: &str, args: &[&str], ns: &str) -> Process {
         Process {
@@ -366,6 +381,45 @@ mod tests {
         let me = 100;
         let host = "pid:[1]";
         let n1 = "pid:[2]";
+        // The workers' command lines as the run makes them.
+        let layout = crate::layout::Layout {
+            class: "rd".into(),
+            expver: "wflw".into(),
+            date: "20261121".into(),
+            time: "0000".into(),
+            members: 2,
+            steps: 1,
+            step_hours: 6,
+            levels: 1,
+            params: 1,
+            field_size: 4096,
+        };
+        let argv = |spec: WorkerSpec| -> Vec<String> {
+            let c = crate::worker::command(&["--config".into(), "c".into()], &spec).unwrap();
+            std::iter::once(c.get_program())
+                .chain(c.get_args())
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect()
+        };
+        let consumer = argv(WorkerSpec::Consumer(super::super::ConsumerSpec {
+            layout: layout.clone(),
+            index: 0,
+            consumers: 1,
+            timeout: 1,
+            fdb5: false,
+            verify: false,
+            streaming: false,
+        }));
+        let producer = argv(WorkerSpec::Producer(super::super::ProducerSpec {
+            layout,
+            member: 1,
+            compute_ms: 0,
+            fdb5: false,
+            create_only: false,
+        }));
+        fn strs(v: &[String]) -> Vec<&str> {
+            v.iter().map(String::as_str).collect()
+        }
         let all = [
             proc(100, 1, "haar", &["haar", "workflow"], host),
             // nsenter (our child) → the worker in node n1's namespace.
@@ -376,27 +430,8 @@ mod tests {
                 &["nsenter", "--target", "7", "--", "/x/haar", "serve"],
                 host,
             ),
-            proc(
-                102,
-                101,
-                "haar",
-                &[
-                    "/x/haar",
-                    "--config",
-                    "c",
-                    "workload-worker",
-                    "--spec",
-                    "{\"Consumer\":{}}",
-                ],
-                n1,
-            ),
-            proc(
-                103,
-                101,
-                "haar",
-                &["/x/haar", "workload-worker", "--spec", "{\"Producer\":{}}"],
-                n1,
-            ),
+            proc(102, 101, "haar", &strs(&consumer), n1),
+            proc(103, 101, "haar", &strs(&producer), n1),
             proc(
                 104,
                 101,
@@ -441,7 +476,14 @@ mod tests {
             me: 1,
             nodes: HashMap::new(),
             members_cpus: [0].into(),
-            procs: [(50, (7, 100)), (51, (8, 10))].into(),
+            procs: [
+                (50, (7, 100, Role::RestOfHost)),
+                (51, (8, 10, Role::Producer)),
+                // A consumer seen at the start keeps its role while it exits (its command
+                // line is empty by then).
+                (52, (9, 40, Role::Consumer)),
+            ]
+            .into(),
             cpus: vec![
                 (
                     0,
@@ -471,8 +513,12 @@ mod tests {
         reused.stat.starttime = 99;
         reused.stat.cpu_ticks = 30;
         reused.cpus_allowed = vec![0, 1];
+        let mut exiting = proc(52, 1, "haar", &[], "pid:[1]");
+        exiting.stat.starttime = 9;
+        exiting.stat.cpu_ticks = 40 + 5;
+        exiting.cpus_allowed = vec![1];
         let end = CpuEnd {
-            procs: vec![on0, reused],
+            procs: vec![on0, reused, exiting],
             cpus: vec![
                 (
                     0,
@@ -501,6 +547,8 @@ mod tests {
         assert!(close(f.per_cpu_busy_s[0], 180.0 / hz));
         assert!(close(f.per_cpu_idle_s[1], 150.0 / hz));
         assert!(close(f.roles.rest_of_host_s, 50.0 / hz));
+        assert!(close(f.roles.consumers_s, 5.0 / hz));
+        assert!(close(f.roles.harness_s, 0.0));
         let m = &f.members;
         assert_eq!(m.cpus, [0]);
         assert!(close(m.busy_s, 180.0 / hz));
