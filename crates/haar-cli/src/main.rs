@@ -85,16 +85,16 @@ impl Failure {
 
 /// The exit status of a store error: 1 when the input is at fault, 2 when the data is missing,
 /// 3 for storage, server and network failures (the README's table).
-pub fn exit_code(e: &haar_store::Error) -> u8 {
+pub fn exit_code(e: &haar::Error) -> u8 {
     match e.class() {
-        haar_store::Class::Input => 1,
-        haar_store::Class::Missing => 2,
+        haar::Class::Input => 1,
+        haar::Class::Missing => 2,
         _ => 3,
     }
 }
 
-impl From<haar_store::Error> for Failure {
-    fn from(e: haar_store::Error) -> Failure {
+impl From<haar::Error> for Failure {
+    fn from(e: haar::Error) -> Failure {
         Failure {
             code: exit_code(&e),
             message: e.to_string(),
