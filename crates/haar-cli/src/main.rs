@@ -4,6 +4,7 @@
 //! corruption). A closed stdout (`haar list | head`) is not a failure: the command stops and
 //! haar exits 0 without a message, as Unix tools do.
 
+#![warn(missing_docs)]
 #![warn(unreachable_pub)]
 
 /// `println!` for a command's results: returns `Result<(), Failure>` instead of panicking when

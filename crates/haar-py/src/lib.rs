@@ -17,6 +17,7 @@
 //! it through the buffer protocol. PyO3 offers `__getbuffer__` under the stable ABI only from Python 3.11,
 //! and the wheel is abi3 for 3.10, so that one slot is registered by hand (see [`exporter`]).
 
+#![warn(missing_docs)]
 #![warn(unreachable_pub)]
 
 use std::collections::BTreeMap;
