@@ -51,11 +51,11 @@ impl Failure {
     }
 }
 
-impl From<haar_store::Error> for Failure {
-    fn from(e: haar_store::Error) -> Failure {
+impl From<haar::Error> for Failure {
+    fn from(e: haar::Error) -> Failure {
         let kind = match e.class() {
-            haar_store::Class::Input => Kind::Input,
-            haar_store::Class::Missing => Kind::Missing,
+            haar::Class::Input => Kind::Input,
+            haar::Class::Missing => Kind::Missing,
             _ => Kind::Storage,
         };
         Failure {

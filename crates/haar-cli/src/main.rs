@@ -4,6 +4,7 @@
 //! corruption). A closed stdout (`haar list | head`) is not a failure: the command stops and
 //! haar exits 0 without a message, as Unix tools do.
 
+#![warn(missing_docs)]
 #![warn(unreachable_pub)]
 
 /// `println!` for a command's results: returns `Result<(), Failure>` instead of panicking when
@@ -85,16 +86,16 @@ impl Failure {
 
 /// The exit status of a store error: 1 when the input is at fault, 2 when the data is missing,
 /// 3 for storage, server and network failures (the README's table).
-pub fn exit_code(e: &haar_store::Error) -> u8 {
+pub fn exit_code(e: &haar::Error) -> u8 {
     match e.class() {
-        haar_store::Class::Input => 1,
-        haar_store::Class::Missing => 2,
+        haar::Class::Input => 1,
+        haar::Class::Missing => 2,
         _ => 3,
     }
 }
 
-impl From<haar_store::Error> for Failure {
-    fn from(e: haar_store::Error) -> Failure {
+impl From<haar::Error> for Failure {
+    fn from(e: haar::Error) -> Failure {
         Failure {
             code: exit_code(&e),
             message: e.to_string(),

@@ -2,10 +2,10 @@
 //! library (`haar::open`); this module only maps arguments onto it, wherever on the command line
 //! they were given (before the subcommand's name or after it).
 
+use haar::Config;
 use haar::open::OpenOptions;
+use haar::request::Request;
 use haar::{ConfigSource, FieldStore, Store, StoreOptions};
-use haar_core::request::Request;
-use haar_store::Config;
 
 use crate::Failure;
 use crate::args::{Cli, OpenArgs};
@@ -77,7 +77,7 @@ pub(crate) fn options(cli: &Cli) -> Result<StoreOptions, Failure> {
 }
 
 /// Token and TLS trust for connecting to servers.
-pub(crate) fn client_config(cli: &Cli) -> Result<haar_net::ClientConfig, Failure> {
+pub(crate) fn client_config(cli: &Cli) -> Result<haar::ClientConfig, Failure> {
     Ok(open_options(cli).client_config()?)
 }
 

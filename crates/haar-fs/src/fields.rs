@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use haar_core::Key;
-use haar_store::{FieldBytes, FieldStore};
+use haar::Key;
+use haar::{FieldBytes, FieldStore};
 
 use crate::files::Errno;
 
@@ -200,7 +200,7 @@ impl Fields {
         let Entry::Field { key, .. } = self.entry(ino)? else {
             return Err(libc::EISDIR);
         };
-        let fail = |e: haar_store::Error| {
+        let fail = |e: haar::Error| {
             let (op, uid, pid) = crate::metrics::requester();
             tracing::error!(op, uid, pid, errno = "EIO", "cannot read {key}: {e}");
             libc::EIO
@@ -214,13 +214,10 @@ impl Fields {
         }
         let mut out = None;
         self.store
-            .retrieve(
-                &haar_store::frontend::single_key_request(key),
-                &mut |_, b, _| {
-                    out = Some(b.to_vec());
-                    Ok(())
-                },
-            )
+            .retrieve(&haar::frontend::single_key_request(key), &mut |_, b, _| {
+                out = Some(b.to_vec());
+                Ok(())
+            })
             .map_err(fail)?;
         out.map(FieldBytes::Owned).ok_or(libc::ENOENT)
     }

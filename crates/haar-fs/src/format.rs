@@ -2,15 +2,15 @@
 //! entry records, and the keys they are stored under. Pure: no I/O, so every layout is tested
 //! and fuzzable on its own. It must not know about FUSE or the in-memory tree.
 
-use haar_core::Key;
-use haar_persist::crc32c;
+use haar::Key;
+use haar::crc32c;
 
 /// Keyword naming the file system's database (`haarfs=NAME`).
 pub const DB_KEYWORD: &str = "haarfs";
 
 /// The file system's schema: `[ haarfs [ kind, ino [ part ]]]` (design §15.2), the rule every
 /// server knows too (design §15.6).
-pub const SCHEMA: &str = haar_core::schema::FILES_RULE;
+pub const SCHEMA: &str = haar::schema::FILES_RULE;
 
 /// Bytes of file data per chunk field.
 pub const CHUNK_SIZE: u32 = 1 << 20;

@@ -17,7 +17,7 @@ use fuser::{
     ReplyDirectory, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr,
     Request, TimeOrNow, WriteFlags,
 };
-use haar_store::FieldBytes;
+use haar::FieldBytes;
 
 use crate::fields::{Entry, Fields};
 use crate::files::{Attr, Files, ROOT};
@@ -145,7 +145,7 @@ impl HaarFs {
         }
     }
 
-    /// What this mount counts, for [`haar_net::metrics::listen`].
+    /// What this mount counts, for [`haar::metrics::listen`].
     pub fn metrics(&self) -> Arc<MountMetrics> {
         Arc::clone(&self.metrics)
     }

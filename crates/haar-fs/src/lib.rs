@@ -37,9 +37,9 @@ use std::process::Command;
 use std::sync::Arc;
 
 use haar::OpenOptions;
-use haar_core::schema::Schema;
-use haar_store::dist::Placement;
-use haar_store::{Store, StoreOptions};
+use haar::dist::Placement;
+use haar::schema::Schema;
+use haar::{Store, StoreOptions};
 
 pub use fuse::{FIELDS_BASE, FIELDS_NAME, HaarFs};
 
@@ -83,7 +83,7 @@ impl MountOptions {
 pub enum MountError {
     /// The store could not be opened or its file system loaded.
     #[error("{0}")]
-    Store(#[from] haar_store::Error),
+    Store(#[from] haar::Error),
     /// The kernel refused the mount, or the session failed.
     #[error(
         "cannot mount {path}: {source} (is /dev/fuse there, and fuse3's fusermount3 installed when not root?)"
@@ -118,7 +118,7 @@ pub fn build(opts: &MountOptions) -> Result<HaarFs, MountError> {
         let store = opts
             .open
             .remote_with(Some(files_options()?), Some(Placement::Field))?
-            .ok_or_else(|| haar_store::Error::Config("the servers went away".into()))?;
+            .ok_or_else(|| haar::Error::Config("the servers went away".into()))?;
         let load = files::LoadOptions {
             shared: true,
             ..load
@@ -153,9 +153,9 @@ pub fn reserve_path(root: &Path, fs: &str, mount_id: u32) -> PathBuf {
 
 /// The file system's own schema (design §15.2) as store options: what the writable part
 /// splits keys with, over a local backend or servers.
-pub fn files_options() -> haar_store::Result<StoreOptions> {
+pub fn files_options() -> haar::Result<StoreOptions> {
     let schema = Schema::parse(format::SCHEMA)
-        .map_err(|e| haar_store::Error::Config(format!("the file system's schema: {e}")))?;
+        .map_err(|e| haar::Error::Config(format!("the file system's schema: {e}")))?;
     Ok(StoreOptions {
         schema: Arc::new(schema),
         ..StoreOptions::default()
@@ -164,7 +164,7 @@ pub fn files_options() -> haar_store::Result<StoreOptions> {
 
 /// The store the writable part keeps its records and chunks in: `backend` under the file
 /// system's own schema (design §15.2).
-pub fn files_store(backend: Arc<dyn haar_store::Backend>) -> haar_store::Result<Store> {
+pub fn files_store(backend: Arc<dyn haar::Backend>) -> haar::Result<Store> {
     Ok(Store::with_options(backend, files_options()?))
 }
 
@@ -182,11 +182,9 @@ impl Mount {
         let fs = build(opts)?;
         let metrics = (opts.metrics.as_deref())
             .map(|addr| {
-                haar_net::metrics::listen(addr, fs.metrics()).map_err(|source| {
-                    MountError::Metrics {
-                        addr: addr.into(),
-                        source,
-                    }
+                haar::metrics::listen(addr, fs.metrics()).map_err(|source| MountError::Metrics {
+                    addr: addr.into(),
+                    source,
                 })
             })
             .transpose()?;

@@ -144,7 +144,7 @@ impl Default for MountMetrics {
         let mut registry = Registry::with_prefix("haar_mount");
         let count = Family::<[(&'static str, &'static str); 1], Counter>::default();
         let latency = Family::<[(&'static str, &'static str); 1], Histogram, fn() -> Histogram>::new_with_constructor(
-            haar_net::metrics::latency_histogram,
+            haar::metrics::latency_histogram,
         );
         let bytes = Family::<[(&'static str, &'static str); 1], Counter>::default();
         let ops = Op::ALL
@@ -276,12 +276,12 @@ impl Call<'_> {
     }
 }
 
-impl haar_net::metrics::Exposition for MountMetrics {
+impl haar::metrics::Exposition for MountMetrics {
     fn render(&self) -> String {
         if let Some(f) = self.full_flag.get() {
             self.full.set(i64::from(f.load(Ordering::Relaxed)));
         }
-        haar_net::metrics::encode_registry(&self.registry)
+        haar::metrics::encode_registry(&self.registry)
     }
 }
 
@@ -300,7 +300,7 @@ mod tests {
         c.done(Some(libc::ENOSPC), 0);
         assert_eq!(requester(), ("", 0, 0));
         flag.store(true, Ordering::Relaxed);
-        let text = haar_net::metrics::Exposition::render(&m);
+        let text = haar::metrics::Exposition::render(&m);
         for line in [
             "haar_mount_operations_total{op=\"write\"} 1",
             "haar_mount_operations_total{op=\"create\"} 1",

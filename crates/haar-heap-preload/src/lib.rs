@@ -12,6 +12,7 @@
 //! library's), so the library is inert when preloaded by anything else.
 
 #![allow(clippy::missing_safety_doc)]
+#![warn(missing_docs)]
 #![warn(unreachable_pub)]
 
 mod boot;

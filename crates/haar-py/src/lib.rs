@@ -11,12 +11,13 @@
 //! The exception classes live in Python (`haar/_errors.py`, so that they can subclass both
 //! `haar.Error` and the builtin they resemble); this module looks them up when it raises.
 //!
-//! Zero copy: a retrieve keeps the [`haar_store::FieldBytes`] that [`haar::read::retrieve_all`]
+//! Zero copy: a retrieve keeps the [`haar::FieldBytes`] that [`haar::read::retrieve_all`]
 //! returns inside a [`Buffer`] (lent by the store, pmem's pool mapping, for the requests
 //! [`haar::read::lent_one`] lends, as the C faces do), and [`BufferExporter`](exporter) exposes
 //! it through the buffer protocol. PyO3 offers `__getbuffer__` under the stable ABI only from Python 3.11,
 //! and the wheel is abi3 for 3.10, so that one slot is registered by hand (see [`exporter`]).
 
+#![warn(missing_docs)]
 #![warn(unreachable_pub)]
 
 use std::collections::BTreeMap;
@@ -24,14 +25,14 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use haar::Key;
+use haar::WaitOutcome;
+use haar::error::Class;
 use haar::ingest::{self, IngestOptions, Input};
+use haar::request::{KEYWORDS, Request, Values, canonical_keyword};
 use haar::watch::{self, Watcher as HaarWatcher};
 use haar::{ConfigSource, FieldStore, FieldStoreExt, OpenOptions};
-use haar_core::Key;
-use haar_core::request::{KEYWORDS, Request, Values, canonical_keyword};
-use haar_net::WaitOutcome;
-use haar_store::error::Class;
-use haar_store::{Error, Field, FieldBytes};
+use haar::{Error, Field, FieldBytes};
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMapping, PyString};
@@ -533,11 +534,11 @@ impl Store {
                     store.describe()
                 )));
             };
-            let field = haar_store::Field {
+            let field = haar::Field {
                 db: db.clone(),
                 index: Key::new(),
                 datum: Key::new(),
-                data: haar_store::format::DataRef {
+                data: haar::format::DataRef {
                     object,
                     offset,
                     length,

@@ -79,7 +79,7 @@ pub fn file_crc(path: &Path) -> Result<(u64, u32)> {
         if n == 0 {
             return Ok((len, crc));
         }
-        crc = haar_persist::crc32c_append(crc, &buf[..n]);
+        crc = haar::crc32c_append(crc, &buf[..n]);
         len += n as u64;
     }
 }
@@ -361,7 +361,7 @@ impl<'a> Copier<'a> {
             return Err(Error::Cancelled(self.task.into()));
         }
         for piece in chunk.chunks(PIECE) {
-            self.crc = haar_persist::crc32c_append(self.crc, piece);
+            self.crc = haar::crc32c_append(self.crc, piece);
             self.out
                 .write_all(piece)
                 .map_err(|e| Error::io("write", self.tmp, e))?;
@@ -375,7 +375,7 @@ impl<'a> Copier<'a> {
                     Err(e) => return Err(Error::io("read back", self.tmp, e)),
                 }
             }
-            self.back_crc = haar_persist::crc32c_append(self.back_crc, &back[..got]);
+            self.back_crc = haar::crc32c_append(self.back_crc, &back[..got]);
             self.back_len += got as u64;
             self.len += piece.len() as u64;
         }
@@ -405,7 +405,7 @@ impl<'a> Copier<'a> {
             let checker = scope.spawn(move || -> Result<(u32, u32, u64)> {
                 let (mut crc, mut back_crc, mut back_len) = (crc, back_crc, back_len);
                 for (at, len) in rx {
-                    crc = haar_persist::crc32c_append(crc, &src[at..at + len]);
+                    crc = haar::crc32c_append(crc, &src[at..at + len]);
                     let back = &mut buf[..len];
                     let mut got = 0;
                     while got < len {
@@ -416,7 +416,7 @@ impl<'a> Copier<'a> {
                             Err(e) => return Err(Error::io("read back", tmp, e)),
                         }
                     }
-                    back_crc = haar_persist::crc32c_append(back_crc, &back[..got]);
+                    back_crc = haar::crc32c_append(back_crc, &back[..got]);
                     back_len += got as u64;
                 }
                 Ok((crc, back_crc, back_len))
@@ -529,7 +529,7 @@ mod tests {
         let dst = d.path().join("b");
         let (len, crc) = copy_file(&src, &dst, "t1", &mut Count(0, None)).unwrap();
         assert_eq!(len, data.len() as u64);
-        assert_eq!(crc, haar_persist::crc32c(&data));
+        assert_eq!(crc, haar::crc32c(&data));
         assert_eq!(std::fs::read(&dst).unwrap(), data);
         // Cancelled after the first chunk: no destination, no temporary file.
         let dst2 = d.path().join("c");
@@ -559,7 +559,7 @@ mod tests {
             let p = copy_to_temp(&src, dst, "wb", &mut mon, &mut wb).unwrap();
             assert_eq!(
                 p.commit().unwrap(),
-                (data.len() as u64, haar_persist::crc32c(&data))
+                (data.len() as u64, haar::crc32c(&data))
             );
         }
         // Per file: five whole steps and a tail started; all but the last two waited for.

@@ -9,8 +9,8 @@
 use std::collections::BTreeMap;
 use std::path::{Component, Path, PathBuf};
 
+use haar::request::Request;
 use haar::{ConfigSource, FieldStore, OpenOptions};
-use haar_core::request::Request;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};

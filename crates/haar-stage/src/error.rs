@@ -100,7 +100,7 @@ impl Error {
         }
         match self {
             Error::Config(_) | Error::Usage(_) => ErrorClass::Input,
-            Error::Store(e) if e.class() == haar_store::Class::Input => ErrorClass::Input,
+            Error::Store(e) if e.class() == haar::Class::Input => ErrorClass::Input,
             Error::Denied(_) => ErrorClass::Denied,
             Error::OnNode { class, .. } => *class,
             _ => ErrorClass::Io,
@@ -112,7 +112,7 @@ impl Error {
         match self {
             Error::Missing(_) => true,
             Error::Io { source, .. } => source.kind() == std::io::ErrorKind::NotFound,
-            Error::Store(e) => e.class() == haar_store::Class::Missing,
+            Error::Store(e) => e.class() == haar::Class::Missing,
             Error::OnNode { class, .. } => *class == ErrorClass::Missing,
             _ => false,
         }

@@ -12,7 +12,7 @@ use std::path::Path;
 
 use haar::FieldStoreExt;
 use haar::read::{Missing, retrieve_into};
-use haar_core::request::Request;
+use haar::request::Request;
 
 use crate::copy::{self, Progress, write_to};
 use crate::dataspace::Dataspaces;
@@ -105,8 +105,8 @@ type Written = (u64, u32, Missing);
 /// The fields' CRC-32C: the one the store verified the field against before handing it over,
 /// combined without a pass over the bytes (a store that hands none over is checksummed here).
 fn combine(crc: u32, bytes: &[u8], field_crc: Option<u32>) -> u32 {
-    let field_crc = field_crc.unwrap_or_else(|| haar_persist::crc32c(bytes));
-    haar_persist::crc32c_combine(crc, field_crc, bytes.len() as u64)
+    let field_crc = field_crc.unwrap_or_else(|| haar::crc32c(bytes));
+    haar::crc32c_combine(crc, field_crc, bytes.len() as u64)
 }
 
 /// The error a staging of fields fails with when its request found fields missing in dataspace
@@ -407,7 +407,7 @@ fn pread_crc(
         let piece = &mut buf[..(end - at).min(cap) as usize];
         file.read_exact_at(piece, at)
             .map_err(|e| Error::io("read back", path, e))?;
-        crc = haar_persist::crc32c_append(crc, piece);
+        crc = haar::crc32c_append(crc, piece);
         at += piece.len() as u64;
     }
     Ok(crc)
@@ -513,7 +513,7 @@ impl<'f> ReadBack<'f> {
         }
         .map_err(|e| Error::io("map", self.path, e))?;
         let _ = map.advise(memmap2::Advice::Sequential);
-        self.crc = haar_persist::crc32c_append(self.crc, &map);
+        self.crc = haar::crc32c_append(self.crc, &map);
         self.checked = end;
         report(Phase::Verified, n);
         Ok(())
@@ -585,7 +585,7 @@ pub(crate) fn store_to_store(
     // Room for every byte is checked first (a pool that cannot hold them fails the task
     // before anything is copied), and a pmem pool grows as the copy needs it (design §5.1).
     dst.provision(total)?;
-    let fetch = move |h: &Handover<(haar_core::Key, Vec<u8>, Option<u32>)>| {
+    let fetch = move |h: &Handover<(haar::Key, Vec<u8>, Option<u32>)>| {
         let one = std::slice::from_ref(req);
         Ok(retrieve_into(&*src, one, &mut |key, bytes, crc| {
             let mut buf = h.buffer()?;
@@ -712,7 +712,7 @@ mod tests {
             false,
         );
         let len = data.len() as u64;
-        assert_eq!(r.unwrap(), (len, haar_persist::crc32c(&data)));
+        assert_eq!(r.unwrap(), (len, haar::crc32c(&data)));
         assert_eq!(phases, [0, len, len], "durable and verified once each");
     }
 
@@ -725,7 +725,7 @@ mod tests {
             let (r, _, _) = write_and_read_back(d.path(), wb, &data, &[1 << 20], None, true);
             // Either the read-back fails (the bytes are gone) or what it returns differs.
             if let Ok(back) = r {
-                assert_ne!(back, (len, haar_persist::crc32c(&data)));
+                assert_ne!(back, (len, haar::crc32c(&data)));
             }
         }
     }
@@ -743,7 +743,7 @@ mod tests {
             Some(PIECE + 7),
             false,
         );
-        assert_ne!(r.unwrap().1, haar_persist::crc32c(&data));
+        assert_ne!(r.unwrap().1, haar::crc32c(&data));
     }
 
     #[test]
@@ -759,7 +759,7 @@ mod tests {
             false,
         );
         let len = data.len() as u64;
-        assert_eq!(r.unwrap(), (len, haar_persist::crc32c(&data)));
+        assert_eq!(r.unwrap(), (len, haar::crc32c(&data)));
         assert_eq!(phases, [0, len, len]);
     }
 }

@@ -198,7 +198,7 @@ pub fn encode<T: Serialize>(magic: &str, value: &T) -> Vec<u8> {
     let body = serde_json::to_vec_pretty(value).expect("journal records serialise");
     let mut out = format!(
         "{magic} v{VERSION} crc32c={:08x} len={}\n",
-        haar_persist::crc32c(&body),
+        haar::crc32c(&body),
         body.len()
     )
     .into_bytes();
@@ -246,7 +246,7 @@ pub fn decode<T: DeserializeOwned>(bytes: &[u8], magic: &str) -> std::result::Re
     let body = bytes
         .get(nl + 1..nl + 1 + len)
         .ok_or_else(|| format!("truncated: {len} body bytes announced"))?;
-    let actual = haar_persist::crc32c(body);
+    let actual = haar::crc32c(body);
     if actual != crc {
         return Err(format!(
             "checksum mismatch (header {crc:08x}, body {actual:08x}): the file is damaged"

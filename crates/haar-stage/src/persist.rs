@@ -244,11 +244,7 @@ fn name_uid(name: &OsStr) -> Option<u32> {
 /// path's bytes (another record of the same owner is told apart by the path inside).
 fn record_name(owner: u32, path: &Path) -> String {
     let bytes = path.as_os_str().as_encoded_bytes();
-    format!(
-        "u{owner}-{:08x}-{}",
-        haar_persist::crc32c(bytes),
-        bytes.len()
-    )
+    format!("u{owner}-{:08x}-{}", haar::crc32c(bytes), bytes.len())
 }
 
 impl Registry {

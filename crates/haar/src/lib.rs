@@ -53,4 +53,14 @@ pub use haar_store::frontend::FieldStoreExt;
 pub use haar_store::{
     Config, Error, Field, FieldStore, Result, RetrieveReport, Store, StoreOptions,
 };
+
+// The store's whole vocabulary, so that a face (CLI, C, Python, FUSE, staging) depends on
+// `haar` alone and never reaches past it (issue 28, move 5; docs/design.md §1).
+pub use haar_core::{Key, Request, request, schema};
+pub use haar_net::{ClientConfig, ServerLimits, WaitOutcome, WatchAll, metrics, protocol, wait};
+pub use haar_persist::crc::{crc32c, crc32c_append, crc32c_combine};
+pub use haar_store::{
+    Backend, Checkpoint, Class, DbStats, FieldBytes, MemoryBackend, MergeOutcome, PurgeReport,
+    Sink, WipeReport, backend, dist, error, format, frontend,
+};
 pub use open::{ConfigSource, OpenOptions};

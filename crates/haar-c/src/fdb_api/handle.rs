@@ -8,15 +8,15 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::{c_char, c_int};
 
+use haar::Key;
+use haar::backend::FieldBytes;
 use haar::ingest::{self, IngestOptions, Input};
-use haar::{ConfigSource, FieldStore, FieldStoreExt, OpenOptions};
-use haar_core::Key;
-use haar_core::request::Request;
-use haar_core::schema::SplitKey;
-use haar_store::backend::FieldBytes;
-use haar_store::{
+use haar::request::Request;
+use haar::schema::SplitKey;
+use haar::{
     Checkpoint, DbStats, Field, PurgeReport, RetrieveReport, Sink, StoreOptions, WipeReport,
 };
+use haar::{ConfigSource, FieldStore, FieldStoreExt, OpenOptions};
 
 use super::keys::{fdb_key_t, fdb_request_t};
 use super::object::{self, Obj, kind};

@@ -6,10 +6,10 @@
 
 use std::ffi::{CString, c_char, c_int};
 
+use haar::Key;
 use haar::StoreOptions;
-use haar_core::Key;
-use haar_core::request::{Request, Values, canonical_keyword};
-use haar_core::schema::SplitKey;
+use haar::request::{Request, Values, canonical_keyword};
+use haar::schema::SplitKey;
 
 use super::object::{self, Obj, kind};
 use super::{FDB_ITERATION_COMPLETE, FDB_SUCCESS, call, call_ok, put};

@@ -6,8 +6,8 @@
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::{CString, c_char, c_int};
 
-use haar_core::request::Request;
-use haar_core::schema::SplitKey;
+use haar::request::Request;
+use haar::schema::SplitKey;
 
 use super::call_ok;
 use super::keys::{c_string, fdb_split_key_t};
@@ -96,7 +96,7 @@ pub fn elements(
     // Damage is never a clean listing (issue 27): what it hides may be any field.
     let damage: Vec<&str> = problems
         .iter()
-        .filter(|p| haar_store::frontend::is_damage(p))
+        .filter(|p| haar::frontend::is_damage(p))
         .map(String::as_str)
         .collect();
     if !damage.is_empty() {
@@ -124,7 +124,7 @@ pub fn elements(
     let mut seen = BTreeSet::new();
     let mut out = Vec::new();
     // One look-up per data object, not per field (posix finds the database's directory).
-    let mut uris: HashMap<(haar_core::Key, u64), CString> = HashMap::new();
+    let mut uris: HashMap<(haar::Key, u64), CString> = HashMap::new();
     for f in fields {
         let uri = if depth >= 3 {
             // As FDB5 ("URI describing the resource (i.e. file path)"): the file the bytes are

@@ -6,7 +6,7 @@
 
 use std::ffi::{c_int, c_long, c_void};
 
-use haar_store::backend::FieldBytes;
+use haar::backend::FieldBytes;
 
 use super::object::{self, Obj, kind};
 use super::{call_ok, put};

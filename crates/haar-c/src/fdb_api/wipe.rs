@@ -6,7 +6,7 @@
 
 use std::ffi::{CString, c_char, c_int};
 
-use haar_store::{PurgeReport, WipeReport};
+use haar::{PurgeReport, WipeReport};
 
 use super::handle::fdb_handle_t;
 use super::keys::{c_string, fdb_request_t};

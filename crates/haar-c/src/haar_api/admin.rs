@@ -6,7 +6,7 @@
 use std::ffi::{CString, c_char, c_int, c_void};
 use std::time::{Duration, Instant};
 
-use haar_net::WaitOutcome;
+use haar::WaitOutcome;
 
 use super::handles;
 use super::store::haar_t;
@@ -66,7 +66,7 @@ pub struct haar_stats_t {
 ///
 /// # Safety
 /// `p` is NULL or NUL-terminated.
-unsafe fn required(p: *const c_char, op: &str) -> FfiResult<Vec<haar_core::request::Request>> {
+unsafe fn required(p: *const c_char, op: &str) -> FfiResult<Vec<haar::request::Request>> {
     if p.is_null() {
         return Err(Failure::input(format!(
             "request is NULL: {op} needs a request naming the fields (e.g. \"class=od,expver=1\")"
@@ -200,7 +200,7 @@ fn timeout_arg(s: f64) -> FfiResult<Duration> {
 ///
 /// # Safety
 /// As [`required`].
-unsafe fn one_request(p: *const c_char, op: &str) -> FfiResult<haar_core::request::Request> {
+unsafe fn one_request(p: *const c_char, op: &str) -> FfiResult<haar::request::Request> {
     // SAFETY: per the caller's contract.
     let mut reqs = unsafe { required(p, op) }?;
     if reqs.len() != 1 {
@@ -250,7 +250,7 @@ pub unsafe extern "C" fn haar_wait(
             WaitOutcome::TimedOut { missing } => {
                 // The library's message without its error class ("configuration: ").
                 let message = match haar::watch::timed_out(&req, &missing) {
-                    haar_store::Error::Config(m) => m,
+                    haar::Error::Config(m) => m,
                     e => e.to_string(),
                 };
                 ffi::set_last_error(&message);

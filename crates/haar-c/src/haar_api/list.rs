@@ -6,7 +6,7 @@
 
 use std::ffi::{CString, c_char, c_int};
 
-use haar_store::Field;
+use haar::Field;
 
 use super::handles::{self, Shell, impl_handle};
 use super::store::haar_t;

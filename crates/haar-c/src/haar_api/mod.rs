@@ -22,7 +22,7 @@ pub mod extract;
 
 use std::ffi::{c_char, c_int};
 
-use haar_core::request::Request;
+use haar::request::Request;
 
 use crate::ffi::{self, Failure, FfiResult, Kind};
 

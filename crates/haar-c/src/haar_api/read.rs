@@ -7,8 +7,8 @@
 
 use std::ffi::{c_char, c_int, c_void};
 
-use haar_core::request::Request;
-use haar_store::{FieldBytes, FieldStore};
+use haar::request::Request;
+use haar::{FieldBytes, FieldStore};
 
 use super::handles::{self, Shell, impl_handle};
 use super::store::haar_t;

@@ -7,9 +7,9 @@
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::{Mutex, MutexGuard};
 
+use haar::Key;
 use haar::ingest::{self, IngestOptions, Input};
 use haar::{ConfigSource, FieldStore, OpenOptions};
-use haar_core::Key;
 
 use super::handles::{self, Shell, impl_handle};
 use super::{HAAR_OK, out, put, run};

@@ -5,9 +5,9 @@
 use std::path::PathBuf;
 
 use clap::Args;
+use haar::Key;
 use haar::ingest::{self, IngestOptions, Input, Progress};
-use haar_core::Key;
-use haar_core::request::Request;
+use haar::request::Request;
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
 
 use crate::Failure;

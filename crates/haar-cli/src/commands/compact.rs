@@ -37,7 +37,7 @@ pub(crate) fn run(cli: &Cli, a: &CompactArgs) -> Result<(), Failure> {
                 continue;
             }
             let what = match outcome {
-                haar_store::MergeOutcome::Published {
+                haar::MergeOutcome::Published {
                     tail,
                     runs,
                     entries,
@@ -46,15 +46,13 @@ pub(crate) fn run(cli: &Cli, a: &CompactArgs) -> Result<(), Failure> {
                     if tail == 1 { "y" } else { "ies" },
                     if entries == 1 { "y" } else { "ies" }
                 ),
-                haar_store::MergeOutcome::Nothing { tail } => {
+                haar::MergeOutcome::Nothing { tail } => {
                     format!("up to date ({tail} entries since the last merge)")
                 }
-                haar_store::MergeOutcome::Busy => "busy: another process is merging it".into(),
-                haar_store::MergeOutcome::Gone => "gone: wiped meanwhile".into(),
-                haar_store::MergeOutcome::Stopped => "stopped".into(),
-                haar_store::MergeOutcome::Unsupported => {
-                    "this backend keeps no catalogue runs".into()
-                }
+                haar::MergeOutcome::Busy => "busy: another process is merging it".into(),
+                haar::MergeOutcome::Gone => "gone: wiped meanwhile".into(),
+                haar::MergeOutcome::Stopped => "stopped".into(),
+                haar::MergeOutcome::Unsupported => "this backend keeps no catalogue runs".into(),
             };
             outln!("{db}: {what}")?;
         }

@@ -40,7 +40,7 @@ pub(crate) fn run(cli: &Cli, a: &InfoArgs) -> Result<(), Failure> {
     let space = a
         .request
         .is_none()
-        .then(|| haar_store::frontend::pool_space(&backend, &dbs))
+        .then(|| haar::frontend::pool_space(&backend, &dbs))
         .flatten();
     let mut v = json!({
         "version": env!("CARGO_PKG_VERSION"),
@@ -99,7 +99,7 @@ pub(crate) fn run(cli: &Cli, a: &InfoArgs) -> Result<(), Failure> {
 }
 
 /// One line per database of `info` (live and dead fields and bytes), then its problems.
-pub(crate) fn print_databases(dbs: &[haar_store::DbStats]) -> Result<(), Failure> {
+pub(crate) fn print_databases(dbs: &[haar::DbStats]) -> Result<(), Failure> {
     for d in dbs {
         outln!(
             "  {}: {} field(s), {} bytes; {} dead ({} bytes)",

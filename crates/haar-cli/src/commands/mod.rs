@@ -31,7 +31,7 @@ pub(crate) mod stream;
 
 use std::io::Write;
 
-use haar_core::Key;
+use haar::Key;
 
 use crate::Failure;
 use crate::args::{Cli, Command};
@@ -115,11 +115,11 @@ fn damage_is_failure<'a>(
 /// store's roots (haar neither reads nor writes them): an empty answer must not hide that the
 /// fields may be there in FDB5's layout, which `haar import-fdb5` copies in. Best effort: a
 /// failure to look does not replace the command's own outcome.
-fn note_fdb5_databases(store: &dyn haar_store::FieldStore, reqs: &[haar_core::Request]) {
+fn note_fdb5_databases(store: &dyn haar::FieldStore, reqs: &[haar::Request]) {
     let mut seen = std::collections::BTreeSet::new();
     for req in reqs {
         for p in store.problems(req).unwrap_or_default() {
-            if !haar_store::frontend::is_damage(&p) && seen.insert(p.clone()) {
+            if !haar::frontend::is_damage(&p) && seen.insert(p.clone()) {
                 eprintln!("haar: note: {p}");
             }
         }

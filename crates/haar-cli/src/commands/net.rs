@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::Args;
+use haar::{ServerLimits, WaitOutcome, WatchAll};
 use haar_mem::units::parse_size;
-use haar_net::{ServerLimits, WaitOutcome, WatchAll};
 use serde_json::json;
 
 use super::info::InfoArgs;
@@ -78,7 +78,7 @@ pub(crate) struct ServeArgs {
     /// (TLS authenticates its records).
     #[arg(long, value_name = "auto|always", default_value = "auto",
           value_parser = parse_frame_tags)]
-    pub frame_tags: haar_net::protocol::FrameTags,
+    pub frame_tags: haar::protocol::FrameTags,
     /// Serve metrics over HTTP at `http://ADDR/metrics` (`HOST:PORT`; port 0 picks a free
     /// one, named by a second stdout line `metrics on HOST:PORT`): requests, field bytes in and
     /// out and latency by operation, connections, refused logins by cause, and the store's
@@ -182,7 +182,7 @@ fn servers(cli: &Cli) -> Result<Vec<String>, Failure> {
     })
 }
 
-fn parse_frame_tags(s: &str) -> Result<haar_net::protocol::FrameTags, String> {
+fn parse_frame_tags(s: &str) -> Result<haar::protocol::FrameTags, String> {
     s.parse()
 }
 
@@ -229,7 +229,7 @@ pub(crate) fn serve(cli: &Cli, a: &ServeArgs) -> Result<(), Failure> {
     // scrape at once.
     let metrics = (a.metrics.as_deref())
         .map(|m| {
-            haar_net::metrics::listen(m, server.metrics())
+            haar::metrics::listen(m, server.metrics())
                 .map_err(|e| Failure::io(format!("--metrics {m}: cannot listen: {e}")))
         })
         .transpose()?;
@@ -278,7 +278,7 @@ pub(crate) fn watch(cli: &Cli, a: &WatchArgs) -> Result<(), Failure> {
             Ok(x) => x,
             // A server went away: it is resubscribed when it returns, and its replay (minus
             // what was already printed) covers what it flushed meanwhile.
-            Err(e @ haar_store::Error::Net { .. }) => {
+            Err(e @ haar::Error::Net { .. }) => {
                 eprintln!("haar watch: {e}; watching the other servers and retrying it");
                 continue;
             }
@@ -317,7 +317,7 @@ pub(crate) fn wait(cli: &Cli, a: &WaitArgs) -> Result<(), Failure> {
     let options = open::options(cli)?;
     let timeout = Duration::try_from_secs_f64(a.timeout)
         .map_err(|e| Failure::usage(format!("--timeout {}: {e}", a.timeout)))?;
-    match haar_net::wait(&servers, &cfg, &reqs[0], &options, timeout)? {
+    match haar::wait(&servers, &cfg, &reqs[0], &options, timeout)? {
         WaitOutcome::Complete { fields } => {
             eprintln!("haar: complete: {fields} field(s) flushed");
             Ok(())

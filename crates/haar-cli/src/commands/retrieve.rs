@@ -5,7 +5,7 @@ use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 
 use clap::Args;
-use haar_core::Key;
+use haar::Key;
 
 use super::{note_fdb5_databases, out_err};
 use crate::Failure;
@@ -74,7 +74,7 @@ pub(crate) fn run(cli: &Cli, a: &RetrieveArgs) -> Result<(), Failure> {
         let got = haar::read::retrieve_into(&*store, &reqs, &mut |_, data, _| {
             sink.write_all(data).map_err(|e| {
                 output_closed |= e.kind() == std::io::ErrorKind::BrokenPipe;
-                haar_store::Error::io("write", "output", e)
+                haar::Error::io("write", "output", e)
             })
         });
         let got = match got {

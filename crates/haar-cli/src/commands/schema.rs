@@ -33,7 +33,7 @@ pub(crate) fn run(cli: &Cli, a: &SchemaArgs) -> Result<(), Failure> {
             })?;
             out!("{text}")?;
         }
-        None => out!("{}", haar_core::schema::BUILTIN_SCHEMA)?,
+        None => out!("{}", haar::schema::BUILTIN_SCHEMA)?,
     }
     Ok(())
 }

@@ -19,7 +19,7 @@ impl Files {
 
     /// A store error as an errno; full storage is said once (until a barrier finds room
     /// again), anything else every time.
-    pub(super) fn store_errno(&mut self, what: &str, e: &haar_store::Error) -> Errno {
+    pub(super) fn store_errno(&mut self, what: &str, e: &haar::Error) -> Errno {
         let code = errno_of(e);
         if code == libc::EIO {
             return io_err(what, e);

@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use haar_core::Key;
-use haar_store::FieldBytes;
+use haar::FieldBytes;
+use haar::Key;
 
 use crate::format::{CHUNK_SIZE, Kind, chunk_key};
 

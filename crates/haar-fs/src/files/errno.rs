@@ -14,8 +14,8 @@ pub(super) fn io_err(what: &str, e: impl std::fmt::Display) -> Errno {
 
 /// The errno a store error stands for: ENOSPC for full storage (the file system's, or a pmem
 /// pool that cannot grow), EDQUOT for a quota, else EIO.
-pub fn errno_of(e: &haar_store::Error) -> Errno {
-    use haar_store::Error;
+pub fn errno_of(e: &haar::Error) -> Errno {
+    use haar::Error;
     let of_io = |io: &std::io::Error| {
         let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(io);
         while let Some(c) = cur {

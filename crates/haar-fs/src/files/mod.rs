@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicBool;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use haar_store::{FieldBytes, FieldStore};
+use haar::{FieldBytes, FieldStore};
 
 use crate::format::{InodeRecord, Kind};
 
@@ -187,7 +187,7 @@ impl std::ops::Deref for ReadData {
 mod tests {
     use super::*;
     use crate::format::CHUNK_SIZE;
-    use haar_core::request::Request;
+    use haar::request::Request;
 
     /// xorshift: a reproducible sequence without a dependency.
     struct Rng(u64);
@@ -211,7 +211,7 @@ mod tests {
     /// same backend (after a last barrier).
     #[test]
     fn random_writes_and_truncations_match_a_model() {
-        let backend: Arc<dyn haar_store::Backend> = Arc::new(haar_store::MemoryBackend::new());
+        let backend: Arc<dyn haar::Backend> = Arc::new(haar::MemoryBackend::new());
         let mut fs = Files::load(
             Box::new(crate::files_store(Arc::clone(&backend)).unwrap()),
             "t",
@@ -268,7 +268,7 @@ mod tests {
     /// chunks are gone from the store's listing.
     #[test]
     fn the_namespace_is_reloaded_as_it_was_at_the_barrier() {
-        let backend: Arc<dyn haar_store::Backend> = Arc::new(haar_store::MemoryBackend::new());
+        let backend: Arc<dyn haar::Backend> = Arc::new(haar::MemoryBackend::new());
         let mut fs = Files::load(
             Box::new(crate::files_store(Arc::clone(&backend)).unwrap()),
             "t",
@@ -291,7 +291,7 @@ mod tests {
         drop(fs);
         let store = crate::files_store(backend).unwrap();
         let listed = store
-            .list(&haar_core::request::Request::parse("haarfs=t,kind=data").unwrap())
+            .list(&haar::request::Request::parse("haarfs=t,kind=data").unwrap())
             .unwrap();
         let live: Vec<_> = listed.iter().filter(|f| f.data.length > 0).collect();
         assert_eq!(live.len(), 3, "only f's chunks hold data: {listed:?}");
@@ -311,7 +311,7 @@ mod tests {
     /// §15.6); a file the other already knows keeps what it knew.
     #[test]
     fn shared_mounts_see_each_others_new_files() {
-        let backend: Arc<dyn haar_store::Backend> = Arc::new(haar_store::MemoryBackend::new());
+        let backend: Arc<dyn haar::Backend> = Arc::new(haar::MemoryBackend::new());
         let open = |id: u32| {
             let o = LoadOptions {
                 mount_id: id,
@@ -374,15 +374,15 @@ mod tests {
     /// store was lost) a new load sees the whole namespace and every byte.
     #[test]
     fn over_dist_chunks_spread_and_any_one_lane_may_be_lost() {
-        use haar_store::dist::{DistStore, Placement};
-        let backends: Vec<Arc<dyn haar_store::Backend>> = (0..3)
-            .map(|_| Arc::new(haar_store::MemoryBackend::new()) as Arc<dyn haar_store::Backend>)
+        use haar::dist::{DistStore, Placement};
+        let backends: Vec<Arc<dyn haar::Backend>> = (0..3)
+            .map(|_| Arc::new(haar::MemoryBackend::new()) as Arc<dyn haar::Backend>)
             .collect();
-        let dist = |lanes: &[Arc<dyn haar_store::Backend>]| -> Box<dyn FieldStore> {
+        let dist = |lanes: &[Arc<dyn haar::Backend>]| -> Box<dyn FieldStore> {
             let opts = crate::files_options().unwrap();
             let lanes = (lanes.iter().enumerate())
                 .map(|(i, b)| {
-                    let s = haar_store::Store::with_options(Arc::clone(b), opts.clone());
+                    let s = haar::Store::with_options(Arc::clone(b), opts.clone());
                     (format!("lane{i}"), Box::new(s) as Box<dyn FieldStore>)
                 })
                 .collect();
@@ -418,7 +418,7 @@ mod tests {
         }
         for lost in 0..3 {
             let mut lanes = backends.clone();
-            lanes[lost] = Arc::new(haar_store::MemoryBackend::new());
+            lanes[lost] = Arc::new(haar::MemoryBackend::new());
             let mut fs = Files::load_with(dist(&lanes), &shared).unwrap();
             let d = fs.lookup(ROOT, b"d").unwrap().ino;
             let f = fs.lookup(d, b"f").unwrap().ino;

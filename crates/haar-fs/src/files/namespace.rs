@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use haar_core::Key;
-use haar_core::request::Request;
-use haar_store::FieldStore;
+use haar::FieldStore;
+use haar::Key;
+use haar::request::Request;
 
 use crate::format::{
     CHUNK_SIZE, DirentRecord, InodeRecord, Kind, chunk_key, dirent_key, inode_key,
@@ -26,26 +26,21 @@ impl Files {
     /// Loads file system `fs` from `store` (design §15.2, "Mounting"), creating its root
     /// directory (owned by `uid`:`gid`) if it has none, as mount id 0. A damaged record is an
     /// error naming its key.
-    pub fn load(
-        store: Box<dyn FieldStore>,
-        fs: &str,
-        uid: u32,
-        gid: u32,
-    ) -> haar_store::Result<Files> {
+    pub fn load(store: Box<dyn FieldStore>, fs: &str, uid: u32, gid: u32) -> haar::Result<Files> {
         Files::load_with(store, &LoadOptions::new(fs, uid, gid))
     }
 
     /// [`Files::load`] with every option.
-    pub fn load_with(store: Box<dyn FieldStore>, o: &LoadOptions) -> haar_store::Result<Files> {
+    pub fn load_with(store: Box<dyn FieldStore>, o: &LoadOptions) -> haar::Result<Files> {
         let (fs, uid, gid) = (o.fs.as_str(), o.uid, o.gid);
         if o.mount_id >= MAX_MOUNT_ID {
-            return Err(haar_store::Error::Config(format!(
+            return Err(haar::Error::Config(format!(
                 "mount id {} is too large: give one below {MAX_MOUNT_ID}",
                 o.mount_id
             )));
         }
         let req = Request::parse(&format!("{}={fs}", crate::format::DB_KEYWORD))
-            .map_err(|e| haar_store::Error::Config(format!("file system name {fs:?}: {e}")))?;
+            .map_err(|e| haar::Error::Config(format!("file system name {fs:?}: {e}")))?;
         let listed = store.list(&req)?;
         let mut record_keys = Vec::new();
         let mut chunks: HashMap<u64, BTreeSet<u64>> = HashMap::new();
@@ -90,7 +85,7 @@ impl Files {
             Ok(())
         })?;
         if let Some(b) = bad {
-            return Err(haar_store::Error::Config(format!(
+            return Err(haar::Error::Config(format!(
                 "the file system {fs:?} has a damaged record, so it is not mounted: {b}"
             )));
         }
@@ -147,9 +142,9 @@ impl Files {
         if let std::collections::hash_map::Entry::Vacant(e) = files.nodes.entry(ROOT) {
             e.insert(Node::new(new_record(Kind::Dir, 0o755, uid, gid)));
             files.dirty_records.insert(ROOT);
-            files.barrier().map_err(|e| {
-                haar_store::Error::Config(format!("cannot create the root: errno {e}"))
-            })?;
+            files
+                .barrier()
+                .map_err(|e| haar::Error::Config(format!("cannot create the root: errno {e}")))?;
         }
         files.drop_unreachable();
         Ok(files)

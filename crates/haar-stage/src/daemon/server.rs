@@ -318,15 +318,15 @@ impl Daemon {
     /// own, with haar-net's endpoint; returns the bound address. The task gauges are found
     /// at each scrape, from every user's journal.
     pub fn serve_metrics(self: &Arc<Self>, addr: &str) -> Result<std::net::SocketAddr> {
-        haar_net::metrics::listen(addr, Arc::clone(self))
+        haar::metrics::listen(addr, Arc::clone(self))
             .map_err(|e| Error::io("serve metrics on", Path::new(addr), e))
     }
 }
 
-impl haar_net::metrics::Exposition for Daemon {
+impl haar::metrics::Exposition for Daemon {
     fn render(&self) -> String {
         self.count_tasks();
-        haar_net::metrics::encode_registry(&self.metrics.registry)
+        haar::metrics::encode_registry(&self.metrics.registry)
     }
 }
 
