@@ -868,6 +868,17 @@ impl SelectStore {
             })
     }
 
+    /// The stores a read of `req` consults, in route order: those of every route whose pattern
+    /// can overlap `req` (no keyword with disjoint value lists). [`FieldStore::retrieve`] asks
+    /// each of them for the whole request; a facade above this crate reads through them with an
+    /// operation they offer the same way (`haar::extract` extracts through each, so a route
+    /// that is a server or a `dist` of servers sends only values).
+    pub fn read_routes(&self, req: &Request) -> Vec<&dyn FieldStore> {
+        (self.overlapping(req).into_iter())
+            .map(|(_, s)| &**s)
+            .collect()
+    }
+
     /// Routes whose pattern can overlap `req` (no keyword with disjoint value lists).
     fn overlapping(&self, req: &Request) -> Vec<&(Request, Box<dyn FieldStore>)> {
         let req = req
@@ -937,12 +948,14 @@ impl FieldStore for SelectStore {
         let (_, store) = self.routes.iter().find(|(p, _)| p.matches(&full))?;
         store.retrieve_lent(key)
     }
-    /// Not forwarded: select holds no field bytes itself, and which route holds a field is
-    /// known only per field; extraction reads whole fields through it.
-    /// None: its fields are on several lanes (extraction retrieves them whole through it).
+    /// Not forwarded: this store itself, so that a facade above this crate reads through the
+    /// routes a retrieve would consult ([`SelectStore::read_routes`]: `haar::extract` extracts
+    /// through each, so its servers send only values).
     fn as_any(&self) -> Option<&dyn std::any::Any> {
-        None
+        Some(self)
     }
+    /// Not forwarded: select holds no field bytes itself, and which route holds a field is
+    /// known only per field.
     fn as_local(&self) -> Option<&Store> {
         None
     }
@@ -953,14 +966,14 @@ impl FieldStore for SelectStore {
         Ok(())
     }
     fn retrieve(&self, req: &Request, sink: &mut Sink<'_>) -> Result<RetrieveReport> {
-        let routes = self.overlapping(req);
+        let routes = self.read_routes(req);
         if routes.len() == 1 {
-            return routes[0].1.retrieve(req, sink);
+            return routes[0].retrieve(req, sink);
         }
         // Several routes: retrieve each field from the route that lists it, in key order.
         let mut report = RetrieveReport::default();
         let mut missing: Option<Vec<Key>> = None;
-        for (_, s) in routes {
+        for s in routes {
             let r = s.retrieve(req, sink)?;
             report.found += r.found;
             report.bytes += r.bytes;

@@ -7,9 +7,10 @@
 //! server (`remote`) is sent an EXTRACT and extracts with this same code on its side
 //! ([`ServerExtractor`], design §8), so only the values travel; `dist` over several servers
 //! asks each lane for the fields it holds, with dist's replicas and failover
-//! (`DistStore::read_by_lane`), each server extracting its own; any other store (select, FDB5,
-//! a server that predates EXTRACT) retrieves whole fields and extracts from them. The decoding
-//! is `haar_grib::jump`'s.
+//! (`DistStore::read_by_lane`), each server extracting its own; `select` extracts through
+//! each route a retrieve would consult, each by its own path; any other store (FDB5, a server
+//! that predates EXTRACT) retrieves whole fields and extracts from them. The decoding is
+//! `haar_grib::jump`'s.
 //!
 //! ```
 //! use haar::extract::{Selection, extract};
@@ -41,7 +42,7 @@ use haar_core::request::Request;
 /// How a field's values were found (re-exported so faces need not depend on `haar-grib`).
 pub use haar_grib::jump::Method;
 use haar_grib::jump::{self, ByteSource, JumpError, JumpInfo};
-use haar_store::dist::{DistStore, requests_for};
+use haar_store::dist::{DistStore, SelectStore, requests_for};
 use haar_store::format::DataRef;
 use haar_store::{Error, FieldBytes, FieldStore, Result, Store};
 
@@ -127,6 +128,9 @@ pub fn extract_each(
     if let Some(dist) = (store.as_any()).and_then(|a| a.downcast_ref::<DistStore>()) {
         return extract_dist(dist, req, sel, each);
     }
+    if let Some(select) = (store.as_any()).and_then(|a| a.downcast_ref::<SelectStore>()) {
+        return extract_select(select, req, sel, each);
+    }
     let remote = (store.as_any()).and_then(|a| a.downcast_ref::<haar_net::RemoteStore>());
     if let Some(remote) = remote {
         let done = remote.extract(req, sel, &mut |v| each(from_wire(v)))?;
@@ -163,6 +167,22 @@ fn extract_dist(
         },
         &mut |_, e| each(e),
     )?;
+    Ok(())
+}
+
+/// Through `select` (design §7): the request extracted through each route a retrieve of it
+/// consults (`SelectStore::read_routes`), in route order, so a route that is a server or a
+/// `dist` of servers extracts there and only values travel; a route that does not extract
+/// sends its fields whole.
+fn extract_select(
+    select: &SelectStore,
+    req: &Request,
+    sel: &Selection,
+    each: &mut dyn FnMut(Extracted) -> Result<()>,
+) -> Result<()> {
+    for route in select.read_routes(req) {
+        extract_each(route, req, sel, each)?;
+    }
     Ok(())
 }
 
