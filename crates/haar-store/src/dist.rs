@@ -4,8 +4,11 @@
 //! full key), with `replicas` copies and the failover rules of the design. `SelectStore` routes
 //! by key patterns. Both are pure composition: they know nothing of servers or backends.
 
+use std::cell::Cell;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Arc;
+use std::marker::PhantomData;
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, TryLockError};
 
 use haar_core::request::{Request, Values};
 use haar_core::schema::{Schema, SplitKey};
@@ -33,11 +36,37 @@ pub enum Placement {
 
 struct Lane {
     name: String,
-    store: Box<dyn FieldStore>,
+    /// In a mutex only so that [`DistStore::read_by_lane`] can hand each lane to a thread of
+    /// its own: a lane (a server connection, `RemoteStore`) is `Send` but not `Sync`, and a
+    /// mutex is the safe way to lend a `&self` method's lane to one other thread. Never
+    /// contended: see [`Lane::lock`].
+    store: Mutex<Box<dyn FieldStore>>,
     /// This handle archived to the lane since its last successful flush.
     dirty: bool,
     /// The lane failed during this handle's life; archives skip it.
     down: bool,
+}
+
+impl Lane {
+    /// The lane, for a read. Nobody else holds it: `DistStore` is not `Sync` (one thread uses
+    /// it), `read_by_lane` gives each lane to at most one of its threads and joins them before
+    /// it returns, and a retrieve's nested batch only asks lanes its keys have not been asked,
+    /// never one whose batch is streaming. A lane found held is that reasoning broken: a panic
+    /// that says so, not a deadlock.
+    fn lock(&self) -> MutexGuard<'_, Box<dyn FieldStore>> {
+        match self.store.try_lock() {
+            Ok(lane) => lane,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => {
+                panic!("dist lane {} asked while a read of it is open", self.name)
+            }
+        }
+    }
+
+    /// The lane, for a write (`&mut self`: no lock taken).
+    fn get_mut(&mut self) -> &mut dyn FieldStore {
+        &mut **self.store.get_mut().unwrap_or_else(PoisonError::into_inner)
+    }
 }
 
 /// Rendezvous-hash distribution over lanes, with replication.
@@ -47,6 +76,9 @@ pub struct DistStore {
     replicas: usize,
     placement: Placement,
     opts: StoreOptions,
+    /// Not `Sync`, as its lanes are not: two threads retrieving at once could each hold a lane
+    /// the other's nested batch needs ([`Lane::lock`]).
+    _one_thread: PhantomData<Cell<()>>,
 }
 
 /// Errors worth trying the next lane for (the lane, not the request, is at fault).
@@ -85,7 +117,7 @@ impl DistStore {
                 .into_iter()
                 .map(|(name, store)| Lane {
                     name,
-                    store,
+                    store: Mutex::new(store),
                     dirty: false,
                     down: false,
                 })
@@ -98,6 +130,7 @@ impl DistStore {
                 context: ctx,
                 merge: Default::default(),
             },
+            _one_thread: PhantomData,
         })
     }
 
@@ -176,44 +209,46 @@ impl DistStore {
         // The lane's call failed because this read's sink (or a nested batch) did: that error
         // is the caller's, not the lane's, and is returned as it is.
         let mut sink_failed = false;
-        let res = self.lanes[lane].store.retrieve_keys(&keys, &mut |k, b, c| {
-            let r = (|| {
-                // The lane answers keys in their order: a field belongs to the first key from
-                // the cursor on that it agrees with; keys it passed are the lane's misses.
-                let at = (cursor..n).find(|&j| slots[j].as_ref().is_some_and(|p| p.agrees(k)));
-                if let Some(j) = at {
-                    let mut gaps = Vec::new();
-                    for (x, slot) in slots.iter_mut().enumerate().take(j).skip(cursor) {
-                        if let Some(p) = slot.take().filter(|_| !got[x]) {
-                            gaps.push(p.passed(None));
+        let res = self.lanes[lane]
+            .lock()
+            .retrieve_keys(&keys, &mut |k, b, c| {
+                let r = (|| {
+                    // The lane answers keys in their order: a field belongs to the first key from
+                    // the cursor on that it agrees with; keys it passed are the lane's misses.
+                    let at = (cursor..n).find(|&j| slots[j].as_ref().is_some_and(|p| p.agrees(k)));
+                    if let Some(j) = at {
+                        let mut gaps = Vec::new();
+                        for (x, slot) in slots.iter_mut().enumerate().take(j).skip(cursor) {
+                            if let Some(p) = slot.take().filter(|_| !got[x]) {
+                                gaps.push(p.passed(None));
+                            }
+                        }
+                        if !gaps.is_empty() {
+                            self.fetch_in_order(gaps, sink, report)?;
+                        }
+                        got[j] = true;
+                        let p = slots[j]
+                            .as_mut()
+                            .expect("keys from the cursor on are pending");
+                        if p.complete {
+                            slots[j] = None;
+                            cursor = j + 1;
+                        } else if p.seen.contains(k) {
+                            // Already delivered by a lane that failed after it (a partial key).
+                            cursor = j;
+                            return Ok(());
+                        } else {
+                            p.seen.push(k.clone());
+                            cursor = j;
                         }
                     }
-                    if !gaps.is_empty() {
-                        self.fetch_in_order(gaps, sink, report)?;
-                    }
-                    got[j] = true;
-                    let p = slots[j]
-                        .as_mut()
-                        .expect("keys from the cursor on are pending");
-                    if p.complete {
-                        slots[j] = None;
-                        cursor = j + 1;
-                    } else if p.seen.contains(k) {
-                        // Already delivered by a lane that failed after it (a partial key).
-                        cursor = j;
-                        return Ok(());
-                    } else {
-                        p.seen.push(k.clone());
-                        cursor = j;
-                    }
-                }
-                report.found += 1;
-                report.bytes += b.len() as u64;
-                sink(k, b, c)
-            })();
-            sink_failed |= r.is_err();
-            r
-        });
+                    report.found += 1;
+                    report.bytes += b.len() as u64;
+                    sink(k, b, c)
+                })();
+                sink_failed |= r.is_err();
+                r
+            });
         let failed = match res {
             Ok(r) => {
                 report.problems.extend(r.problems);
@@ -319,111 +354,220 @@ impl DistStore {
     /// (`haar::extract` sends each server an EXTRACT, design §7.1): the same lanes, replicas
     /// and failover as [`FieldStore::retrieve`], the operation given as `read`.
     ///
-    /// `read(lane, keys, found)` is asked of one lane for every key whose next lane in its
-    /// ranking is that lane, and hands `found` each thing it finds with the key of the field
-    /// it is of. The first key not yet settled picks the lane; so with database placement a
-    /// request within one database costs one call, and a request over several costs one call
-    /// per lane (plus one per lane for the keys a lane lacked). A key the lane did not answer
-    /// goes to the next lane of its ranking; on an error of the lane (I/O, network: the lane's
-    /// fault, not the request's), every key it did not answer does, and a key no lane has is
-    /// missing, or the last lane error (naming the server, `op` saying what failed) when
-    /// `replicas` is 1, as a retrieve's. Any other error of `read`, or of `deliver`, ends
-    /// the read as it is.
+    /// The read goes in rounds. In each, every key not yet settled goes to the next lane of
+    /// its ranking, and every lane that has keys is asked at once, each on a thread of its own
+    /// (`read(lane, keys, found)`, which hands `found` each thing it finds with the key of the
+    /// field it is of): so a round takes about as long as its slowest lane, not the sum of
+    /// them. With database placement a request within one database costs one call, and a
+    /// request over several one call per lane (plus one per lane for the keys a lane lacked).
+    /// A key the lane did not answer goes to the next lane of its ranking in the next round;
+    /// on an error of the lane (I/O, network: the lane's fault, not the request's), every key
+    /// it did not answer does, and a key no lane has is missing, or the last lane error
+    /// (naming the server, `op` saying what failed) when `replicas` is 1, as a retrieve's. Any
+    /// other error of `read`, or of `deliver`, ends the read as it is (once the lanes asked in
+    /// that round have returned).
     ///
-    /// `deliver` is handed what was found in the order of `keys` (a key that names fewer
-    /// keywords than its rule: each field agreeing with it, in the lane's order), each key's
-    /// as soon as every key before it is settled; held until then, so at most what one call
-    /// per lane finds. Returns the keys no lane has.
-    pub fn read_by_lane<T>(
+    /// `deliver` runs on the caller's thread and is handed what was found in the order of
+    /// `keys` (a key that names fewer keywords than its rule: each field agreeing with it, in
+    /// the lane's order), each key's as soon as every key before it is settled: a key that
+    /// names every keyword when its field arrives, another when its lane's call ends. Held
+    /// until then, so at most what one call per lane finds. Returns the keys no lane has.
+    pub fn read_by_lane<T: Send>(
         &self,
         op: &'static str,
         keys: Vec<Key>,
-        read: &mut LaneRead<'_, T>,
+        read: &LaneRead<'_, T>,
         deliver: &mut dyn FnMut(Key, T) -> Result<()>,
     ) -> Result<Vec<Key>> {
-        let mut keys = keys
+        let keys = keys
             .into_iter()
             .map(|k| self.pending(k))
             .collect::<Result<Vec<_>>>()?;
-        let n = keys.len();
-        let mut found: Vec<Vec<(Key, T)>> = (0..n).map(|_| Vec::new()).collect();
-        let mut settled = vec![false; n];
-        let mut missing = Vec::new();
-        // Keys before `emitted` are delivered.
-        let mut emitted = 0;
+        let mut r = ByLane::new(keys);
         loop {
-            for i in emitted..n {
-                if settled[i] || keys[i].next < keys[i].ranking.len() {
-                    continue;
-                }
-                // Asked of every lane: what lanes that failed delivered before failing stays.
-                settled[i] = true;
-                if found[i].is_empty() {
-                    if let Some(e) = self.unanswered(keys[i].failed.take()) {
-                        return Err(e);
-                    }
-                    missing.push(keys[i].key.clone());
+            r.settle_exhausted(self)?;
+            r.deliver_settled(deliver)?;
+            // This round: each key not settled, to the next lane of its ranking.
+            let mut groups: BTreeMap<usize, Vec<usize>> = BTreeMap::new();
+            for i in r.emitted..r.keys.len() {
+                if !r.settled[i] {
+                    let p = &r.keys[i];
+                    groups.entry(p.ranking[p.next]).or_default().push(i);
                 }
             }
-            while emitted < n && settled[emitted] {
-                for (k, t) in std::mem::take(&mut found[emitted]) {
-                    deliver(k, t)?;
-                }
-                emitted += 1;
+            if groups.is_empty() {
+                return Ok(r.missing);
             }
-            let Some(first) = (emitted..n).find(|&i| !settled[i]) else {
-                return Ok(missing);
-            };
-            let lane = keys[first].ranking[keys[first].next];
-            let group: Vec<usize> = (first..n)
-                .filter(|&i| !settled[i] && keys[i].ranking.get(keys[i].next) == Some(&lane))
-                .collect();
-            let asked: Vec<Key> = group.iter().map(|&i| keys[i].key.clone()).collect();
-            let mut got = vec![false; group.len()];
-            let res = read(&*self.lanes[lane].store, &asked, &mut |k, t| {
-                // The first key of the group it agrees with that still wants a field.
-                let Some(g) = (0..group.len()).find(|&g| {
-                    let p = &keys[group[g]];
-                    p.agrees(&k) && !(p.complete && got[g])
-                }) else {
-                    return; // not asked for (archived since the keys were listed)
+            let asks: Vec<(usize, Vec<usize>)> = groups.into_iter().collect();
+            let ends = self.ask_lanes(&mut r, &asks, read, deliver)?;
+            for ((lane, group), (end, got)) in asks.iter().zip(ends) {
+                let failed = match end {
+                    Ok(()) => None,
+                    Err(e) if lane_fault(&e) => Some(e),
+                    Err(e) => return Err(e),
                 };
-                let p = &mut keys[group[g]];
-                if !p.complete {
-                    if p.seen.contains(&k) {
-                        return; // delivered by a lane that failed after it
+                let name = &self.lanes[*lane].name;
+                for (g, &i) in group.iter().enumerate() {
+                    let p = &mut r.keys[i];
+                    // As in a retrieve: a partial key answered by a lane that then failed may
+                    // have more fields there; the next lane delivers the others.
+                    if got[g] && (failed.is_none() || p.complete) {
+                        r.settled[i] = true;
+                        continue;
                     }
-                    p.seen.push(k.clone());
-                }
-                got[g] = true;
-                found[group[g]].push((k, t));
-            });
-            let failed = match res {
-                Ok(()) => None,
-                Err(e) if lane_fault(&e) => Some(e),
-                Err(e) => return Err(e),
-            };
-            let name = &self.lanes[lane].name;
-            for (g, &i) in group.iter().enumerate() {
-                let p = &mut keys[i];
-                // As in a retrieve: a partial key answered by a lane that then failed may have
-                // more fields there; the next lane delivers the others.
-                if got[g] && (failed.is_none() || p.complete) {
-                    settled[i] = true;
-                    continue;
-                }
-                p.next += 1;
-                if let Some(e) = &failed {
-                    p.failed = Some(clone_fault(op, name, e));
+                    p.next += 1;
+                    if let Some(e) = &failed {
+                        p.failed = Some(clone_fault(op, name, e));
+                    }
                 }
             }
         }
     }
+
+    /// One round of [`DistStore::read_by_lane`]: each lane of `asks` (a lane and the indices
+    /// of the keys asked of it) read at once, one thread each; what they find is matched to
+    /// its key and delivered on this thread as it comes. Returns, in the order of `asks`, how
+    /// each lane's call ended and which of its keys it answered.
+    fn ask_lanes<T: Send>(
+        &self,
+        r: &mut ByLane<T>,
+        asks: &[(usize, Vec<usize>)],
+        read: &LaneRead<'_, T>,
+        deliver: &mut dyn FnMut(Key, T) -> Result<()>,
+    ) -> Result<Vec<(Result<()>, Vec<bool>)>> {
+        let mut got: Vec<Vec<bool>> = (asks.iter())
+            .map(|(_, group)| vec![false; group.len()])
+            .collect();
+        let mut ends: Vec<Option<Result<()>>> = asks.iter().map(|_| None).collect();
+        std::thread::scope(|scope| -> Result<()> {
+            let (tx, rx) = mpsc::channel::<Answer<T>>();
+            for (a, (lane, group)) in asks.iter().enumerate() {
+                let asked: Vec<Key> = group.iter().map(|&i| r.keys[i].key.clone()).collect();
+                let lane = &self.lanes[*lane];
+                let tx = tx.clone();
+                scope.spawn(move || {
+                    // A send fails only once this read has ended with an error.
+                    let end = read(&**lane.lock(), &asked, &mut |k, t| {
+                        let _ = tx.send(Answer::Found(a, k, t));
+                    });
+                    let _ = tx.send(Answer::End(a, end));
+                });
+            }
+            drop(tx);
+            // Until every lane's thread has ended and dropped its sender.
+            for answer in rx {
+                match answer {
+                    Answer::Found(a, k, t) => {
+                        if r.found(&asks[a].1, &mut got[a], k, t) {
+                            r.deliver_settled(deliver)?;
+                        }
+                    }
+                    Answer::End(a, end) => ends[a] = Some(end),
+                }
+            }
+            Ok(())
+        })?;
+        Ok((ends.into_iter())
+            .map(|end| end.expect("every lane's thread says how its call ended"))
+            .zip(got)
+            .collect())
+    }
 }
 
-/// One lane's part of [`DistStore::read_by_lane`]: `read(lane, keys, found)`.
+/// What a lane's thread in [`DistStore::ask_lanes`] sends the reading thread; `usize`: which
+/// lane of the round.
+enum Answer<T> {
+    /// A thing the lane found, with the key of its field.
+    Found(usize, Key, T),
+    /// The lane's call returned.
+    End(usize, Result<()>),
+}
+
+/// Where a [`DistStore::read_by_lane`] is: its keys, what was found for each, which are
+/// settled (nothing more will be found for them) and which delivered.
+struct ByLane<T> {
+    keys: Vec<Pending>,
+    found: Vec<Vec<(Key, T)>>,
+    settled: Vec<bool>,
+    missing: Vec<Key>,
+    /// Keys before `emitted` are delivered.
+    emitted: usize,
+}
+
+impl<T> ByLane<T> {
+    fn new(keys: Vec<Pending>) -> ByLane<T> {
+        let n = keys.len();
+        ByLane {
+            keys,
+            found: (0..n).map(|_| Vec::new()).collect(),
+            settled: vec![false; n],
+            missing: Vec::new(),
+            emitted: 0,
+        }
+    }
+
+    /// Keys asked of every lane of their ranking are settled: what lanes that failed
+    /// delivered before failing stays; a key with nothing is missing, or the error of `dist`'s
+    /// rule ([`DistStore::unanswered`]).
+    fn settle_exhausted(&mut self, dist: &DistStore) -> Result<()> {
+        for i in self.emitted..self.keys.len() {
+            let p = &mut self.keys[i];
+            if self.settled[i] || p.next < p.ranking.len() {
+                continue;
+            }
+            self.settled[i] = true;
+            if self.found[i].is_empty() {
+                if let Some(e) = dist.unanswered(p.failed.take()) {
+                    return Err(e);
+                }
+                self.missing.push(p.key.clone());
+            }
+        }
+        Ok(())
+    }
+
+    /// Hands on what was found for the settled keys at the head of the request.
+    fn deliver_settled(&mut self, deliver: &mut dyn FnMut(Key, T) -> Result<()>) -> Result<()> {
+        while self.emitted < self.keys.len() && self.settled[self.emitted] {
+            for (k, t) in std::mem::take(&mut self.found[self.emitted]) {
+                deliver(k, t)?;
+            }
+            self.emitted += 1;
+        }
+        Ok(())
+    }
+
+    /// A thing a lane found for the field `k`, the lane asked for the keys `group` (`got`: of
+    /// those, the ones it answered so far). Kept for the first of them it agrees with that
+    /// still wants a field; dropped if none does (archived since the keys were listed) or a
+    /// lane that failed after it already delivered it. Returns whether that settled the key
+    /// (it names every keyword, so one field is all it has).
+    fn found(&mut self, group: &[usize], got: &mut [bool], k: Key, t: T) -> bool {
+        let Some(g) = (0..group.len()).find(|&g| {
+            let p = &self.keys[group[g]];
+            p.agrees(&k) && !(p.complete && got[g])
+        }) else {
+            return false;
+        };
+        let i = group[g];
+        let p = &mut self.keys[i];
+        if !p.complete {
+            if p.seen.contains(&k) {
+                return false;
+            }
+            p.seen.push(k.clone());
+        }
+        got[g] = true;
+        self.found[i].push((k, t));
+        self.settled[i] |= p.complete;
+        p.complete
+    }
+}
+
+/// One lane's part of [`DistStore::read_by_lane`]: `read(lane, keys, found)`, called on a
+/// thread of the lane's own, at the same time as the other lanes' (so `Fn` and `Sync`).
 pub type LaneRead<'a, T> =
-    dyn FnMut(&dyn FieldStore, &[Key], &mut dyn FnMut(Key, T)) -> Result<()> + 'a;
+    dyn Fn(&dyn FieldStore, &[Key], &mut dyn FnMut(Key, T)) -> Result<()> + Sync + 'a;
 
 /// Requests that together name exactly `keys` (a union of cartesian products, no other key):
 /// how a group of keys is asked of a lane that takes requests, not keys (a server's EXTRACT).
@@ -608,7 +752,7 @@ impl FieldStore for DistStore {
                 ));
                 continue;
             }
-            match lane.store.archive_split(split, data, crc) {
+            match lane.get_mut().archive_split(split, data, crc) {
                 Ok(()) => {
                     lane.dirty = true;
                     stored += 1;
@@ -651,7 +795,7 @@ impl FieldStore for DistStore {
     fn flush(&mut self) -> Result<()> {
         let mut errors = Vec::new();
         for lane in self.lanes.iter_mut().filter(|l| l.dirty) {
-            match lane.store.flush() {
+            match lane.get_mut().flush() {
                 Ok(()) => lane.dirty = false,
                 Err(e) => {
                     // Reported lost by the error below; the writer archives again elsewhere.
@@ -709,7 +853,7 @@ impl FieldStore for DistStore {
         let mut merged: BTreeMap<Key, Field> = BTreeMap::new();
         let mut failed = Vec::new();
         for lane in &self.lanes {
-            match lane.store.list(req) {
+            match lane.lock().list(req) {
                 Ok(fields) => {
                     for f in fields {
                         merged.entry(f.key()).or_insert(f);
@@ -743,7 +887,7 @@ impl FieldStore for DistStore {
         }
         let mut total = WipeReport::default();
         for lane in &mut self.lanes {
-            add_wipe(&mut total, lane.store.wipe(req, doit)?);
+            add_wipe(&mut total, lane.get_mut().wipe(req, doit)?);
         }
         // Replicas report the same database more than once.
         total.databases.sort();
@@ -754,7 +898,7 @@ impl FieldStore for DistStore {
     fn unowned_files(&self, req: &Request) -> Result<Vec<std::path::PathBuf>> {
         let mut out = Vec::new();
         for lane in &self.lanes {
-            out.extend(lane.store.unowned_files(req)?);
+            out.extend(lane.lock().unowned_files(req)?);
         }
         Ok(out)
     }
@@ -762,7 +906,7 @@ impl FieldStore for DistStore {
     fn data_path(&self, field: &Field) -> Result<Option<std::path::PathBuf>> {
         // The first lane that holds the field's database; a failed lane is not asked again.
         for lane in &self.lanes {
-            if let Ok(Some(p)) = lane.store.data_path(field) {
+            if let Ok(Some(p)) = lane.lock().data_path(field) {
                 return Ok(Some(p));
             }
         }
@@ -772,7 +916,7 @@ impl FieldStore for DistStore {
     fn wipe_unsafe_all(&mut self, req: &Request, doit: bool) -> Result<WipeReport> {
         let mut total = WipeReport::default();
         for lane in &mut self.lanes {
-            add_wipe(&mut total, lane.store.wipe_unsafe_all(req, doit)?);
+            add_wipe(&mut total, lane.get_mut().wipe_unsafe_all(req, doit)?);
         }
         total.databases.sort();
         total.databases.dedup();
@@ -782,7 +926,7 @@ impl FieldStore for DistStore {
     fn purge(&mut self, req: &Request, doit: bool) -> Result<PurgeReport> {
         let mut total = PurgeReport::default();
         for lane in &mut self.lanes {
-            add_purge(&mut total, lane.store.purge(req, doit)?);
+            add_purge(&mut total, lane.get_mut().purge(req, doit)?);
         }
         Ok(total)
     }
@@ -790,7 +934,7 @@ impl FieldStore for DistStore {
     fn stats(&self, req: &Request) -> Result<Vec<DbStats>> {
         let mut out = Vec::new();
         for lane in &self.lanes {
-            for mut s in lane.store.stats(req)? {
+            for mut s in lane.lock().stats(req)? {
                 s.db = format!("{} @ {}", s.db, lane.name);
                 out.push(s);
             }
@@ -801,7 +945,7 @@ impl FieldStore for DistStore {
     fn problems(&self, req: &Request) -> Result<Vec<String>> {
         let mut out = Vec::new();
         for lane in &self.lanes {
-            for p in lane.store.problems(req)? {
+            for p in lane.lock().problems(req)? {
                 out.push(format!("{p} (lane {})", lane.name));
             }
         }

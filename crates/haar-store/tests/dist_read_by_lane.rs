@@ -6,7 +6,7 @@
 
 use std::collections::BTreeSet;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use haar_core::Key;
 use haar_core::request::Request;
@@ -67,14 +67,13 @@ type ByLane = (Vec<(Key, Vec<u8>)>, Vec<Key>, Vec<usize>);
 
 fn read(d: &DistStore, req: &Request) -> haar_store::Result<ByLane> {
     let (keys, _) = d.request_keys(req)?;
-    let mut calls = vec![0; LANES];
+    let calls: Vec<AtomicUsize> = (0..LANES).map(|_| AtomicUsize::new(0)).collect();
     let mut out = Vec::new();
     let missing = d.read_by_lane(
         "extract from",
         keys,
-        &mut |lane, keys, found| {
-            let i: usize = lane.describe()[4..5].parse().unwrap();
-            calls[i] += 1;
+        &|lane, keys, found| {
+            calls[lane_index(lane)].fetch_add(1, Ordering::SeqCst);
             for r in requests_for(keys) {
                 lane.retrieve(&r, &mut |k, b, _| {
                     found(k.clone(), b.to_vec());
@@ -88,7 +87,13 @@ fn read(d: &DistStore, req: &Request) -> haar_store::Result<ByLane> {
             Ok(())
         },
     )?;
+    let calls = calls.into_iter().map(AtomicUsize::into_inner).collect();
     Ok((out, missing, calls))
+}
+
+/// Which lane of [`dist`] `lane` is, from its name (`node{i}:7000`).
+fn lane_index(lane: &dyn FieldStore) -> usize {
+    lane.describe()[4..5].parse().unwrap()
 }
 
 fn retrieved(d: &DistStore, req: &Request) -> Vec<(Key, Vec<u8>)> {
@@ -189,6 +194,78 @@ fn a_down_lane_is_stood_in_for_by_replicas_and_named_without() {
     let (out, missing, _) = read(&one, &request(&live, &[0])).unwrap();
     assert_eq!(out.len(), live.len());
     assert!(missing.is_empty());
+}
+
+/// The lanes of a round are asked at once: each call waits (up to 10 s, far beyond need) until
+/// every lane asked is inside its call, so asked one after another the first would see only
+/// itself. Counted, not timed: the test cannot pass by luck of the clock. The time printed is
+/// for the reader (3 lanes of 100 ms each: about 0.1 s at once, 0.3 s one after another).
+#[test]
+fn the_lanes_of_a_round_are_asked_at_once_and_deliver_in_request_order() {
+    let backends: Vec<MemoryBackend> = (0..LANES).map(|_| MemoryBackend::new()).collect();
+    let down: Vec<Arc<AtomicBool>> = (0..LANES).map(|_| Arc::default()).collect();
+    let mut d = dist(&backends, &down, 1, Placement::Database);
+    for date in DATES {
+        for step in STEPS {
+            let k = key(date, step);
+            d.archive(&k, &payload(&k)).unwrap();
+        }
+    }
+    d.flush().unwrap();
+    let best = |date: u32| d.ranking(&key(date, 0)).unwrap()[0];
+    let lanes: BTreeSet<usize> = DATES.iter().map(|&date| best(date)).collect();
+    assert_eq!(lanes.len(), LANES, "the dates' databases cover every lane");
+    // Every date, backwards (interleaved over the lanes), every key stored.
+    let dates: Vec<u32> = DATES.iter().rev().copied().collect();
+    let req = request(&dates, &STEPS);
+    let asked = lanes;
+    let (keys, _) = d.request_keys(&req).unwrap();
+    let inside = AtomicUsize::new(0);
+    let most_inside = AtomicUsize::new(0);
+    let started = std::time::Instant::now();
+    let mut out = Vec::new();
+    let missing = d
+        .read_by_lane(
+            "extract from",
+            keys,
+            &|lane, keys, found| {
+                let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                most_inside.fetch_max(now, Ordering::SeqCst);
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+                while most_inside.load(Ordering::SeqCst) < asked.len()
+                    && std::time::Instant::now() < deadline
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                // A slow server.
+                std::thread::sleep(std::time::Duration::from_millis(100));
+                for r in requests_for(keys) {
+                    lane.retrieve(&r, &mut |k, b, _| {
+                        found(k.clone(), b.to_vec());
+                        Ok(())
+                    })?;
+                }
+                inside.fetch_sub(1, Ordering::SeqCst);
+                Ok(())
+            },
+            &mut |k, b| {
+                out.push((k, b));
+                Ok(())
+            },
+        )
+        .unwrap();
+    println!(
+        "{} lanes of 100 ms each: {:.3} s",
+        asked.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert_eq!(
+        most_inside.into_inner(),
+        asked.len(),
+        "lanes inside at once"
+    );
+    assert!(missing.is_empty());
+    assert_eq!(out, retrieved(&d, &req), "the request's order");
 }
 
 proptest! {

@@ -144,8 +144,8 @@ pub fn extract_each(
 
 /// Through `dist` (design §7.1): the request's keys grouped by the lane that holds them, each
 /// group extracted by that lane (a server: one EXTRACT per product of keys, so only values
-/// travel; a lane that does not extract: its fields whole), with dist's replicas and failover
-/// (`DistStore::read_by_lane`), handed on in the request's order.
+/// travel; a lane that does not extract: its fields whole), the lanes at once, with dist's
+/// replicas and failover (`DistStore::read_by_lane`), handed on in the request's order.
 fn extract_dist(
     dist: &DistStore,
     req: &Request,
@@ -156,7 +156,7 @@ fn extract_dist(
     dist.read_by_lane(
         "extract from",
         keys,
-        &mut |lane, keys, found| {
+        &|lane, keys, found| {
             for r in requests_for(keys) {
                 extract_each(lane, &r, sel, &mut |e| {
                     found(e.key.clone(), e);
