@@ -54,6 +54,10 @@ python3 -c 'import cfgrib, xarray, earthkit.data' >/dev/null 2>&1 \
 # haar.zarr (issue 29): the Zarr v3 view needs zarr 3 (its Store interface changed in 3.0).
 python3 -c 'import sys, zarr; sys.exit(zarr.__version__.split(".")[0] != "3")' >/dev/null 2>&1 \
   || { echo "setup: pip install zarr>=3,<4" >&2; pip_install 'zarr>=3,<4'; }
+# haar.zarr_http's tests read the view over HTTP as remote users do: zarr's FsspecStore, which
+# reaches http:// URLs through fsspec's HTTP file system on aiohttp.
+python3 -c 'import fsspec, aiohttp' >/dev/null 2>&1 \
+  || { echo "setup: pip install fsspec aiohttp" >&2; pip_install fsspec aiohttp; }
 # The faces of issue 12: FDB5 5.25's C API header and library (the peer of haar's libfdb5.so)
 # and pyfdb come with PyPI's pyfdb wheel; maturin builds haar's Python package.
 python3 -c 'import pyfdb, fdb5lib' >/dev/null 2>&1 \
