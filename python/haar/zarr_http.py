@@ -73,6 +73,9 @@ TOKEN_ENV = "HAAR_TOKEN"
 #: Seconds a connection may stay silent (between requests, or in a TLS handshake) before it is
 #: closed: a client that opens connections and sends nothing cannot hold threads for ever.
 IDLE_TIMEOUT = 60.0
+#: Connections served at once (one thread each), as ``haar serve --max-connections``'s default;
+#: one more is answered 503 and closed, so idle or slow peers cannot take every thread.
+MAX_CONNECTIONS = 1024
 
 
 class RangeNotSatisfiable(BadRequestError):
@@ -224,6 +227,7 @@ class ZarrHTTPServer(ThreadingHTTPServer):
         tokens: Sequence[str] | None,
         tls: ssl.SSLContext | None,
         log: bool,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         super().__init__(address, _Handler)
@@ -231,6 +235,7 @@ class ZarrHTTPServer(ThreadingHTTPServer):
         self.tokens = _Tokens(tokens) if tokens is not None else None
         self.tls = tls is not None
         self.log = log
+        self._slots = threading.BoundedSemaphore(max_connections)
         #: The root group's zarr.json with the consolidated metadata (:func:`serve` sets it).
         self.root = b""
         if tls is not None:
@@ -244,6 +249,35 @@ class ZarrHTTPServer(ThreadingHTTPServer):
         socketserver.TCPServer.server_bind(self)
         host, port = self.server_address[:2]
         self.server_name, self.server_port = str(host), int(port)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """Serve the connection on a thread of its own if a slot is free; else answer 503
+        (plain HTTP; a TLS connection is closed, its handshake not begun) and close it."""
+        if not self._slots.acquire(blocking=False):
+            if not self.tls:
+                body = b"503: too many connections; retry later\n"
+                try:
+                    request.settimeout(1.0)
+                    request.sendall(
+                        b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\n"
+                        b"Content-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body)
+                    )
+                except OSError:
+                    pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        """Serve one connection, then give its slot back."""
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A peer that fails its TLS handshake, resets or times out costs one log line (with
@@ -391,6 +425,7 @@ def serve(
     tls_key: str | os.PathLike[str] | None = None,
     plain_http: bool = False,
     log: bool = False,
+    max_connections: int = MAX_CONNECTIONS,
 ) -> ZarrHTTPServer:
     """Bind an HTTP server of a read-only Zarr store; run it with ``serve_forever()``.
 
@@ -410,6 +445,8 @@ def serve(
         Allow plain HTTP on a non-loopback address, where tokens cross the network in clear.
     log : bool
         Log each request on stderr (errors are logged always).
+    max_connections : int
+        Connections served at once, one thread each; more are answered 503 and closed.
 
     Returns
     -------
@@ -437,6 +474,8 @@ def serve(
         )
     if tokens is not None and (not tokens or any(not t.strip() for t in tokens)):
         raise BadRequestError("no token, or an empty one: give the tokens haar serve accepts, or serve without auth on loopback")
+    if max_connections < 1:
+        raise BadRequestError(f"max_connections {max_connections}: give at least 1")
     if (tls_cert is None) != (tls_key is None):
         raise BadRequestError("TLS needs both a certificate (--tls-cert) and its key (--tls-key)")
     tls = None
@@ -453,7 +492,7 @@ def serve(
             "Give --tls-cert and --tls-key, or --plain-http with a read-only token (--read-token-file)"
         )
     try:
-        server = ZarrHTTPServer((host, int(port)), store, tokens, tls, log)
+        server = ZarrHTTPServer((host, int(port)), store, tokens, tls, log, max_connections)
     except OSError as e:
         raise StorageError(f"cannot listen on {listen}: {e.strerror or e}") from e
     try:
@@ -486,6 +525,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--tls-cert", metavar="FILE", help="TLS certificate chain (PEM): serve HTTPS (TLS 1.3)")
     p.add_argument("--tls-key", metavar="FILE", help="TLS private key (PEM)")
     p.add_argument("--plain-http", action="store_true", help="allow plain HTTP off loopback (tokens travel in clear: use a read-only token)")
+    p.add_argument("--max-connections", type=int, default=MAX_CONNECTIONS, metavar="N",
+                   help=f"connections served at once, one thread each; more get 503 (default {MAX_CONNECTIONS})")
     p.add_argument("-v", "--verbose", action="store_true", help="log every request on stderr")
     return p
 
@@ -509,7 +550,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         view = haar_zarr.store(args.request, dims=dims, config=args.config, dtype=args.dtype)
         server = serve(
             view, args.listen, tokens=tokens, tls_cert=args.tls_cert, tls_key=args.tls_key,
-            plain_http=args.plain_http, log=args.verbose,
+            plain_http=args.plain_http, log=args.verbose, max_connections=args.max_connections,
         )
     except Error as e:
         print(f"haar.zarr_http: {e}", file=sys.stderr)

@@ -16,6 +16,7 @@ import ssl
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
@@ -272,6 +273,25 @@ def test_serving_is_refused_unauthenticated_or_in_clear_off_loopback(era5: tuple
             conn.request("GET", "/t/zarr.json")
             assert conn.getresponse().status == (401 if s.tokens is not None else 200)
             conn.close()
+
+
+def test_connections_over_the_limit_are_answered_503(era5: tuple[haar.FDB, list[bytes]]) -> None:
+    view = haar.zarr.store(dict(ERA5, param="130"), dims=DIMS, fdb=era5[0])
+    for srv in running(serve(view, "127.0.0.1:0", tokens=[TOKEN], max_connections=1)):
+        host, port = srv.address.rsplit(":", 1)
+        first = http.client.HTTPConnection(host, int(port), timeout=30)
+        first.request("GET", "/t/zarr.json", headers={"Authorization": f"Bearer {TOKEN}"})
+        response = first.getresponse()
+        assert response.status == 200 and response.read()  # kept alive: it holds the one slot
+        status, headers, body = request(srv, "GET", "/t/zarr.json")
+        assert status == 503 and headers["retry-after"] == "1" and b"too many connections" in body
+        first.close()  # its thread ends and gives the slot back
+        deadline = time.monotonic() + 10
+        while (status := request(srv, "GET", "/t/zarr.json")[0]) == 503 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert status == 200
+    with pytest.raises(haar.BadRequestError, match="at least 1"):
+        serve(view, "127.0.0.1:0", tokens=[TOKEN], max_connections=0)
 
 
 def test_tls_with_a_certificate_as_haar_serve_takes_it(tmp_path: Path, era5: tuple[haar.FDB, list[bytes]]) -> None:
