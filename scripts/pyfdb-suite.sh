@@ -18,13 +18,10 @@
 # Which library pyfdb loads is chosen the way its `findlibs` looks: the `fdb5lib` package first
 # (FDB5 5.25), or, with that source and python's prefix disabled, `$FDB5_HOME/lib` (haar).
 #
-# One test is known to fail on haar, and is listed here so that `make test` fails on any
-# other failure and on this one passing (then remove it from the list):
-#   test_pyfdb.py::test_archival_read asserts that a listed path contains
-#   "rd:xxxx:oper:20191110:0000:g/an:pl.": FDB5 names its data files by index
-#   (`an:pl.<time>.<host>.<pid>.data`), haar by writer (`<id>.data`, design §4.1). The path is
-#   the right file with the right offset and length; only its name differs. Passing it takes
-#   per-index data files in haar's posix layout (design §12, "The file's name is not FDB5's").
+# No test is known to fail on haar: `known_haar_failures` below lists those that do, so that
+# `make test` fails on any other failure and on a listed one passing. (test_archival_read, which
+# asserts that a listed path contains "rd:xxxx:oper:20191110:0000:g/an:pl.", passes since haar's
+# posix backend names its data files per index as FDB5 does, design §4.1.)
 #
 # Usage: scripts/pyfdb-suite.sh [HAAR_LIB_DIR]   (default target/c/lib)
 set -euo pipefail
@@ -117,7 +114,7 @@ def setup_fdb_tmp_dir(tmp_path_factory):
     return make
 EOF
 
-known_haar_failures="tests/integration/test_pyfdb.py::test_archival_read"
+known_haar_failures=""
 
 # One run of the suite on the library the environment selects; prints pytest's summary and
 # succeeds when the tests that failed are exactly KNOWN (space-separated node ids).

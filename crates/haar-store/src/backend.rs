@@ -160,9 +160,10 @@ pub trait DbWriter: Send {
     /// The writer's id (unique across processes; written into segments).
     fn id(&self) -> u64;
 
-    /// Stores `bytes` and returns where they are; neither visible nor durable until
-    /// [`DbWriter::commit`].
-    fn append(&mut self, bytes: &[u8]) -> Result<DataRef>;
+    /// Stores `bytes`, a field of the index `index` (the schema's second level; posix keeps a
+    /// data file per index, design §4.1), and returns where they are; neither visible nor
+    /// durable until [`DbWriter::commit`].
+    fn append(&mut self, index: &Key, bytes: &[u8]) -> Result<DataRef>;
 
     /// Makes every byte appended so far durable (per the backend's policy), then makes
     /// `segment` visible to every reader atomically.

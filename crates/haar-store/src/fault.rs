@@ -140,14 +140,14 @@ impl DbWriter for FaultyWriter {
     fn id(&self) -> u64 {
         self.inner.id()
     }
-    fn append(&mut self, bytes: &[u8]) -> Result<DataRef> {
+    fn append(&mut self, index: &Key, bytes: &[u8]) -> Result<DataRef> {
         match self.plan.take(&[Fault::NoSpace, Fault::ShortWrite]) {
             Some(Fault::NoSpace) => Err(injected("write", "ENOSPC", libc::ENOSPC)),
             Some(_) => {
-                self.inner.append(&bytes[..bytes.len() / 2])?;
+                self.inner.append(index, &bytes[..bytes.len() / 2])?;
                 Err(injected("write", "short write", libc::EIO))
             }
-            None => self.inner.append(bytes),
+            None => self.inner.append(index, bytes),
         }
     }
     fn commit(&mut self, segment: &[u8]) -> Result<()> {

@@ -17,8 +17,8 @@ pub use error::DecodeError;
 pub(crate) use key::{Cursor, RawPairs, decode_key};
 pub use key::{MAX_KEYWORD_LEN, MAX_PAIRS, MAX_VALUE_LEN, check_key, decode_key_bytes, encode_key};
 pub use posix::{
-    CommitRecord, RECORD_SEGMENT, RECORD_WIPED, TOC_RECORD, check_toc_header, db_dir_name,
-    decode_db_key_file, encode_db_key_file, encode_toc_header, fnv1a64,
+    CommitRecord, RECORD_SEGMENT, RECORD_WIPED, TOC_RECORD, TOC_VERSION, check_toc_header,
+    db_dir_name, decode_db_key_file, encode_db_key_file, encode_toc_header, fnv1a64,
 };
 pub use segment::{
     DataRef, Entry, FLAG_SNAPSHOT, SEGMENT_MAGIC, SEGMENT_VERSION, Segment, SegmentBuilder,

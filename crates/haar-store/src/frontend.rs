@@ -113,7 +113,8 @@ pub trait FieldStore: Send {
     /// Capability: this front-end as [`std::any::Any`], for a facade above this crate that
     /// uses an ability of a concrete front-end this trait cannot name (`haar::extract` reaches
     /// a server's EXTRACT, design §8, through haar-net's `RemoteStore`, and each lane's through
-    /// [`crate::dist::DistStore::read_by_lane`]). `None` by default and from `select`.
+    /// [`crate::dist::DistStore::read_by_lane`], and a `select`'s routes through
+    /// [`crate::dist::SelectStore::read_routes`]). `None` by default.
     fn as_any(&self) -> Option<&dyn std::any::Any> {
         None
     }

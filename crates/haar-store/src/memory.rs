@@ -214,7 +214,7 @@ impl DbWriter for MemoryWriter {
         self.id
     }
 
-    fn append(&mut self, bytes: &[u8]) -> Result<DataRef> {
+    fn append(&mut self, _index: &Key, bytes: &[u8]) -> Result<DataRef> {
         let id = self.id;
         self.with_db(|d| {
             let obj = d.objects.entry(id).or_default();

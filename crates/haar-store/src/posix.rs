@@ -1,5 +1,6 @@
 //! The `posix` backend (design §4): a directory per database under one or more roots,
-//! append-only data and index files per writer, and a `toc` of fixed 64-byte commit records.
+//! append-only data files per writer and index, index files per writer, and a `toc` of fixed
+//! 64-byte commit records.
 //!
 //! Owns file layout, locking and the fsync policy; knows nothing of schemas or requests.
 
@@ -14,7 +15,9 @@ use haar_core::Key;
 
 use crate::backend::{Backend, Capabilities, Committed, DbReader, DbWriter, Exclusive};
 use crate::error::{Error, Result};
-use crate::format::{self, CommitRecord, DataRef, RECORD_SEGMENT, RECORD_WIPED, TOC_RECORD};
+use crate::format::{
+    self, CommitRecord, DataRef, RECORD_SEGMENT, RECORD_WIPED, TOC_RECORD, TOC_VERSION,
+};
 use crate::sys::{flock, flock_exclusive_patiently, random_u64};
 
 /// When the posix backend calls `fdatasync`.
@@ -31,6 +34,7 @@ pub enum FsyncPolicy {
 pub struct PosixBackend {
     roots: Vec<PathBuf>,
     fsync: FsyncPolicy,
+    names: DataFileNames,
 }
 
 /// The catalogue directory of a database (design §3.1), inside its directory (posix) or
@@ -98,7 +102,11 @@ impl PosixBackend {
                 sync_dir(parent.unwrap_or(Path::new(".")), fsync)?;
             }
         }
-        Ok(PosixBackend { roots, fsync })
+        Ok(PosixBackend {
+            roots,
+            fsync,
+            names: DataFileNames::default(),
+        })
     }
 
     /// Roots ranked by rendezvous hash for this database name (highest first).
@@ -167,7 +175,7 @@ impl PosixBackend {
             let mut f = crate::perm::create_file(&tmp.join("db.key"))?;
             f.write_all(&key_bytes)?;
             let mut t = crate::perm::create_file(&tmp.join("toc"))?;
-            t.write_all(&format::encode_toc_header())?;
+            t.write_all(&format::encode_toc_header(TOC_VERSION))?;
             crate::perm::create_file(&tmp.join("lock"))?;
             if self.fsync == FsyncPolicy::Always {
                 f.sync_all()?;
@@ -265,9 +273,111 @@ fn is_database_file(name: &str) -> bool {
     {
         return true;
     }
-    name.strip_suffix(".data")
-        .or_else(|| name.strip_suffix(".index"))
-        .is_some_and(crate::catalogue::manifest::is_id)
+    data_object(name).is_some()
+        || name
+            .strip_suffix(".index")
+            .is_some_and(crate::catalogue::manifest::is_id)
+}
+
+/// The stem of the name of a writer's data file for `index` (design §4.1, "Data files per
+/// index"): the index values joined by `:`, percent-encoded with `.` always encoded, so that
+/// the file's name has exactly two dots.
+fn index_stem(index: &Key) -> String {
+    let mut stem = String::new();
+    for (i, (_, v)) in index.iter().enumerate() {
+        if i > 0 {
+            stem.push(':');
+        }
+        if v.is_empty() {
+            stem.push('%');
+            continue;
+        }
+        for b in v.bytes() {
+            if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'+' {
+                stem.push(b as char);
+            } else {
+                stem.push_str(&format!("%{b:02X}"));
+            }
+        }
+    }
+    if stem.is_empty() {
+        stem.push('%');
+    }
+    if stem.len() > 160 {
+        let h = format::fnv1a64(stem.as_bytes());
+        // ASCII only: any byte is a character boundary.
+        stem.truncate(140);
+        stem.push_str(&format!("~{h:016x}"));
+    }
+    stem
+}
+
+/// The data object a file name holds, in either layout (design §4.1): `<object>.data`
+/// (version 1) or `<index>.<object>.data` (version 2, `<index>` without a dot). FDB5's data
+/// files (`<index>.<time>.<host>.<pid>….data`) are neither.
+fn data_object(name: &str) -> Option<u64> {
+    let base = name.strip_suffix(".data")?;
+    let id = match base.rsplit_once('.') {
+        None => base,
+        Some((stem, id)) if !stem.is_empty() && !stem.contains('.') => id,
+        Some(_) => return None,
+    };
+    crate::catalogue::manifest::is_id(id)
+        .then(|| u64::from_str_radix(id, 16).ok())
+        .flatten()
+}
+
+/// Every data file in `dir`, by object.
+fn data_files(dir: &Path) -> io::Result<HashMap<u64, PathBuf>> {
+    let mut out = HashMap::new();
+    for ent in fs::read_dir(dir)? {
+        let ent = ent?;
+        if let Some(id) = data_object(&ent.file_name().to_string_lossy()) {
+            out.insert(id, ent.path());
+        }
+    }
+    Ok(out)
+}
+
+/// The file holding `object` in the database directory `dir`: its version 1 name if that
+/// exists, else found by one listing of the directory (design §4.1).
+fn find_data_file(dir: &Path, object: u64) -> io::Result<PathBuf> {
+    let v1 = dir.join(format!("{object:016x}.data"));
+    if fs::symlink_metadata(&v1).is_ok() {
+        return Ok(v1);
+    }
+    data_files(dir)?.remove(&object).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("no data file of object {object:016x} in {}", dir.display()),
+        )
+    })
+}
+
+/// Object → data file per database directory, for listings that give each field's path
+/// (`Backend::data_path`): one directory listing per miss, not one per field.
+#[derive(Debug, Default)]
+struct DataFileNames(Mutex<HashMap<PathBuf, HashMap<u64, PathBuf>>>);
+
+impl DataFileNames {
+    fn path(&self, dir: &Path, object: u64) -> io::Result<PathBuf> {
+        if let Some(p) = self.0.lock().unwrap().get(dir).and_then(|m| m.get(&object)) {
+            return Ok(p.clone());
+        }
+        let v1 = dir.join(format!("{object:016x}.data"));
+        if fs::symlink_metadata(&v1).is_ok() {
+            return Ok(v1);
+        }
+        let files = data_files(dir)?;
+        let found = files.get(&object).cloned();
+        self.0.lock().unwrap().insert(dir.to_path_buf(), files);
+        found.ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("no data file of object {object:016x} in {}", dir.display()),
+            )
+        })
+    }
 }
 
 /// The entries of a catalogue directory (§3.1) that haar did not write.
@@ -418,9 +528,15 @@ impl Backend for PosixBackend {
     }
 
     fn data_path(&self, db: &Key, data: &DataRef) -> Result<Option<PathBuf>> {
-        Ok(self
-            .find(db)?
-            .map(|dir| dir.join(format!("{:016x}.data", data.object))))
+        let Some(dir) = self.find(db)? else {
+            return Ok(None);
+        };
+        match self.names.path(&dir, data.object) {
+            Ok(path) => Ok(Some(path)),
+            // Wiped or purged since it was listed: there is no file to name.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(Error::io("list", &dir, e)),
+        }
     }
 
     fn unowned_files(&self, db: &Key) -> Result<Vec<PathBuf>> {
@@ -508,13 +624,16 @@ impl Exclusive for PosixExclusive {
 
     fn discard(&mut self, dead: &HashSet<u64>) -> Result<u64> {
         let mut freed = 0;
+        let files = data_files(&self.dir).map_err(|e| Error::io("list", &self.dir, e))?;
         for id in dead {
-            let path = self.dir.join(format!("{id:016x}.data"));
-            let len = fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-            match fs::remove_file(&path) {
+            let Some(path) = files.get(id) else {
+                continue;
+            };
+            let len = fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+            match fs::remove_file(path) {
                 Ok(()) => freed += len,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(Error::io("remove", &path, e)),
+                Err(e) => return Err(Error::io("remove", path, e)),
             }
         }
         Ok(freed)
@@ -527,16 +646,14 @@ impl Exclusive for PosixExclusive {
             let ent = ent.map_err(|e| Error::io("list", &self.dir, e))?;
             let name = ent.file_name();
             let name = name.to_string_lossy();
-            let Some((id, ext)) = name.split_once('.') else {
-                continue;
-            };
-            let Ok(id) = u64::from_str_radix(id, 16) else {
-                continue;
-            };
-            let dead = match ext {
-                "data" => !live.contains(&id),
-                "index" => Some(id) != self.snapshot_writer,
-                _ => false,
+            let index = name
+                .strip_suffix(".index")
+                .filter(|id| crate::catalogue::manifest::is_id(id))
+                .and_then(|id| u64::from_str_radix(id, 16).ok());
+            let dead = match (data_object(&name), index) {
+                (Some(object), _) => !live.contains(&object),
+                (None, Some(writer)) => Some(writer) != self.snapshot_writer,
+                (None, None) => false,
             };
             if dead {
                 let len = ent.metadata().map(|m| m.len()).unwrap_or(0);
@@ -548,15 +665,43 @@ impl Exclusive for PosixExclusive {
     }
 }
 
+/// One data file a writer appends to.
+struct DataFile {
+    object: u64,
+    file: File,
+    path: PathBuf,
+    len: u64,
+    dirty: bool,
+}
+
+impl DataFile {
+    fn create(dir: &Path, object: u64, stem: Option<&str>) -> Result<Self> {
+        let path = match stem {
+            None => dir.join(format!("{object:016x}.data")),
+            Some(stem) => dir.join(format!("{stem}.{object:016x}.data")),
+        };
+        Ok(DataFile {
+            object,
+            file: create_excl(&path)?,
+            path,
+            len: 0,
+            dirty: false,
+        })
+    }
+}
+
 struct PosixWriter {
     dir: PathBuf,
     id: u64,
     _lock: Option<File>,
     fsync: FsyncPolicy,
-    data: File,
-    data_path: PathBuf,
-    data_len: u64,
-    data_dirty: bool,
+    /// The database's `toc` version: 1, one data file (`data[0]`, named by the writer's id);
+    /// 2, one per index (design §4.1).
+    version: u16,
+    /// The data files created, in order of creation.
+    data: Vec<DataFile>,
+    /// Version 2: the data file of each index appended to (position in `data`).
+    by_index: HashMap<Key, usize>,
     index: Option<(File, PathBuf, u64)>,
     /// Files created in `dir` whose names are not yet synced.
     names_dirty: bool,
@@ -573,7 +718,9 @@ impl Drop for PosixWriter {
     /// its first flush, e.g. on a full file system): they are deleted, giving the space back.
     fn drop(&mut self) {
         if !self.toc_attempted {
-            let _ = fs::remove_file(&self.data_path);
+            for d in &self.data {
+                let _ = fs::remove_file(&d.path);
+            }
             if let Some((_, path, _)) = &self.index {
                 let _ = fs::remove_file(path);
             }
@@ -598,22 +745,33 @@ impl PosixWriter {
         replace_toc: bool,
     ) -> Result<Self> {
         let id = random_u64();
-        let data_path = dir.join(format!("{id:016x}.data"));
-        let data = create_excl(&data_path)?;
         let toc_path = dir.join("toc");
         let toc = OpenOptions::new()
+            .read(true)
             .append(true)
             .open(&toc_path)
             .map_err(|e| Error::io("open", &toc_path, e))?;
+        let mut header = [0u8; TOC_RECORD];
+        toc.read_exact_at(&mut header, 0)
+            .map_err(|e| Error::io("read", &toc_path, e))?;
+        let version = format::check_toc_header(&header).map_err(|e| Error::Corrupt {
+            what: "toc header",
+            path: toc_path.clone(),
+            detail: e.to_string(),
+        })?;
+        // Version 1: the writer's one data file, created at once as it always was.
+        let data = match version {
+            1 => vec![DataFile::create(&dir, id, None)?],
+            _ => Vec::new(),
+        };
         Ok(PosixWriter {
             dir,
             id,
             _lock: lock,
             fsync,
+            version,
             data,
-            data_path,
-            data_len: 0,
-            data_dirty: false,
+            by_index: HashMap::new(),
             index: None,
             names_dirty: true,
             toc,
@@ -628,7 +786,7 @@ impl PosixWriter {
         if self.replace_toc {
             let tmp = self.dir.join(format!(".toc-{:016x}", self.id));
             let mut f = create_excl(&tmp)?;
-            let mut all = format::encode_toc_header().to_vec();
+            let mut all = format::encode_toc_header(self.version).to_vec();
             all.extend_from_slice(&bytes);
             let written = f
                 .write_all(&all)
@@ -672,27 +830,39 @@ impl DbWriter for PosixWriter {
         self.id
     }
 
-    fn append(&mut self, bytes: &[u8]) -> Result<DataRef> {
+    fn append(&mut self, index: &Key, bytes: &[u8]) -> Result<DataRef> {
+        let at = match (self.version, self.by_index.get(index)) {
+            (1, _) => 0,
+            (_, Some(&at)) => at,
+            (_, None) => {
+                let d = DataFile::create(&self.dir, random_u64(), Some(&index_stem(index)))?;
+                self.data.push(d);
+                self.names_dirty = true;
+                self.by_index.insert(index.clone(), self.data.len() - 1);
+                self.data.len() - 1
+            }
+        };
+        let d = &mut self.data[at];
         // pwrite at our own offset: a failed or short write is simply overwritten by the next
         // append, so an error never leaves a hole that later entries point past.
-        self.data
-            .write_all_at(bytes, self.data_len)
-            .map_err(|e| Error::io("write", &self.data_path, e))?;
+        d.file
+            .write_all_at(bytes, d.len)
+            .map_err(|e| Error::io("write", &d.path, e))?;
         let r = DataRef {
-            object: self.id,
-            offset: self.data_len,
+            object: d.object,
+            offset: d.len,
             length: bytes.len() as u64,
             crc: haar_persist::crc32c(bytes),
         };
-        self.data_len += bytes.len() as u64;
-        self.data_dirty = true;
+        d.len += bytes.len() as u64;
+        d.dirty = true;
         Ok(r)
     }
 
     fn commit(&mut self, segment: &[u8]) -> Result<()> {
-        if self.data_dirty {
-            sync(&self.data, &self.data_path, self.fsync)?;
-            self.data_dirty = false;
+        for d in self.data.iter_mut().filter(|d| d.dirty) {
+            sync(&d.file, &d.path, self.fsync)?;
+            d.dirty = false;
         }
         if self.index.is_none() {
             let path = self.dir.join(format!("{:016x}.index", self.id));
@@ -734,7 +904,7 @@ struct PosixReader {
     ino: u64,
     pos: u64,
     indexes: HashMap<u64, File>,
-    data: Mutex<HashMap<u64, File>>,
+    data: Mutex<HashMap<u64, (File, PathBuf)>>,
 }
 
 impl PosixReader {
@@ -862,12 +1032,15 @@ impl DbReader for PosixReader {
     }
 
     fn read(&self, data: &DataRef, out: &mut Vec<u8>) -> Result<()> {
-        let path = || self.dir.join(format!("{:016x}.data", data.object));
         let mut files = self.data.lock().unwrap();
-        let f = match files.entry(data.object) {
+        let (f, path) = match files.entry(data.object) {
             std::collections::hash_map::Entry::Occupied(e) => e.into_mut(),
             std::collections::hash_map::Entry::Vacant(e) => {
-                e.insert(File::open(path()).map_err(|e| Error::io("open", path(), e))?)
+                let v1 = || self.dir.join(format!("{:016x}.data", data.object));
+                let path = find_data_file(&self.dir, data.object)
+                    .map_err(|e| Error::io("open", v1(), e))?;
+                let f = File::open(&path).map_err(|e| Error::io("open", &path, e))?;
+                e.insert((f, path))
             }
         };
         let start = out.len();
@@ -875,17 +1048,20 @@ impl DbReader for PosixReader {
         f.read_exact_at(&mut out[start..], data.offset)
             .map_err(|e| {
                 out.truncate(start);
-                Error::io("read", path(), e)
+                Error::io("read", &*path, e)
             })
     }
 
     fn locate(&self, data: &DataRef) -> String {
-        format!(
-            "{} @ {}",
-            self.dir
-                .join(format!("{:016x}.data", data.object))
-                .display(),
-            data.offset
-        )
+        let known = self
+            .data
+            .lock()
+            .unwrap()
+            .get(&data.object)
+            .map(|(_, p)| p.clone());
+        let path = known
+            .or_else(|| find_data_file(&self.dir, data.object).ok())
+            .unwrap_or_else(|| self.dir.join(format!("{:016x}.data", data.object)));
+        format!("{} @ {}", path.display(), data.offset)
     }
 }

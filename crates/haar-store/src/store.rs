@@ -387,7 +387,7 @@ fn append_field(p: &mut PendingDb, split: &SplitKey, data: &[u8], crc: Option<u3
             key: db.joined(index).joined(datum).to_string(),
             reason: reason.into(),
         })?;
-    let data = p.writer.append(data).map_err(|e| {
+    let data = p.writer.append(index, data).map_err(|e| {
         with_note(
             e,
             &format!(
@@ -1071,7 +1071,10 @@ impl Store {
             if copy && full.dead.by_object.get(&data.object).copied().unwrap_or(0) > 0 {
                 buf.clear();
                 cat.reader.read(data, &mut buf)?;
-                r = writer.append(&buf)?;
+                r = writer.append(index, &buf)?;
+                // A posix writer of a version 2 database appends to a data file per index,
+                // each its own object (design §4.1): every one is live.
+                live.insert(r.object);
             } else {
                 live.insert(data.object);
             }

@@ -359,3 +359,187 @@ fn a_database_fdb5_wrote_under_the_root_is_named_not_vanished() {
         b"FDB5's table of contents"
     );
 }
+
+/// Every `.data` file directly in `dir`, by name.
+fn data_file_names(dir: &std::path::Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".data"))
+        .collect();
+    names.sort();
+    names
+}
+
+/// Design §4.1, "Data files per index": as FDB5's TOC store, a posix writer keeps one data file
+/// per index, named `<index values>.<object>.data`, and a field's listed path is that file, so
+/// a client checking the path for its index (pyfdb's `test_archival_read`) finds it. A purge
+/// keeps the names readable and a wipe finds no file it did not write.
+#[test]
+fn posix_keeps_a_data_file_per_index_named_by_its_values() {
+    use haar_core::{Key, Request};
+    use haar_store::conformance::payload;
+    let dir = tempfile::tempdir().unwrap();
+    let backend: Arc<dyn Backend> =
+        Arc::new(PosixBackend::new(vec![dir.path().to_path_buf()], FsyncPolicy::Never).unwrap());
+    let mut s = haar_store::Store::with_options(backend.clone(), Default::default());
+    let key = |levtype: &str, level: u32, param: &str| {
+        Key::parse(&format!(
+            "class=od,expver=0001,stream=oper,date=20260107,time=1200,domain=g,type=an,\
+             levtype={levtype},levelist={level},step=0,param={param}"
+        ))
+        .unwrap()
+    };
+    let keys = [
+        key("pl", 500, "130"),
+        key("pl", 850, "130"),
+        key("ml", 1, "130"),
+        key("pl", 500, "131"),
+    ];
+    for (i, k) in keys.iter().enumerate() {
+        s.archive(k, &payload(k, i as u8, 100 + i)).unwrap();
+    }
+    s.flush().unwrap();
+    // The same fields again from a second writer: masked copies in files of their own.
+    drop(s);
+    let mut s = haar_store::Store::with_options(backend.clone(), Default::default());
+    for (i, k) in keys.iter().enumerate() {
+        s.archive(k, &payload(k, 10 + i as u8, 200 + i)).unwrap();
+    }
+    s.flush().unwrap();
+
+    let split = s
+        .options()
+        .schema
+        .split(&keys[0], &s.options().context)
+        .unwrap();
+    let db_dir = backend
+        .catalogue_dir(&split.db)
+        .unwrap()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let names = data_file_names(&db_dir);
+    let stems: Vec<&str> = names.iter().map(|n| n.split('.').next().unwrap()).collect();
+    assert_eq!(stems.len(), 4, "{names:?}");
+    assert_eq!(
+        stems.iter().filter(|s| **s == "an:pl").count(),
+        2,
+        "{names:?}"
+    );
+    assert_eq!(
+        stems.iter().filter(|s| **s == "an:ml").count(),
+        2,
+        "{names:?}"
+    );
+    for n in &names {
+        let parts: Vec<&str> = n.split('.').collect();
+        assert_eq!(parts.len(), 3, "{n}: two dots");
+        assert!(
+            parts[1].len() == 16 && parts[1].bytes().all(|b| b.is_ascii_hexdigit()),
+            "{n}"
+        );
+    }
+
+    let all = Request::parse("class=od,expver=0001,stream=oper,date=20260107,time=1200").unwrap();
+    let listed = s.list(&all).unwrap();
+    assert_eq!(listed.len(), 4);
+    for f in &listed {
+        let key = f.key();
+        let path = backend
+            .data_path(&f.db, &f.data)
+            .unwrap()
+            .expect("a posix field has a path");
+        let levtype = key.get("levtype").unwrap();
+        assert!(
+            path.to_string_lossy().contains(&format!("/an:{levtype}.")),
+            "{} for {}",
+            path.display(),
+            key
+        );
+        let bytes = std::fs::read(&path).unwrap();
+        let at = f.data.offset as usize;
+        assert_eq!(
+            Some(&bytes[at..at + f.data.length as usize]),
+            s.get_copy(&key).unwrap().as_deref(),
+            "{key}"
+        );
+    }
+
+    // A purge copies nothing here (every older file holds only masked copies) and deletes
+    // the files it leaves unnamed; a fresh store reads every field from what remains.
+    s.purge(&all, true).unwrap();
+    let after = data_file_names(&db_dir);
+    assert_eq!(after.len(), 2, "{after:?}");
+    let fresh = haar_store::Store::with_options(backend.clone(), Default::default());
+    for (i, k) in keys.iter().enumerate() {
+        assert_eq!(
+            fresh.get_copy(k).unwrap(),
+            Some(payload(k, 10 + i as u8, 200 + i)),
+            "{k}"
+        );
+    }
+    assert!(backend.unowned_files(&split.db).unwrap().is_empty());
+    s.wipe(&all, true).unwrap();
+    assert!(!db_dir.exists());
+}
+
+/// A database an older haar made (`toc` version 1) keeps one `<writer>.data` per writer, so
+/// that an older haar still reading it finds every file it names; its fields read back beside
+/// those of files named per index.
+#[test]
+fn posix_version_1_database_keeps_a_data_file_per_writer() {
+    use haar_store::conformance::{field_key, payload};
+    use std::os::unix::fs::FileExt;
+    let dir = tempfile::tempdir().unwrap();
+    let backend: Arc<dyn Backend> =
+        Arc::new(PosixBackend::new(vec![dir.path().to_path_buf()], FsyncPolicy::Never).unwrap());
+    let mut s = haar_store::Store::with_options(backend.clone(), Default::default());
+    let a = field_key("20260107", 0, 500, "130");
+    s.archive(&a, &payload(&a, 0, 64)).unwrap();
+    s.flush().unwrap();
+    drop(s);
+    let split = haar_store::Store::with_options(backend.clone(), Default::default())
+        .options()
+        .schema
+        .split(&a, &Default::default())
+        .unwrap();
+    let db_dir = backend
+        .catalogue_dir(&split.db)
+        .unwrap()
+        .unwrap()
+        .parent()
+        .unwrap()
+        .to_path_buf();
+    let toc = std::fs::OpenOptions::new()
+        .write(true)
+        .open(db_dir.join("toc"))
+        .unwrap();
+    toc.write_all_at(&haar_store::format::encode_toc_header(1), 0)
+        .unwrap();
+
+    let mut s = haar_store::Store::with_options(backend.clone(), Default::default());
+    let b = field_key("20260107", 6, 850, "131");
+    s.archive(&b, &payload(&b, 1, 80)).unwrap();
+    s.flush().unwrap();
+    let names = data_file_names(&db_dir);
+    assert_eq!(names.len(), 2, "{names:?}");
+    assert!(names.iter().any(|n| n.starts_with("fc:pl.")), "{names:?}");
+    assert!(
+        names
+            .iter()
+            .any(|n| n.len() == 21 && !n[..16].contains(':')),
+        "a version 1 writer's <writer>.data: {names:?}"
+    );
+    let fresh = haar_store::Store::with_options(backend.clone(), Default::default());
+    assert_eq!(fresh.get_copy(&a).unwrap(), Some(payload(&a, 0, 64)));
+    assert_eq!(fresh.get_copy(&b).unwrap(), Some(payload(&b, 1, 80)));
+    // A version 2 toc is refused by a reader that knows only version 1: the header says 2.
+    let mut h = [0u8; 64];
+    std::fs::File::open(db_dir.join("toc"))
+        .unwrap()
+        .read_exact_at(&mut h, 0)
+        .unwrap();
+    assert_eq!(haar_store::format::check_toc_header(&h).unwrap(), 1);
+}

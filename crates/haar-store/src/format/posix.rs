@@ -101,18 +101,21 @@ pub const RECORD_SEGMENT: u8 = 1;
 /// The database was wiped.
 pub const RECORD_WIPED: u8 = 2;
 
-/// The `toc` header.
-pub fn encode_toc_header() -> [u8; TOC_RECORD] {
+/// The `toc` version this haar writes in new databases: 2, data files per index (design §4.1).
+pub const TOC_VERSION: u16 = 2;
+
+/// The `toc` header of `version` (1: one data file per writer; 2: per writer and index).
+pub fn encode_toc_header(version: u16) -> [u8; TOC_RECORD] {
     let mut h = [0u8; TOC_RECORD];
     h[0..4].copy_from_slice(b"HTOC");
-    h[4..6].copy_from_slice(&1u16.to_le_bytes());
+    h[4..6].copy_from_slice(&version.to_le_bytes());
     let crc = haar_persist::crc32c(&h[..60]);
     h[60..64].copy_from_slice(&crc.to_le_bytes());
     h
 }
 
-/// Verifies a `toc` header.
-pub fn check_toc_header(h: &[u8]) -> Result<(), DecodeError> {
+/// Verifies a `toc` header; returns its version (1 or 2).
+pub fn check_toc_header(h: &[u8]) -> Result<u16, DecodeError> {
     if h.len() < TOC_RECORD {
         return Err(DecodeError::Truncated(h.len()));
     }
@@ -126,10 +129,10 @@ pub fn check_toc_header(h: &[u8]) -> Result<(), DecodeError> {
         return Err(DecodeError::Checksum { stored, computed });
     }
     let version = u16::from_le_bytes(h[4..6].try_into().unwrap());
-    if version != 1 {
+    if version != 1 && version != TOC_VERSION {
         return Err(DecodeError::Version(version));
     }
-    Ok(())
+    Ok(version)
 }
 
 /// A commit record of the posix `toc`.

@@ -241,7 +241,7 @@ impl DbWriter for PmemWriter {
         self.id
     }
 
-    fn append(&mut self, bytes: &[u8]) -> Result<DataRef> {
+    fn append(&mut self, _index: &Key, bytes: &[u8]) -> Result<DataRef> {
         let off = self.pool.alloc(bytes.len() as u64)?;
         // A bulk copy writes large fields through the file, never mapping their pages in;
         // otherwise the checksum is computed in the same pass as the copy (one read).
