@@ -1,0 +1,152 @@
+//! Names in a posix database directory (design §4.1): which files are haar's, the data file
+//! of each index, and the file that holds a data object in either layout.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use haar_core::Key;
+
+use crate::error::{Error, Result};
+use crate::format;
+
+/// Whether `name` is a file haar writes directly in a posix database directory (§4.1):
+/// `db.key`, `toc`, `lock`, a writer's `.data` and `.index`, a purge's temporary `toc`.
+pub(super) fn is_database_file(name: &str) -> bool {
+    if ["db.key", "toc", "lock"].contains(&name) {
+        return true;
+    }
+    if name
+        .strip_prefix(".toc-")
+        .is_some_and(crate::catalogue::manifest::is_id)
+    {
+        return true;
+    }
+    data_object(name).is_some()
+        || name
+            .strip_suffix(".index")
+            .is_some_and(crate::catalogue::manifest::is_id)
+}
+
+/// The stem of the name of a writer's data file for `index` (design §4.1, "Data files per
+/// index"): the index values joined by `:`, percent-encoded with `.` always encoded, so that
+/// the file's name has exactly two dots.
+pub(super) fn index_stem(index: &Key) -> String {
+    let mut stem = String::new();
+    for (i, (_, v)) in index.iter().enumerate() {
+        if i > 0 {
+            stem.push(':');
+        }
+        if v.is_empty() {
+            stem.push('%');
+            continue;
+        }
+        for b in v.bytes() {
+            if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'+' {
+                stem.push(b as char);
+            } else {
+                stem.push_str(&format!("%{b:02X}"));
+            }
+        }
+    }
+    if stem.is_empty() {
+        stem.push('%');
+    }
+    if stem.len() > 160 {
+        let h = format::fnv1a64(stem.as_bytes());
+        // ASCII only: any byte is a character boundary.
+        stem.truncate(140);
+        stem.push_str(&format!("~{h:016x}"));
+    }
+    stem
+}
+
+/// The data object a file name holds, in either layout (design §4.1): `<object>.data`
+/// (version 1) or `<index>.<object>.data` (version 2, `<index>` without a dot). FDB5's data
+/// files (`<index>.<time>.<host>.<pid>….data`) are neither.
+pub(super) fn data_object(name: &str) -> Option<u64> {
+    let base = name.strip_suffix(".data")?;
+    let id = match base.rsplit_once('.') {
+        None => base,
+        Some((stem, id)) if !stem.is_empty() && !stem.contains('.') => id,
+        Some(_) => return None,
+    };
+    crate::catalogue::manifest::is_id(id)
+        .then(|| u64::from_str_radix(id, 16).ok())
+        .flatten()
+}
+
+/// Every data file in `dir`, by object.
+pub(super) fn data_files(dir: &Path) -> io::Result<HashMap<u64, PathBuf>> {
+    let mut out = HashMap::new();
+    for ent in fs::read_dir(dir)? {
+        let ent = ent?;
+        if let Some(id) = data_object(&ent.file_name().to_string_lossy()) {
+            out.insert(id, ent.path());
+        }
+    }
+    Ok(out)
+}
+
+/// The file holding `object` in the database directory `dir`: its version 1 name if that
+/// exists, else found by one listing of the directory (design §4.1).
+pub(super) fn find_data_file(dir: &Path, object: u64) -> io::Result<PathBuf> {
+    let v1 = dir.join(format!("{object:016x}.data"));
+    if fs::symlink_metadata(&v1).is_ok() {
+        return Ok(v1);
+    }
+    data_files(dir)?.remove(&object).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("no data file of object {object:016x} in {}", dir.display()),
+        )
+    })
+}
+
+/// Object → data file per database directory, for listings that give each field's path
+/// (`Backend::data_path`): one directory listing per miss, not one per field.
+#[derive(Debug, Default)]
+pub(super) struct DataFileNames(Mutex<HashMap<PathBuf, HashMap<u64, PathBuf>>>);
+
+impl DataFileNames {
+    pub(super) fn path(&self, dir: &Path, object: u64) -> io::Result<PathBuf> {
+        if let Some(p) = self.0.lock().unwrap().get(dir).and_then(|m| m.get(&object)) {
+            return Ok(p.clone());
+        }
+        let v1 = dir.join(format!("{object:016x}.data"));
+        if fs::symlink_metadata(&v1).is_ok() {
+            return Ok(v1);
+        }
+        let files = data_files(dir)?;
+        let found = files.get(&object).cloned();
+        self.0.lock().unwrap().insert(dir.to_path_buf(), files);
+        found.ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::NotFound,
+                format!("no data file of object {object:016x} in {}", dir.display()),
+            )
+        })
+    }
+}
+
+/// The entries of a catalogue directory (§3.1) that haar did not write.
+pub(crate) fn unowned_in_catalogue(dir: &Path) -> Result<Vec<PathBuf>> {
+    let rd = match fs::read_dir(dir) {
+        Ok(rd) => rd,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io("list", dir, e)),
+    };
+    let mut out = Vec::new();
+    for ent in rd {
+        let ent = ent.map_err(|e| Error::io("list", dir, e))?;
+        let name = ent.file_name();
+        if ent.file_type().is_ok_and(|t| t.is_dir())
+            || !crate::catalogue::manifest::is_catalogue_file(&name.to_string_lossy())
+        {
+            out.push(ent.path());
+        }
+    }
+    Ok(out)
+}
