@@ -10,7 +10,7 @@ use haar_core::Key;
 use haar_grib::frame::tests_support::{minimal_grib1, minimal_grib2};
 use haar_store::format::{
     CommitRecord, DataRef, Entry, FLAG_SNAPSHOT, RECORD_SEGMENT, RECORD_WIPED, SegmentBuilder,
-    encode_db_key_file, encode_key, encode_toc_header,
+    TOC_VERSION, encode_db_key_file, encode_key, encode_toc_header,
 };
 
 fn key(text: &str) -> Key {
@@ -86,8 +86,8 @@ fn main() {
     let mut bare = Vec::new();
     encode_key(&key("class=od,param=130.128,levelist="), &mut bare).expect("key encodes");
     write(&seg_dir, "key-bytes", &bare);
-    // A toc file: header then commit records.
-    let mut toc = encode_toc_header().to_vec();
+    // A toc file: header (the version this haar writes) then commit records.
+    let mut toc = encode_toc_header(TOC_VERSION).to_vec();
     toc.extend_from_slice(
         &CommitRecord {
             kind: RECORD_SEGMENT,
