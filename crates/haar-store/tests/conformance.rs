@@ -295,13 +295,7 @@ fn posix_wipe_refuses_a_database_directory_holding_foreign_files() {
     s.archive(&k, &payload(&k, 0, 64)).unwrap();
     s.flush().unwrap();
     let split = s.options().schema.split(&k, &s.options().context).unwrap();
-    let db_dir = backend
-        .catalogue_dir(&split.db)
-        .unwrap()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_path_buf();
+    let db_dir = posix_db_dir(&*backend, &split.db);
     let file = db_dir.join("an:pl.20260107.data");
     let sub = db_dir.join("mine");
     std::fs::write(&file, b"FDB5 or a user").unwrap();
@@ -360,6 +354,15 @@ fn a_database_fdb5_wrote_under_the_root_is_named_not_vanished() {
     );
 }
 
+/// The directory of posix database `db` (its catalogue directory's parent).
+fn posix_db_dir(backend: &dyn Backend, db: &haar_core::Key) -> std::path::PathBuf {
+    let catalogue = backend
+        .catalogue_dir(db)
+        .unwrap()
+        .expect("a posix database");
+    catalogue.parent().unwrap().to_path_buf()
+}
+
 /// Every `.data` file directly in `dir`, by name.
 fn data_file_names(dir: &std::path::Path) -> Vec<String> {
     let mut names: Vec<String> = std::fs::read_dir(dir)
@@ -413,13 +416,7 @@ fn posix_keeps_a_data_file_per_index_named_by_its_values() {
         .schema
         .split(&keys[0], &s.options().context)
         .unwrap();
-    let db_dir = backend
-        .catalogue_dir(&split.db)
-        .unwrap()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_path_buf();
+    let db_dir = posix_db_dir(&*backend, &split.db);
     let names = data_file_names(&db_dir);
     let stems: Vec<&str> = names.iter().map(|n| n.split('.').next().unwrap()).collect();
     assert_eq!(stems.len(), 4, "{names:?}");
@@ -505,13 +502,7 @@ fn posix_version_1_database_keeps_a_data_file_per_writer() {
         .schema
         .split(&a, &Default::default())
         .unwrap();
-    let db_dir = backend
-        .catalogue_dir(&split.db)
-        .unwrap()
-        .unwrap()
-        .parent()
-        .unwrap()
-        .to_path_buf();
+    let db_dir = posix_db_dir(&*backend, &split.db);
     let toc = std::fs::OpenOptions::new()
         .write(true)
         .open(db_dir.join("toc"))

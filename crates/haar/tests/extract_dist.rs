@@ -15,18 +15,16 @@
 //! (`haar::serve::bind` and `run_until_signalled`) over a pmem pool of its own.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{Shutdown, TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::Path;
 
 use haar::extract::{Extracted, Method, Selection, extract};
 use haar::{ConfigSource, FieldStore, FieldStoreExt, OpenOptions};
 use haar_core::Key;
 use haar_core::request::Request;
 use haar_grib::jump;
+
+mod common;
+use common::{Proc, Relay};
 use haar_store::dist::DistStore;
 
 const TOKEN: &str = "extract-dist-token";
@@ -36,133 +34,7 @@ const CHILD_ENV: &str = "HAAR_EXTRACT_DIST_CHILD";
 #[test]
 #[ignore = "run by the other tests as their server process"]
 fn child_server() {
-    let Some(root) = std::env::var_os(CHILD_ENV) else {
-        return;
-    };
-    let root = PathBuf::from(root);
-    let opts = OpenOptions {
-        config: ConfigSource::Yaml {
-            text: "backend: pmem\n".into(),
-            origin: "test".into(),
-        },
-        root: Some(root.join("store")),
-        token_file: Some(root.join("token")),
-        ..OpenOptions::default()
-    };
-    let server = haar::serve::bind(
-        &opts,
-        &haar::serve::ServeOptions {
-            listen: "127.0.0.1:0".into(),
-            read_token_file: None,
-            tls: None,
-            limits: haar_net::ServerLimits::default(),
-            frame_tags: haar_net::protocol::FrameTags::Auto,
-        },
-    )
-    .unwrap();
-    println!("listening on {}", server.local_addr().unwrap());
-    std::io::stdout().flush().unwrap();
-    haar::serve::run_until_signalled(server).unwrap();
-}
-
-/// A server process; killed when dropped.
-struct Proc {
-    child: Child,
-    addr: String,
-}
-
-impl Proc {
-    fn start(dir: &Path) -> Proc {
-        std::fs::create_dir_all(dir).unwrap();
-        std::fs::write(dir.join("token"), TOKEN).unwrap();
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "child_server", "--ignored", "--nocapture"])
-            .env(CHILD_ENV, dir)
-            .env_remove("HAAR_CONFIG")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        // The harness may print "running 1 test" and the test's name first.
-        while !line.contains("listening on ") {
-            line.clear();
-            assert!(out.read_line(&mut line).unwrap() > 0, "server exited");
-        }
-        let addr = line
-            .split("listening on ")
-            .nth(1)
-            .unwrap()
-            .trim()
-            .to_string();
-        std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
-        Proc { child, addr }
-    }
-
-    /// SIGKILL: no chance to close a connection cleanly.
-    fn kill_9(&mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// A loopback TCP relay in front of a server that counts the bytes the server sends through
-/// it (every byte of every frame: handshake, headers, meta, data).
-struct Relay {
-    addr: String,
-    from_server: Arc<AtomicU64>,
-}
-
-impl Relay {
-    fn start(target: &str) -> Relay {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-        let addr = listener.local_addr().unwrap().to_string();
-        let from_server = Arc::new(AtomicU64::new(0));
-        let (target, count) = (target.to_string(), from_server.clone());
-        std::thread::spawn(move || {
-            for client in listener.incoming() {
-                let Ok(client) = client else { return };
-                let Ok(server) = TcpStream::connect(&target) else {
-                    continue; // the client sees its connection closed
-                };
-                let (c2, s2) = (client.try_clone().unwrap(), server.try_clone().unwrap());
-                std::thread::spawn(move || pump(client, server, None));
-                let count = count.clone();
-                std::thread::spawn(move || pump(s2, c2, Some(count)));
-            }
-        });
-        Relay { addr, from_server }
-    }
-
-    fn sent(&self) -> u64 {
-        self.from_server.load(Ordering::SeqCst)
-    }
-}
-
-fn pump(mut from: TcpStream, mut to: TcpStream, count: Option<Arc<AtomicU64>>) {
-    let mut buf = vec![0u8; 1 << 16];
-    loop {
-        let n = from.read(&mut buf).unwrap_or(0);
-        if n == 0 {
-            let _ = to.shutdown(Shutdown::Write);
-            return;
-        }
-        if let Some(c) = &count {
-            c.fetch_add(n as u64, Ordering::SeqCst);
-        }
-        if to.write_all(&buf[..n]).is_err() {
-            return;
-        }
-    }
+    common::serve_child(CHILD_ENV);
 }
 
 /// `dist` over `servers` (by address) as every face opens it.
@@ -306,7 +178,7 @@ fn scattered(points: u64, grid: u64) -> Vec<(u64, u64)> {
 fn dist_over_three_servers_extracts_on_each_and_only_values_travel() {
     let dir = tempfile::tempdir().unwrap();
     let procs: Vec<Proc> = (0..3)
-        .map(|i| Proc::start(&dir.path().join(format!("node{i}"))))
+        .map(|i| Proc::start(&dir.path().join(format!("node{i}")), CHILD_ENV, TOKEN))
         .collect();
     let relays: Vec<Relay> = procs.iter().map(|p| Relay::start(&p.addr)).collect();
     let via: Vec<String> = relays.iter().map(|r| r.addr.clone()).collect();
@@ -396,7 +268,7 @@ fn dist_over_three_servers_extracts_on_each_and_only_values_travel() {
 fn a_dead_server_is_stood_in_for_by_its_replica_and_named_without_one() {
     let dir = tempfile::tempdir().unwrap();
     let mut procs: Vec<Proc> = (0..3)
-        .map(|i| Proc::start(&dir.path().join(format!("node{i}"))))
+        .map(|i| Proc::start(&dir.path().join(format!("node{i}")), CHILD_ENV, TOKEN))
         .collect();
     let addrs: Vec<String> = procs.iter().map(|p| p.addr.clone()).collect();
     let token = dir.path().join("node0/token");
