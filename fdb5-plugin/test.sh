@@ -1,9 +1,9 @@
 #!/bin/bash
 # haar as an FDB5 store, checked with FDB5's own clients: the fdb5lib 5.25 wheel's tools
-# (fdb-write, fdb-list, fdb-axes, fdb-read, fdb-purge, fdb-wipe), pyfdb 5.25 and earthkit-data
-# 1.3's fdb source run one scenario twice on the same GRIB, once on FDB5's own TOC backend and
-# once through the haar
-# plugin (`store: haar`, set up by scripts/fdb5-plugin-env.sh); every output must be the same
+# (fdb-write, fdb-list, fdb-axes, fdb-read, fdb-lock, fdb-unlock, fdb-purge, fdb-wipe), pyfdb
+# 5.25 and earthkit-data 1.3's fdb source run one scenario twice on the same GRIB, once on
+# FDB5's own TOC backend and once through the haar plugin (`store: haar`, set up by
+# scripts/fdb5-plugin-env.sh); every output must be the same
 # on both, the bytes read back must be the bytes written, and haar's own CLI must see (list,
 # retrieve) the fields FDB5 wrote and lose them when FDB5 wipes them.
 #
@@ -87,8 +87,7 @@ with pyfdb.FDB() as fdb:
 
     def check(got, want, what):
         global bad
-        # FDB5 5.25 hands a one-field request's message twice (on TOC too): compare the first.
-        if got[: len(want)] != want:
+        if got != want:
             bad += 1
             print(f"{what}: {len(got)} bytes differ from the {len(want)} archived")
 
@@ -129,7 +128,7 @@ scenario() { # BACKEND: runs every step with FDB5's environment already set; out
     check "fdb-list lists 7 fields" sh -c "fdb-list --porcelain $DB >'$out/list' && grep -c . '$out/list' | grep -qx 7"
     check "fdb-axes" sh -c "fdb-axes $DB | grep IndexAxis >'$out/axes'"
     check "fdb-read" sh -c "fdb-read all.req '$out/read.grib' >/dev/null && test -s '$out/read.grib'"
-    check "fdb-read of a surface field" sh -c "fdb-read sfc.req '$out/sfc.grib' >/dev/null && cmp -n \$(stat -c %s msgs/sfc-167.grib) '$out/sfc.grib' msgs/sfc-167.grib"
+    check "fdb-read of a surface field" sh -c "fdb-read sfc.req '$out/sfc.grib' >/dev/null && cmp '$out/sfc.grib' msgs/sfc-167.grib"
     check "pyfdb 5.25 archive/list/axes/retrieve" python3 pyfdb_check.py "$out/pyfdb"
     if [ "$earthkit" = 1 ]; then
         check "earthkit-data fdb source reads the 6 fields" python3 earthkit_check.py "$out/earthkit"
@@ -137,6 +136,12 @@ scenario() { # BACKEND: runs every step with FDB5's environment already set; out
         echo "earthkit-data not installed: its check skipped" >"$out/earthkit"
     fi
     check "fdb-list after a re-archive" sh -c "fdb-list --porcelain $DB >'$out/list2'"
+    # FDB5's control (fdb-lock/fdb-unlock, pyfdb's control()) acts on FDB5's catalogue, which
+    # is TOC under the plugin too: a database locked against archiving refuses fdb-write
+    # before any byte reaches the store, and takes it again once unlocked.
+    check "fdb-lock --archive" sh -c "fdb-lock --archive $DB >'$out/lock.log' 2>&1 && grep -q 'archive: LOCKED' '$out/lock.log'"
+    check "fdb-write into a locked database fails" sh -c "! fdb-write msgs/300-155.grib >'$out/locked.log' 2>&1 && grep -q 'LOCKED against archiving' '$out/locked.log'"
+    check "fdb-unlock --archive, then fdb-write" sh -c "fdb-unlock --archive $DB >/dev/null 2>&1 && fdb-write msgs/300-155.grib >/dev/null 2>&1"
     check "fdb-purge --doit" sh -c "fdb-purge --doit $DB >'$out/purge.log' 2>&1"
     check "fdb-read after the purge" sh -c "fdb-read all.req '$out/read2.grib' >/dev/null"
     check "fdb-wipe --doit" sh -c "fdb-wipe --doit $DB >'$out/wipe.log' 2>&1"
@@ -148,7 +153,7 @@ backend=toc
 mkdir -p toc-root
 : >empty-dbnames
 printf 'backend: posix\nroots: [%s/haar-root]\n' "$work" >haar.yaml
-"$haar" --config haar.yaml schema >schema || exit 1
+"$haar" --config haar.yaml schema --fdb5 >schema || exit 1
 cat >toc.yaml <<EOF
 ---
 type: local
@@ -215,7 +220,10 @@ for f in list axes read.grib sfc.grib pyfdb earthkit list2 read2.grib list3; do
     check "$f: the same on TOC and through haar (posix)" same "toc/$f" "haar/$f"
     check "$f: the same on TOC and through haar (pmem)" same "toc/$f" "haar-pmem/$f"
 done
-check "fdb-read returns the 6 fields written" sh -c "grib_count toc/read.grib | grep -qx 12 || grib_count toc/read.grib | grep -qx 6"
+# Each field once: the schema FDB5 is given (`haar schema --fdb5`) has no rule beside each
+# field's own that FDB5 5.25 would also read it through.
+check "fdb-read returns the 6 fields written, each once" sh -c "grib_count toc/read.grib | grep -qx 6"
+check "fdb-read through haar returns the 6 fields written, each once" sh -c "grib_count haar/read.grib | grep -qx 6 && grib_count haar-pmem/read.grib | grep -qx 6"
 
 echo "fdb5-plugin test: FDB5 TOC backend: $toc_passed passed, $toc_failed failed; haar plugin, posix and pmem, with the cross-checks: $passed passed, $failed failed"
 [ "$toc_failed" = 0 ] && [ "$failed" = 0 ]

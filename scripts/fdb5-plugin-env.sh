@@ -34,7 +34,7 @@ if [ ! -x "$haar" ]; then
 fi
 
 mkdir -p "$dir/catalogue"
-"$haar" --config "$cfg" schema >"$dir/schema.tmp"
+"$haar" --config "$cfg" schema --fdb5 >"$dir/schema.tmp"
 mv "$dir/schema.tmp" "$dir/schema"
 : >"$dir/empty-dbnames"
 cat >"$dir/config.yaml.tmp" <<EOF

@@ -30,12 +30,14 @@ pub fn setup_root_at(root: &Path, there: &Path) -> Result<Vec<(String, String)>,
     std::fs::create_dir_all(&db).map_err(io("create", &db))?;
     let schema = root.join("schema");
     // FDB5's default schema where FDB5 is installed system-wide; else (PyPI's wheel ships
-    // none) haar's built-in schema, which is FDB5's default.
+    // none) haar's built-in schema as FDB5 takes it (FDB5's default: without haar's fallback
+    // rule, through which FDB5 would read every field twice).
     if Path::new("/etc/fdb/schema").exists() {
         std::fs::copy("/etc/fdb/schema", &schema)
             .map_err(io("copy /etc/fdb/schema to", &schema))?;
     } else {
-        std::fs::write(&schema, haar_core::schema::BUILTIN_SCHEMA).map_err(io("write", &schema))?;
+        let text = haar_core::schema::for_fdb5(haar_core::schema::BUILTIN_SCHEMA);
+        std::fs::write(&schema, text.as_bytes()).map_err(io("write", &schema))?;
     }
     let dbnames = root.join("dbnames");
     std::fs::write(&dbnames, "").map_err(io("write", &dbnames))?;

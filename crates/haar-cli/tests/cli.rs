@@ -295,6 +295,16 @@ fn schema_check_accepts_fdb5_schema_and_rejects_bad_files() {
     );
     let text = ok(&haar(tmp.path(), "posix", &["schema"]));
     assert!(text.contains("stream=enfo"), "built-in schema printed");
+    // For FDB5: the same rules but haar's fallback, which FDB5 would read every field through
+    // a second time.
+    let fdb5 = ok(&haar(tmp.path(), "posix", &["schema", "--fdb5"]));
+    assert!(text.contains("# haar: fallback"), "{text}");
+    assert!(!fdb5.contains("# haar: fallback"), "{fdb5}");
+    assert!(text.starts_with(fdb5.trim_end()));
+    let checked = tmp.path().join("fdb5.schema");
+    std::fs::write(&checked, &fdb5).unwrap();
+    let arg = checked.to_str().unwrap();
+    ok(&haar(tmp.path(), "posix", &["schema", "--check", arg]));
 }
 
 #[test]

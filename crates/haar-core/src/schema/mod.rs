@@ -81,6 +81,37 @@ pub struct Rule {
 /// `domain?` everywhere and a catch-all rule last.
 pub const BUILTIN_SCHEMA: &str = include_str!("../../schema/default.schema");
 
+/// The last rule of [`BUILTIN_SCHEMA`], with its comment: haar's fallback for streams that no
+/// rule above lists.
+const FALLBACK_RULE: &str = "# haar: fallback for streams that no rule above lists. Keep it last: \
+the first matching rule wins.
+[ class, expver, stream, date, time?, domain?
+       [ type, levtype?, origin?
+               [ step?, number?, levelist?, param ]]]";
+
+/// `schema` (a schema's text) as FDB5 should be given it beside haar: without haar's fallback
+/// rule when the text ends with it, and otherwise unchanged.
+///
+/// haar archives with the first matching rule only, and so does FDB5; but FDB5 5.25 retrieves
+/// and lists through *every* rule a request matches, and a request that matches a rule of the
+/// ECMWF schema matches the fallback rule too, reaching the same database and index, so FDB5
+/// handed the built-in schema retrieves every field twice (design §17). Without the fallback,
+/// FDB5 splits every field it can archive as haar does: the fallback only takes fields that no
+/// other rule takes, which FDB5 then refuses to archive.
+///
+/// ```
+/// use haar_core::schema::{for_fdb5, BUILTIN_SCHEMA};
+/// let fdb5 = for_fdb5(BUILTIN_SCHEMA);
+/// assert!(fdb5.len() < BUILTIN_SCHEMA.len() && !fdb5.contains("haar: fallback"));
+/// assert_eq!(for_fdb5("[ a [ b [ c ]]]\n"), "[ a [ b [ c ]]]\n");
+/// ```
+pub fn for_fdb5(schema: &str) -> std::borrow::Cow<'_, str> {
+    match schema.trim_end().strip_suffix(FALLBACK_RULE) {
+        Some(rest) => format!("{}\n", rest.trim_end()).into(),
+        None => schema.into(),
+    }
+}
+
 /// A parsed schema: global types and database-level rules.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Schema {
@@ -305,6 +336,19 @@ impl Schema {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_schema_for_fdb5_is_the_builtin_one_without_its_fallback_rule() {
+        assert!(BUILTIN_SCHEMA.trim_end().ends_with(FALLBACK_RULE));
+        let full = Schema::parse(BUILTIN_SCHEMA).unwrap();
+        let fdb5 = Schema::parse(&for_fdb5(BUILTIN_SCHEMA)).unwrap();
+        assert_eq!(fdb5.rules.len() + 1, full.rules.len());
+        assert_eq!(fdb5.rules[..], full.rules[..fdb5.rules.len()]);
+        assert_eq!(fdb5.types, full.types);
+        // A schema without haar's fallback rule is given as it is.
+        let own = "[ class, expver [ type [ step, param ]]]\n";
+        assert!(matches!(for_fdb5(own), std::borrow::Cow::Borrowed(s) if s == own));
+    }
 
     #[test]
     fn the_files_rule_splits_file_system_keys_and_leaves_fields_alone() {
