@@ -8,7 +8,8 @@ earthkit-data and cfgrib decode with). It never writes, and it keeps no state on
 Layout (Zarr v3, one group)::
 
     zarr.json                   the group
-    <dim>/zarr.json, <dim>/c/0  one coordinate array per chosen key (``dims``), from ``axes``
+    <dim>/zarr.json, <dim>/c/0  one coordinate array per chosen key (``dims``), from ``axes``,
+                                in chunks of COORDINATE_CHUNK (1024) values, the last padded
     latitude/..., longitude/... the grid's coordinates, from ecCodes
     <name>/zarr.json            one data array per ``param``, named by ecCodes' shortName
     <name>/c/i/j/.../0[/0]      one chunk per field: the field decoded, little-endian
@@ -28,6 +29,11 @@ of a data array's metadata (``<name>/zarr.json``, or the grid's coordinates) ret
 field of that parameter, the first the catalogue lists, and caches what it found: opening
 with xarray costs one field per parameter, never one per field. (Listing every chunk key,
 which zarr does only for ``nchunks_initialized`` and the like, needs the grid too.)
+
+The view is the catalogue as it was listed; :meth:`HaarZarrStore.refreshed` lists it again
+into a view whose layout extends this one's (positions kept, new values appended), so that
+a reader holding the old metadata still reads the same field at each chunk key: what
+``python3 -m haar.zarr_http --refresh`` serves.
 
 A view made with ``config=`` pickles (for dask or DataLoader workers): the other process
 reopens the store and keeps the catalogue's answer.
@@ -57,7 +63,7 @@ from zarr.abc.store import (
 )
 from zarr.core.buffer import Buffer, BufferPrototype
 
-from ._errors import BadRequestError, MissingError, StorageError
+from ._errors import BadRequestError, Error, MissingError, StorageError
 from ._fdb import FDB, Config, Selection
 
 __all__ = ["HaarZarrStore", "store"]
@@ -73,6 +79,10 @@ _INTEGER_KEYS = frozenset({"date", "time", "step", "levelist", "level", "number"
 _REGULAR_GRIDS = frozenset({"regular_ll", "regular_gg"})
 #: Names the view gives to arrays of its own: a parameter may not take one of them.
 _GRID_NAMES = ("latitude", "longitude", "values")
+#: Values in one chunk of a key's coordinate array, whatever its length (the last chunk
+#: padded): a chunk key keeps its meaning when a re-list (:meth:`HaarZarrStore.refreshed`)
+#: appends values, as a chunk as long as the coordinate would not.
+COORDINATE_CHUNK = 1024
 
 
 def store(
@@ -303,6 +313,15 @@ def _coordinate(key: str, values: Sequence[str]) -> tuple[list[Any], str]:
     return sorted(values), "string"
 
 
+def _signature(fdb: FDB, request: Selection) -> tuple[tuple[str, int, int, int, int], ...] | None:
+    """The statistics of the request's databases (live and dead fields and bytes): they
+    change when a field is flushed, masked or wiped. None when the store cannot give them."""
+    try:
+        return tuple((s.db, s.fields, s.bytes, s.dead_fields, s.dead_bytes) for s in fdb.stats(request))
+    except Error:
+        return None
+
+
 def _vlen_utf8(values: Sequence[str]) -> bytes:
     """The ``vlen-utf8`` codec's encoding: item count, then each item's length and UTF-8
     bytes, all lengths little-endian uint32."""
@@ -398,6 +417,15 @@ class HaarZarrStore(Store):
         self._config = config
         self._request = request
         self._dtype = dtype
+        self._cache = _Cache()
+        self._list(dims, None)
+
+    def _list(self, dims: Sequence[str] | None, previous: HaarZarrStore | None) -> None:
+        """List the request in the catalogue and lay its fields out; with `previous`, keep
+        every position of its layout (see :meth:`refreshed`)."""
+        fdb, request = self._fdb, self._request
+        # Before the listing: a field flushed while it runs changes the next signature.
+        self._signature = _signature(fdb, request)
         axes = fdb.axes(request)
         # A listed key names every schema keyword; one the field lacks (levelist of a surface
         # field) is listed empty, and a retrieve refuses an empty value: it is left out.
@@ -412,21 +440,44 @@ class HaarZarrStore(Store):
         self._dims = list(dims)
         self._check_dims(axes)
 
-        self._coords: dict[str, tuple[list[Any], str]] = {d: _coordinate(d, axes[d]) for d in self._dims}
+        # Catalogue values of each dimension seen so far: a re-list keeps those gone since.
+        self._raw: dict[str, frozenset[str]] = {
+            d: frozenset(axes[d]) | (previous._raw[d] if previous is not None else frozenset()) for d in self._dims
+        }
+        self._coords: dict[str, tuple[list[Any], str]] = {}
+        for d in self._dims:
+            vals, kind = _coordinate(d, sorted(self._raw[d]))
+            if previous is not None:
+                old, old_kind = previous._coords[d]
+                if kind != old_kind:
+                    raise BadRequestError(
+                        f"key {d!r}: its values are now {kind}, were {old_kind} when the view was opened: open it again"
+                    )
+                known = set(old)
+                # Positions never move: new values go after the old ones, sorted among themselves.
+                vals = list(old) + [v for v in vals if v not in known]
+            self._coords[d] = (vals, kind)
         index_of = {d: {str(v): i for i, v in enumerate(vals)} for d, (vals, _) in self._coords.items()}
         # Catalogue values ("0000") and coordinate values (0) differ for integer keys.
         for d, (vals, kind) in self._coords.items():
             if kind == "int64":
-                index_of[d] = {raw: index_of[d][str(int(raw))] for raw in axes[d]}
+                index_of[d] = {raw: index_of[d][str(int(raw))] for raw in self._raw[d]}
 
-        params = list(axes["param"])
-        names = _param_names(params, set(self._dims) | set(_GRID_NAMES))
-        self._params = {name: _Param(value, name) for value, name in zip(params, names)}
+        if previous is None:
+            params = list(axes["param"])
+            names = _param_names(params, set(self._dims) | set(_GRID_NAMES))
+            self._params = {name: _Param(value, name) for value, name in zip(params, names)}
+        else:
+            self._params = dict(previous._params)
+            known_values = {p.value for p in self._params.values()}
+            params = [v for v in axes["param"] if v not in known_values]
+            names = _param_names(params, set(self._dims) | set(_GRID_NAMES) | set(self._params))
+            self._params.update({name: _Param(value, name) for value, name in zip(params, names)})
         by_value = {p.value: p.name for p in self._params.values()}
         # (array name, chunk index) -> the field's whole key; its first row per param gives
         # the array's metadata.
         self._fields: dict[tuple[str, tuple[int, ...]], dict[str, str]] = {}
-        self._first: dict[str, dict[str, str]] = {}
+        self._first: dict[str, dict[str, str]] = dict(previous._first) if previous is not None else {}
         for key in rows:
             name = by_value[key["param"]]
             try:
@@ -441,7 +492,32 @@ class HaarZarrStore(Store):
             self._fields[(name, idx)] = key
             self._first.setdefault(name, key)
 
-        self._cache = _Cache()
+    def refreshed(self) -> HaarZarrStore:
+        """The view of the same request over the catalogue as it is now: fields flushed since
+        this view was listed are in it. ``self`` when the store's statistics show no change
+        (a check much cheaper than a listing).
+
+        The layout only grows, so that a chunk key of this view means the same field in the
+        new one: every coordinate value keeps its position, new values are appended after the
+        old ones (sorted among themselves: the next step of a forecast is appended as it sorts,
+        but a value that sorts before old ones, such as a member that comes late, leaves the
+        coordinate unsorted), values whose fields are gone stay (their chunks absent: NaN), as
+        do arrays of params gone. The dims stay those of this view. Fields learnt from (the
+        grid, the arrays' attributes) are shared, not read again.
+
+        Raises
+        ------
+        MissingError, BadRequestError
+            As :func:`store`, for the catalogue as it is now (no field left, a key outside
+            dims with several values now, two fields on one chunk); and a key whose values
+            were integers and no longer are. This view is unchanged.
+        """
+        if _signature(self._fdb, self._request) == self._signature and self._signature is not None:
+            return self
+        other = object.__new__(type(self))
+        other.__dict__.update(self.__dict__)  # the store, the cache and the flags are shared
+        other._list(self._dims, self)
+        return other
 
     def _check_dims(self, axes: Mapping[str, Sequence[str]]) -> None:
         seen: set[str] = set()
@@ -579,7 +655,7 @@ class HaarZarrStore(Store):
             return None
         if node in self._coords:
             vals, kind = self._coords[node]
-            return _array_json([len(vals)], [len(vals)], kind, [node], {"long_name": node})
+            return _array_json([len(vals)], [COORDINATE_CHUNK], kind, [node], {"long_name": node})
         if node in ("latitude", "longitude"):
             grid = self._grid_only()
             n = grid.shape[0] if (node == "latitude" or len(grid.shape) == 1) else grid.shape[1]
@@ -611,9 +687,8 @@ class HaarZarrStore(Store):
 
     def _chunk(self, key: str) -> _Bytes | None:
         node, _, rest = key.partition("/")
-        if node in self._coords and rest == "c/0":
-            vals, kind = self._coords[node]
-            return _vlen_utf8(vals) if kind == "string" else np.asarray(vals, dtype="<i8").tobytes()
+        if node in self._coords:
+            return self._coordinate_chunk(node, rest)
         if node in ("latitude", "longitude") and rest == "c/0":
             lats, lons = self._grid_only().coordinates()
             return _as_bytes(lats if node == "latitude" else lons, "<f8")
@@ -632,6 +707,18 @@ class HaarZarrStore(Store):
             )
         return _as_bytes(values, "<f8" if self._dtype == "float64" else "<f4")
 
+    def _coordinate_chunk(self, node: str, rest: str) -> bytes | None:
+        """Chunk ``c/<i>`` of a key's coordinate: COORDINATE_CHUNK values, the last chunk's
+        padded with the fill value (0 or ""), as Zarr stores an edge chunk whole."""
+        vals, kind = self._coords[node]
+        i = rest[2:] if rest.startswith("c/") else ""
+        if not i.isdigit() or int(i) * COORDINATE_CHUNK >= max(len(vals), 1):
+            return None
+        part = list(vals[int(i) * COORDINATE_CHUNK : (int(i) + 1) * COORDINATE_CHUNK])
+        if kind == "string":
+            return _vlen_utf8(part + [""] * (COORDINATE_CHUNK - len(part)))
+        return np.asarray(part + [0] * (COORDINATE_CHUNK - len(part)), dtype="<i8").tobytes()
+
     def _get_sync(self, key: str) -> _Bytes | None:
         meta = self._metadata(key) if key.endswith("zarr.json") else None
         return meta if meta is not None else self._chunk(key)
@@ -640,7 +727,8 @@ class HaarZarrStore(Store):
         yield "zarr.json"
         for d in self._dims:
             yield f"{d}/zarr.json"
-            yield f"{d}/c/0"
+            for i in range(-(-len(self._coords[d][0]) // COORDINATE_CHUNK)):
+                yield f"{d}/c/{i}"
         for node in ("latitude", "longitude"):
             yield f"{node}/zarr.json"
             yield f"{node}/c/0"
@@ -714,7 +802,9 @@ class HaarZarrStore(Store):
         node, _, rest = key.partition("/")
         if rest == "zarr.json":
             return node in self._nodes()
-        if rest == "c/0" and (node in self._coords or node in ("latitude", "longitude")):
+        if node in self._coords:
+            return self._coordinate_chunk(node, rest) is not None
+        if rest == "c/0" and node in ("latitude", "longitude"):
             return True
         where = await asyncio.to_thread(self._chunk_field, key)
         return where is not None and where in self._fields
