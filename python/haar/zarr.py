@@ -501,9 +501,10 @@ class HaarZarrStore(Store):
         new one: every coordinate value keeps its position, new values are appended after the
         old ones (sorted among themselves: the next step of a forecast is appended as it sorts,
         but a value that sorts before old ones, such as a member that comes late, leaves the
-        coordinate unsorted), values whose fields are gone stay (their chunks absent: NaN), as
-        do arrays of params gone. The dims stay those of this view. Fields learnt from (the
-        grid, the arrays' attributes) are shared, not read again.
+        coordinate unsorted: its attributes then say ``haar_sorted: false``), values whose
+        fields are gone stay (their chunks absent: NaN), as do arrays of params gone. The
+        dims stay those of this view. Fields learnt from (the grid, the arrays' attributes)
+        are shared, not read again.
 
         Raises
         ------
@@ -655,7 +656,10 @@ class HaarZarrStore(Store):
             return None
         if node in self._coords:
             vals, kind = self._coords[node]
-            return _array_json([len(vals)], [COORDINATE_CHUNK], kind, [node], {"long_name": node})
+            coord: dict[str, Any] = {"long_name": node}
+            if vals != sorted(vals):  # a re-list appended values that sort before older ones
+                coord["haar_sorted"] = False
+            return _array_json([len(vals)], [COORDINATE_CHUNK], kind, [node], coord)
         if node in ("latitude", "longitude"):
             grid = self._grid_only()
             n = grid.shape[0] if (node == "latitude" or len(grid.shape) == 1) else grid.shape[1]
