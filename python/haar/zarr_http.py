@@ -18,9 +18,21 @@ Wire contract (HTTP/1.1, keep-alive; the URL path is the Zarr key)::
     no or wrong token         401 (WWW-Authenticate: Bearer), before anything else
 
 ``GET /zarr.json`` is the root group's document with zarr 3's ``consolidated_metadata``
-(inline, every node's ``zarr.json`` under its path), built once when the server starts, so
-``zarr.open_group(url)`` and ``xarray.open_zarr(url)`` read one document to open. Each node's
-own ``zarr.json`` is served too, unchanged.
+(inline, every node's ``zarr.json`` under its path), so ``zarr.open_group(url)`` and
+``xarray.open_zarr(url)`` read one document to open. Each node's own ``zarr.json`` is served
+too, unchanged.
+
+The served hierarchy follows the store (``refresh``): a request for metadata (any
+``zarr.json``) at least ``refresh`` seconds after the last check asks the store for its
+current state (``store.refreshed()`` if it has one, as the haar view has: a cheap check of
+the catalogue, then a re-list; else the same store), consolidates it again and serves it from
+then on, chunks included. The haar view's layout only grows (positions kept, new values
+appended: :meth:`haar.zarr.HaarZarrStore.refreshed`), so a client that opened before still
+reads the same field at every chunk key it knows. A metadata document carries an ``ETag`` (a
+digest of its bytes: it changes when the layout does), ``Last-Modified`` (when the layout last
+changed) and ``Cache-Control: no-cache``; ``If-None-Match`` with the current tag is answered
+304. A refresh that fails (the catalogue unreachable, a param on another grid) is logged and
+the previous layout kept, tried again after ``refresh`` seconds.
 
 Authentication: ``Authorization: Bearer <token>``, where the token is one ``haar serve``
 accepts: the read-write token (``--token-file`` or ``$HAAR_TOKEN``) or the read-only one
@@ -53,7 +65,10 @@ import socketserver
 import ssl
 import sys
 import threading
+import time
 import urllib.parse
+from dataclasses import dataclass
+from email.utils import formatdate
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -66,7 +81,7 @@ from zarr.core.buffer import default_buffer_prototype
 
 from ._errors import BadRequestError, Error, MissingError, StorageError
 
-__all__ = ["RangeNotSatisfiable", "ZarrHTTPServer", "load_tokens", "main", "parse_range", "serve"]
+__all__ = ["RangeNotSatisfiable", "ZarrHTTPServer", "load_tokens", "main", "parse_range", "parse_refresh", "serve"]
 
 #: The environment variable ``haar serve`` reads its read-write token from.
 TOKEN_ENV = "HAAR_TOKEN"
@@ -76,6 +91,9 @@ IDLE_TIMEOUT = 60.0
 #: Connections served at once (one thread each), as ``haar serve --max-connections``'s default;
 #: one more is answered 503 and closed, so idle or slow peers cannot take every thread.
 MAX_CONNECTIONS = 1024
+#: Seconds between two checks of the store for new fields (``--refresh``'s default): a
+#: metadata request sooner than that after the last check is served the layout as it is.
+REFRESH = 2.0
 
 
 class RangeNotSatisfiable(BadRequestError):
@@ -116,6 +134,26 @@ def parse_range(header: str | None, size: int) -> tuple[int, int] | None:
     if start >= size:
         raise RangeNotSatisfiable(f"range {header!r} starts past the end: the value has {size} bytes")
     return start, stop
+
+
+def parse_refresh(text: str) -> float | None:
+    """``--refresh``'s value: seconds (``0``: check at every metadata request), or None for
+    ``never`` (serve the layout listed at start, as a snapshot).
+
+    Raises
+    ------
+    BadRequestError
+        Neither ``never`` nor a finite number of seconds at least 0.
+    """
+    if text.strip().lower() == "never":
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not 0 <= seconds < float("inf"):
+        raise BadRequestError(f"refresh {text!r}: give seconds (0 or more) or 'never'")
+    return seconds
 
 
 def load_tokens(token_file: str | os.PathLike[str] | None = None, read_token_file: str | os.PathLike[str] | None = None) -> list[str]:
@@ -208,6 +246,44 @@ async def _consolidate(store: Store) -> bytes:
     return json.dumps(doc).encode()
 
 
+def _etag(value: bytes | memoryview) -> str:
+    return '"' + hashlib.sha256(value).hexdigest()[:32] + '"'
+
+
+def _shrunk(old: bytes, new: bytes) -> list[str]:
+    """How the hierarchy of consolidated document `new` fails to extend `old`'s, so that a
+    chunk key a client of `old` knows may now mean other data: an array gone, or its data
+    type, chunks or dimensions changed, or its shape smaller along a dimension."""
+    before = json.loads(old)["consolidated_metadata"]["metadata"]
+    after = json.loads(new)["consolidated_metadata"]["metadata"]
+    problems = []
+    for path, meta in before.items():
+        if meta.get("node_type") != "array":
+            continue
+        now = after.get(path)
+        if now is None:
+            problems.append(f"array {path} is gone")
+            continue
+        for field in ("data_type", "chunk_grid", "chunk_key_encoding", "dimension_names", "codecs"):
+            if now.get(field) != meta.get(field):
+                problems.append(f"array {path}: {field} {meta.get(field)} is now {now.get(field)}")
+        old_shape, new_shape = meta.get("shape", []), now.get("shape", [])
+        if len(old_shape) != len(new_shape) or any(n < o for o, n in zip(old_shape, new_shape)):
+            problems.append(f"array {path}: shape {old_shape} is now {new_shape}")
+    return problems
+
+
+@dataclass(frozen=True)
+class _Layout:
+    """What the server serves, swapped whole when a refresh changes it: the store, its
+    consolidated root document, that document's tag and when the layout last changed."""
+
+    store: Store
+    root: bytes
+    etag: str
+    modified: float  # seconds since the epoch
+
+
 class ZarrHTTPServer(ThreadingHTTPServer):
     """An HTTP server of one read-only Zarr store; made by :func:`serve`, which documents it.
 
@@ -228,16 +304,21 @@ class ZarrHTTPServer(ThreadingHTTPServer):
         tls: ssl.SSLContext | None,
         log: bool,
         max_connections: int = MAX_CONNECTIONS,
+        refresh: float | None = None,
     ) -> None:
         self.address_family = socket.AF_INET6 if ":" in address[0] else socket.AF_INET
         super().__init__(address, _Handler)
-        self.store = store
         self.tokens = _Tokens(tokens) if tokens is not None else None
         self.tls = tls is not None
         self.log = log
         self._slots = threading.BoundedSemaphore(max_connections)
-        #: The root group's zarr.json with the consolidated metadata (:func:`serve` sets it).
-        self.root = b""
+        #: Seconds between checks of the store for new fields; None: never (a snapshot).
+        self.refresh = refresh
+        #: What is served (:func:`serve` consolidates it before the first request).
+        self.layout = _Layout(store, b"", _etag(b""), time.time())
+        self._checked = time.monotonic()
+        self._refreshing = threading.Lock()
+        self._refresh_error = ""
         if tls is not None:
             # Handshakes happen in each connection's thread (on its first read, under its
             # timeout), not in the accepting thread, which a silent peer would otherwise stall.
@@ -289,6 +370,60 @@ class ZarrHTTPServer(ThreadingHTTPServer):
         super().handle_error(request, client_address)
 
     @property
+    def store(self) -> Store:
+        """zarr.abc.store.Store: the store served now (a refresh may replace it)."""
+        return self.layout.store
+
+    @property
+    def root(self) -> bytes:
+        """bytes: the root group's zarr.json with the consolidated metadata, as served now."""
+        return self.layout.root
+
+    def consolidate(self, store: Store, loop: asyncio.AbstractEventLoop | None = None) -> _Layout:
+        """Consolidate `store`'s metadata and serve it from now on; returns what is served.
+
+        The tag and time of the previous layout are kept when the document is the same."""
+        root = (loop.run_until_complete if loop is not None else asyncio.run)(_consolidate(store))
+        old = self.layout
+        if root == old.root:
+            self.layout = _Layout(store, old.root, old.etag, old.modified)  # fields may have come into known chunks
+            return self.layout
+        if old.root:
+            problems = _shrunk(old.root, root)
+            for problem in problems:
+                print(f"haar.zarr_http: the layout shrank, old chunk keys may now mean other data: {problem}", file=sys.stderr)
+            if self.log and not problems:
+                print("haar.zarr_http: the layout grew (a new ETag)", file=sys.stderr)
+        self.layout = _Layout(store, root, _etag(root), time.time())
+        return self.layout
+
+    def current(self, loop: asyncio.AbstractEventLoop) -> _Layout:
+        """The layout to answer a metadata request with: refreshed first if ``refresh``
+        seconds passed since the last check. One thread refreshes at a time; the others wait
+        for it and serve its result. A failure is logged (once while it repeats) and the
+        previous layout kept."""
+        if self.refresh is None or time.monotonic() - self._checked < self.refresh:
+            return self.layout
+        with self._refreshing:
+            if time.monotonic() - self._checked < self.refresh:
+                return self.layout  # refreshed by another thread while this one waited
+            try:
+                old = self.layout
+                refreshed = getattr(old.store, "refreshed", None)
+                store = refreshed() if callable(refreshed) else old.store
+                if store is not old.store or not callable(refreshed):
+                    self.consolidate(store, loop)
+                self._refresh_error = ""
+            except Exception as e:  # the previous layout stays served
+                message = f"{type(e).__name__}: {e}"
+                if message != self._refresh_error:
+                    print(f"haar.zarr_http: cannot refresh, serving the previous layout: {message}", file=sys.stderr)
+                self._refresh_error = message
+            finally:
+                self._checked = time.monotonic()
+        return self.layout
+
+    @property
     def address(self) -> str:
         """str: the bound ``HOST:PORT`` (``[HOST]:PORT`` for IPv6), as given to clients."""
         host, port = self.socket.getsockname()[:2]
@@ -331,7 +466,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(name, value)
         if body or status >= 400:
             self.send_header("Content-Type", "text/plain; charset=utf-8")
-        self.send_header("Content-Length", str(len(body)))
+        if status != 304:  # a 304's Content-Length would be the unsent value's
+            self.send_header("Content-Length", str(len(body)))
         if close:
             self.send_header("Connection", "close")
             self.close_connection = True
@@ -370,8 +506,10 @@ class _Handler(BaseHTTPRequestHandler):
         if key is None:
             self._reply(404, f"404: {self.path!r} is not a Zarr key\n".encode())
             return
+        metadata = key == "zarr.json" or key.endswith("/zarr.json")
         try:
-            value = memoryview(self.server.root) if key == "zarr.json" else self._loop.run_until_complete(_get(self.server.store, key))
+            layout = self.server.current(self._loop) if metadata else self.server.layout
+            value = memoryview(layout.root) if key == "zarr.json" else self._loop.run_until_complete(_get(layout.store, key))
         except Exception as e:  # any failure is this request's 500, never a dropped connection
             self.log_error("cannot read %r: %s: %s", key, type(e).__name__, e)
             self._reply(500, f"500: cannot read {key!r}: {e}\n".encode())
@@ -379,6 +517,15 @@ class _Handler(BaseHTTPRequestHandler):
         if value is None:
             self._reply(404, f"404: no key {key!r} (for a data chunk: no such field; zarr fills it)\n".encode())
             return
+        # A field may come into a chunk (or be archived again) at any time: clients revalidate.
+        cache = [("Cache-Control", "no-cache")]
+        if metadata:
+            tag = layout.etag if key == "zarr.json" else _etag(value)
+            cache += [("ETag", tag), ("Last-Modified", formatdate(layout.modified, usegmt=True))]
+            asked = self.headers.get("If-None-Match")
+            if asked is not None and any(t.strip().removeprefix("W/") in (tag, "*") for t in asked.split(",")):
+                self._reply(304, headers=cache)
+                return
         size = len(value)
         try:
             part = parse_range(self.headers.get("Range"), size)
@@ -391,6 +538,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", kind)
         self.send_header("Content-Length", str(stop - start))
         self.send_header("Accept-Ranges", "bytes")
+        for name, header in cache:
+            self.send_header(name, header)
         if part is not None:
             self.send_header("Content-Range", f"bytes {start}-{stop - 1}/{size}")
         self.end_headers()
@@ -426,6 +575,7 @@ def serve(
     plain_http: bool = False,
     log: bool = False,
     max_connections: int = MAX_CONNECTIONS,
+    refresh: float | None = REFRESH,
 ) -> ZarrHTTPServer:
     """Bind an HTTP server of a read-only Zarr store; run it with ``serve_forever()``.
 
@@ -447,6 +597,11 @@ def serve(
         Log each request on stderr (errors are logged always).
     max_connections : int
         Connections served at once, one thread each; more are answered 503 and closed.
+    refresh : float or None
+        Follow the store: a metadata request at least this many seconds after the last check
+        serves the store as it is now (``store.refreshed()``, see the module's docstring);
+        0 checks at every metadata request. None serves the layout consolidated at start
+        (a snapshot, the behaviour before refreshing existed).
 
     Returns
     -------
@@ -457,8 +612,8 @@ def serve(
     ------
     BadRequestError
         No tokens off loopback, an empty token, plain HTTP off loopback without `plain_http`,
-        only one of `tls_cert` and `tls_key`, or a store that is not a Zarr v3 group (or, for
-        the haar view, params on two grids).
+        only one of `tls_cert` and `tls_key`, a negative `refresh`, or a store that is not a
+        Zarr v3 group (or, for the haar view, params on two grids).
     StorageError
         The address cannot be bound, or the certificate or key cannot be read.
     """
@@ -476,6 +631,8 @@ def serve(
         raise BadRequestError("no token, or an empty one: give the tokens haar serve accepts, or serve without auth on loopback")
     if max_connections < 1:
         raise BadRequestError(f"max_connections {max_connections}: give at least 1")
+    if refresh is not None and not 0 <= refresh < float("inf"):
+        raise BadRequestError(f"refresh {refresh}: give seconds (0 or more), or None never to refresh")
     if (tls_cert is None) != (tls_key is None):
         raise BadRequestError("TLS needs both a certificate (--tls-cert) and its key (--tls-key)")
     tls = None
@@ -492,7 +649,7 @@ def serve(
             "Give --tls-cert and --tls-key, or --plain-http with a read-only token (--read-token-file)"
         )
     try:
-        server = ZarrHTTPServer((host, int(port)), store, tokens, tls, log, max_connections)
+        server = ZarrHTTPServer((host, int(port)), store, tokens, tls, log, max_connections, refresh)
     except OSError as e:
         raise StorageError(f"cannot listen on {listen}: {e.strerror or e}") from e
     try:
@@ -500,11 +657,18 @@ def serve(
         # naming them, rather than in every client.
         # On a thread of its own: the caller may be inside an event loop (a notebook).
         with ThreadPoolExecutor(1) as once:
-            server.root = once.submit(asyncio.run, _consolidate(store)).result()
+            once.submit(server.consolidate, store).result()
     except BaseException:
         server.server_close()
         raise
     return server
+
+
+def _refresh_arg(text: str) -> float | None:
+    try:
+        return parse_refresh(text)
+    except BadRequestError as e:
+        raise argparse.ArgumentTypeError(str(e)) from e
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -527,6 +691,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--plain-http", action="store_true", help="allow plain HTTP off loopback (tokens travel in clear: use a read-only token)")
     p.add_argument("--max-connections", type=int, default=MAX_CONNECTIONS, metavar="N",
                    help=f"connections served at once, one thread each; more get 503 (default {MAX_CONNECTIONS})")
+    p.add_argument("--refresh", type=_refresh_arg, default=REFRESH, metavar="SECONDS|never",
+                   help=f"follow new fields: a metadata request at least SECONDS after the last check re-lists the "
+                   f"request if the store changed (0: every metadata request; 'never': serve the listing made at "
+                   f"start; default {REFRESH:g})")
     p.add_argument("-v", "--verbose", action="store_true", help="log every request on stderr")
     return p
 
@@ -551,6 +719,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         server = serve(
             view, args.listen, tokens=tokens, tls_cert=args.tls_cert, tls_key=args.tls_key,
             plain_http=args.plain_http, log=args.verbose, max_connections=args.max_connections,
+            refresh=args.refresh,
         )
     except Error as e:
         print(f"haar.zarr_http: {e}", file=sys.stderr)

@@ -474,3 +474,128 @@ def test_the_docs_example_runs_as_written(era5: tuple[haar.FDB, list[bytes]], pm
         for f in (p.stdout, p.stderr):
             if f is not None:
                 f.close()
+
+
+#: The request and dims of the growing forecast below: 2 m temperature and dew point by step.
+SFC = {"class": "od", "levtype": "sfc"}
+
+
+@pytest.fixture
+def forecast(pmem_config: dict[str, object]) -> tuple[haar.FDB, dict[tuple[int, int], bytes]]:
+    """A pmem store holding steps 0 and 6 of a small forecast (O24: 3,168 points a field);
+    and the messages of steps 0, 3, 6 and 12, to archive more of them as a producer would."""
+    msgs = octahedral(24, [0, 3, 6, 12], missing_every=97)
+    fdb = haar.FDB(pmem_config)
+    for (pid, step), m in msgs.items():
+        if step in (0, 6):
+            fdb.archive(m)
+    fdb.flush()
+    return fdb, msgs
+
+
+def produce(fdb: haar.FDB, msgs: dict[tuple[int, int], bytes], step: int) -> None:
+    """Archive and flush both params of one step, as the producer does."""
+    for (_, s), m in msgs.items():
+        if s == step:
+            fdb.archive(m)
+    fdb.flush()
+
+
+def open_url(srv: ZarrHTTPServer) -> Any:
+    return xr.open_zarr(srv.url, consolidated=True, storage_options=bearer())
+
+
+def test_the_served_dataset_grows_with_each_step_flushed_and_old_chunk_keys_keep_their_fields(
+    forecast: tuple[haar.FDB, dict[tuple[int, int], bytes]], count_retrieves: Callable[[], int]
+) -> None:
+    fdb, msgs = forecast
+    view = haar.zarr.store(SFC, dims=["step"], fdb=fdb)
+    for srv in running(serve(view, "127.0.0.1:0", tokens=[TOKEN], refresh=0)):
+        before = open_url(srv)
+        assert list(before["step"].values) == [0, 6] and before["2t"].shape == (2, 3168)
+        root0 = request(srv, "GET", "/zarr.json")[2]
+        status, headers0, _ = request(srv, "GET", "/zarr.json")
+        assert status == 200 and headers0["cache-control"] == "no-cache" and "last-modified" in headers0
+        etag0 = headers0["etag"]
+        assert request(srv, "GET", "/zarr.json", headers={"If-None-Match": etag0})[0] == 304  # unchanged
+        old_chunk = request(srv, "GET", "/2t/c/1/0")[2]  # step 6
+        assert old_chunk == reference(msgs[(167, 6)])[1].tobytes()
+        old_step = request(srv, "GET", "/step/c/0")[2]
+        retrieves = count_retrieves()
+
+        produce(fdb, msgs, 12)  # the next step is flushed: the next open sees it
+        after = open_url(srv)
+        assert count_retrieves() == retrieves  # a re-list reads no field (the grid is known)
+        assert list(after["step"].values) == [0, 6, 12] and after["2t"].shape == (3, 3168)
+        assert "haar_sorted" not in after["step"].attrs
+        for pid, name in ((167, "2t"), (168, "2d")):
+            assert after[name].sel(step=12).values.tobytes() == reference(msgs[(pid, 12)])[1].tobytes()
+            for step in (0, 6):  # the dataset opened before still reads the fields it knew
+                assert before[name].sel(step=step).values.tobytes() == reference(msgs[(pid, step)])[1].tobytes()
+        status, headers1, _ = request(srv, "GET", "/zarr.json")
+        assert headers1["etag"] != etag0  # the layout changed: so did the tag
+        assert request(srv, "GET", "/zarr.json", headers={"If-None-Match": etag0})[0] == 200
+        assert request(srv, "GET", "/2t/c/1/0")[2] == old_chunk  # an old-shape key: the same field
+        step_chunk = request(srv, "GET", "/step/c/0")[2]  # the coordinate's chunk kept its size
+        assert len(step_chunk) == len(old_step) and step_chunk[:16] == old_step[:16]
+
+        produce(fdb, msgs, 3)  # a step that sorts before others comes late: appended, not inserted
+        late = open_url(srv)
+        assert list(late["step"].values) == [0, 6, 12, 3] and late["step"].attrs["haar_sorted"] is False
+        assert late["2t"].sel(step=3).values.tobytes() == reference(msgs[(167, 3)])[1].tobytes()
+        assert list(late.sortby("step")["step"].values) == [0, 3, 6, 12]
+        assert request(srv, "GET", "/2t/c/1/0")[2] == old_chunk  # still step 6
+        assert request(srv, "GET", "/2d/c/2/0")[2] == reference(msgs[(168, 12)])[1].tobytes()
+        assert request(srv, "GET", "/zarr.json")[1]["etag"] not in (etag0, headers1["etag"])
+        assert json.loads(root0)["consolidated_metadata"]["metadata"]["2t"]["shape"] == [2, 3168]
+
+
+@pytest.mark.parametrize("refresh", [None, 60.0])
+def test_never_refreshing_or_not_yet_serves_the_snapshot(
+    forecast: tuple[haar.FDB, dict[tuple[int, int], bytes]], refresh: float | None
+) -> None:
+    fdb, msgs = forecast
+    view = haar.zarr.store(SFC, dims=["step"], fdb=fdb)
+    for srv in running(serve(view, "127.0.0.1:0", tokens=[TOKEN], refresh=refresh)):
+        etag = request(srv, "GET", "/zarr.json")[1]["etag"]
+        assert list(open_url(srv)["step"].values) == [0, 6]
+        produce(fdb, msgs, 12)
+        ds = open_url(srv)
+        assert list(ds["step"].values) == [0, 6] and ds["2t"].shape == (2, 3168)  # the snapshot
+        assert request(srv, "GET", "/zarr.json", headers={"If-None-Match": etag})[0] == 304
+        assert request(srv, "GET", "/2t/c/2/0")[0] == 404  # outside the layout served
+
+
+def test_a_refresh_that_fails_keeps_the_layout_and_says_why(
+    forecast: tuple[haar.FDB, dict[tuple[int, int], bytes]], capfd: pytest.CaptureFixture[str]
+) -> None:
+    fdb, msgs = forecast
+    view = haar.zarr.store(SFC, dims=["step"], fdb=fdb)
+    for srv in running(serve(view, "127.0.0.1:0", tokens=[TOKEN], refresh=0)):
+        key = view.field_key("2t", [0])
+        assert key is not None
+        fdb.archive(msgs[(167, 0)], dict(key, expver="0002"))  # a key outside dims gets a second value
+        fdb.flush()
+        for _ in range(2):
+            ds = open_url(srv)
+            assert list(ds["step"].values) == [0, 6]
+            assert ds["2t"].sel(step=6).values.tobytes() == reference(msgs[(167, 6)])[1].tobytes()
+        err = capfd.readouterr().err
+        assert err.count("cannot refresh, serving the previous layout") == 1 and "'expver' has 2 values" in err
+
+
+def test_refresh_is_parsed_and_checked() -> None:
+    from haar.zarr_http import REFRESH, _parser, parse_refresh
+
+    assert parse_refresh("never") is None and parse_refresh(" Never ") is None
+    assert parse_refresh("0") == 0.0 and parse_refresh("2.5") == 2.5
+    for bad in ("-1", "soon", "inf", "nan", ""):
+        with pytest.raises(haar.BadRequestError, match="seconds"):
+            parse_refresh(bad)
+    assert _parser().parse_args(["--request", "class=od"]).refresh == REFRESH == 2.0
+    assert _parser().parse_args(["--request", "class=od", "--refresh", "never"]).refresh is None
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["--request", "class=od", "--refresh", "-3"])
+    view = object.__new__(haar.zarr.HaarZarrStore)
+    with pytest.raises(haar.BadRequestError, match="refresh -1"):
+        serve(view, "127.0.0.1:0", tokens=[TOKEN], refresh=-1)
