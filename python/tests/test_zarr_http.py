@@ -599,3 +599,25 @@ def test_refresh_is_parsed_and_checked() -> None:
     view = object.__new__(haar.zarr.HaarZarrStore)
     with pytest.raises(haar.BadRequestError, match="refresh -1"):
         serve(view, "127.0.0.1:0", tokens=[TOKEN], refresh=-1)
+
+
+def test_any_store_is_consolidated_again_and_a_shrinking_layout_is_logged(capfd: pytest.CaptureFixture[str]) -> None:
+    """A store without ``refreshed()`` (zarr's MemoryStore) is reconsolidated as it is; a
+    layout that no longer extends the one served is served, and logged: old chunk keys may
+    now mean other data."""
+    mem = zarr.storage.MemoryStore()
+    group = zarr.open_group(mem, mode="w")
+    a = group.create_array("a", shape=(2,), chunks=(1,), dtype="<f8", fill_value=0.0, compressors=None)
+    a[:] = [1.0, 2.0]
+    for srv in running(serve(mem, "127.0.0.1:0", tokens=[TOKEN], refresh=0)):
+        def shape() -> list[int]:
+            return list(json.loads(request(srv, "GET", "/zarr.json")[2])["consolidated_metadata"]["metadata"]["a"]["shape"])
+
+        assert shape() == [2]
+        a.resize((3,))
+        a[2] = 3.0
+        assert shape() == [3] and request(srv, "GET", "/a/c/2")[2] == np.float64(3.0).tobytes()
+        assert "shrank" not in capfd.readouterr().err
+        a.resize((1,))
+        assert shape() == [1]
+        assert "the layout shrank, old chunk keys may now mean other data: array a: shape [3] is now [1]" in capfd.readouterr().err
