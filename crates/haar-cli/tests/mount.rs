@@ -77,7 +77,7 @@ impl Mounted {
         let mut child = self.child.take().unwrap();
         // SAFETY: signalling our own child.
         unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
-        let status = wait_for(&mut child, Duration::from_secs(10));
+        let status = wait_for(&mut child, HANG);
         assert_eq!(status, Some(0), "haar mount on SIGTERM: {}", self.errors());
         assert!(!is_mounted(&self.mnt), "still mounted after SIGTERM");
     }
@@ -95,7 +95,7 @@ impl Drop for Mounted {
     fn drop(&mut self) {
         if let Some(mut c) = self.child.take() {
             unmount(&self.mnt);
-            if wait_for(&mut c, Duration::from_secs(10)).is_none() {
+            if wait_for(&mut c, HANG).is_none() {
                 let _ = c.kill();
                 let _ = c.wait();
             }
@@ -130,6 +130,12 @@ fn is_mounted(mnt: &Path) -> bool {
         .lines()
         .any(|l| l.split(' ').nth(4) == Some(canon.to_str().unwrap_or("")))
 }
+
+/// How long a wait for an exit, an unmount or a refresh lasts before the test calls it a hang.
+/// These waits end as soon as the event happens (tens of milliseconds when the host is idle);
+/// the bound only tells "never" from "late", and on a 2-core host busy with builds exits have
+/// taken over 10 s, so it is generous. Speed is measured by benchmarks, not here.
+const HANG: Duration = Duration::from_secs(60);
 
 fn wait_for(c: &mut Child, limit: Duration) -> Option<i32> {
     let t = Instant::now();
@@ -299,15 +305,12 @@ fn fields_view_serves_every_field_to_unmodified_tools() {
         assert_eq!(fs::read(a).unwrap(), fs::read(b).unwrap());
     }
 
-    // A field archived while mounted appears within the refresh period (one second).
+    // A field archived while mounted appears (the view refreshes every second).
     let more = grib_file(work.path(), &[18], &[130]);
     haar_ok(&store, "pmem", &["archive".as_ref(), more.as_os_str()]);
     let t = Instant::now();
     while files_under(&fields).len() != 7 {
-        assert!(
-            t.elapsed() < Duration::from_secs(5),
-            "the new field never appeared"
-        );
+        assert!(t.elapsed() < HANG, "the new field never appeared");
         std::thread::sleep(Duration::from_millis(200));
     }
 
@@ -750,7 +753,7 @@ fn sigterm_with_an_open_file_detaches_and_ends_at_its_close() {
     unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
     let t = Instant::now();
     while is_mounted(&m.mnt) {
-        assert!(t.elapsed() < Duration::from_secs(10), "still mounted");
+        assert!(t.elapsed() < HANG, "still mounted");
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(
@@ -762,12 +765,7 @@ fn sigterm_with_an_open_file_detaches_and_ends_at_its_close() {
     open.read_to_string(&mut s).unwrap();
     assert_eq!(s, "open across the unmount");
     drop(open);
-    assert_eq!(
-        wait_for(&mut child, Duration::from_secs(10)),
-        Some(0),
-        "{}",
-        m.errors()
-    );
+    assert_eq!(wait_for(&mut child, HANG), Some(0), "{}", m.errors());
 }
 
 /// xarray with cfgrib opens a field file of fields/ (it cannot write its index next to it, and
