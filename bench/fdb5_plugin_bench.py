@@ -19,8 +19,13 @@ schema (/etc/fdb/schema, when present) beside TOC with haar's (the plugin's). Th
 backends reverses every other run. Timings: fdb-hammer's own (first IO to last IO, its GRIB
 and writing durations) and the whole process; GiB/s counts fields x template bytes once. Each
 run also times write(2)+fsync and read(2) of the same bytes in the directory: the store's
-floor, and how much faster TOC could be with a store that took no time. Saves
-bench/results/fdb5-plugin-hammer.json.
+floor, and how much faster TOC could be with a store that took no time. The `backend-free`
+row is TOC's configuration with bench/fdb5_backend_free.cc preloaded (built here with `c++`):
+FDB::archive(Key, data, length) and FDB::flush() are no-ops, so its write span is what
+fdb-hammer and FDB5's client side take with a backend costing nothing; its read is a TOC read
+less the time in FDB::retrieve and in the data copy. TOC's span over it
+(`backend_free_ceiling`) is the most any FDB5 backend (Store, Catalogue or engine) could give.
+Saves bench/results/fdb5-plugin-hammer.json.
 
     make fdb5-plugin && python3 bench/fdb5_plugin_bench.py --fields 200 --runs 5
     make fdb5-plugin && python3 bench/fdb5_plugin_bench.py --mode hammer --runs 5
@@ -100,6 +105,19 @@ def parse_hammer(out):
     said = {}
     for line in out.splitlines():
         k, sep, v = line.partition(":")
+        if sep and k.strip() == "Save into":
+            # eckit's DataHandle::saveInto timer: "Save into: 0.31 second elapsed, ..."
+            # (fdb-hammer --read copies the retrieved handle into a null handle).
+            try:
+                said["save_into_s"] = said.get("save_into_s", 0.0) + float(v.split()[0])
+            except (ValueError, IndexError):
+                pass
+            continue
+        if sep and k.strip() == "haar-backend-free":
+            # bench/fdb5_backend_free.cc's line at exit: archive_key=N bytes=B flush=F ...
+            said["shim"] = {a: float(b) if "." in b else int(b)
+                            for a, b in (w.split("=", 1) for w in v.split())}
+            continue
         if sep and k.strip() in HAMMER_KEYS:
             name, conv = HAMMER_KEYS[k.strip()]
             try:
@@ -123,6 +141,46 @@ def run_hammer(cmd, env, what):
         sys.exit(f"{what}: fdb-hammer printed no figures: {p.stdout[-2000:]}")
     said["process_s"] = dt
     return said
+
+
+def tree(root):
+    """{path: size} of every file under `root`."""
+    out = {}
+    for d, _, files in os.walk(root):
+        for f in files:
+            out[os.path.join(d, f)] = os.path.getsize(os.path.join(d, f))
+    return out
+
+
+def backend_free_run(tool, timed, grib, env, free_so, fields, data, root, what):
+    """fdb-hammer with FDB5's backend made free (bench/fdb5_backend_free.cc preloaded).
+
+    Write: FDB::archive(Key, data, length) and FDB::flush() are no-ops, so the span is what
+    fdb-hammer and FDB5's client side (reading each message, metkit's key decoding, the GRIB
+    stamping) take with a backend that costs nothing. Checked: every field reached the no-op,
+    no other archive overload was called, and the root is unchanged.
+    Read: a plain (untimed) TOC write fills the root, then --read with the shim timing
+    FDB::retrieve; the read's `io_s` is its span less the time in FDB::retrieve and in the
+    data copy (eckit's "Save into" timer), i.e. what is left with both free; `io_full_s` is
+    the span itself."""
+    before = tree(root)
+    w = run_hammer([tool] + timed + [grib], dict(env, LD_PRELOAD=free_so), f"{what} write")
+    after = tree(root)
+    sh = w.get("shim")
+    if (not sh or sh["archive_key"] != fields or sh["bytes"] != data or sh["archive_other"] != 0
+            or after != before):
+        sys.exit(f"{what} write: the shim did not take every field ({sh}); root before "
+                 f"{len(before)} files, after {len(after)}")
+    run_hammer([tool] + timed + [grib], env, f"{what} (plain TOC write, for the read)")
+    rd = run_hammer([tool, "--read"] + timed + [grib], dict(env, LD_PRELOAD=free_so),
+                    f"{what} read")
+    sh = rd.get("shim")
+    if not sh or sh["retrieve"] < 1 or "save_into_s" not in rd:
+        sys.exit(f"{what} read: no FDB::retrieve timing ({sh}) or no 'Save into' line")
+    rd["io_full_s"] = rd["io_s"]
+    rd["retrieve_s"] = sh["retrieve_s"]
+    rd["io_s"] = rd["io_full_s"] - sh["retrieve_s"] - rd["save_into_s"]
+    return w, rd
 
 
 def data_floor(path, grib, fields):
@@ -192,9 +250,9 @@ def main():
             d = os.path.join(work, name)
             shutil.rmtree(d, ignore_errors=True)
             os.makedirs(d)
-            if name in ("toc", "toc-debian-schema"):
+            if name in ("toc", "toc-debian-schema", "backend-free"):
                 open(os.path.join(d, "dbnames"), "w").close()
-                if name == "toc":
+                if name != "toc-debian-schema":
                     subprocess.run([haar, "--config", os.path.join(work, "schema-src.yaml"), "schema"],
                                    stdout=open(os.path.join(d, "schema"), "w"), check=True)
                 else:
@@ -221,8 +279,9 @@ def main():
             f.write(f"backend: posix\nroots: [{work}/unused]\n")
         names = ["toc", "haar-posix", "haar-pmem"]
         if args.mode == "hammer":
+            names.insert(1, "backend-free")
             if os.path.exists(args.debian_schema):
-                names.insert(1, "toc-debian-schema")
+                names.insert(2, "toc-debian-schema")
             hammer(args, work, fdb_bin, names, setup)
             return
         grib = os.path.join(work, "fields.grib")
@@ -272,6 +331,11 @@ def hammer(args, work, fdb_bin, names, setup):
     shim_c = os.path.join(ROOT, "crates", "haar-bench", "src", "table8", "fdb-hammer-audit.c")
     shim = os.path.join(work, "fdb-hammer-audit.so")
     subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", shim, shim_c], check=True)
+    # FDB5's backend made free (FDB::archive(Key, data, length) and FDB::flush() no-ops,
+    # FDB::retrieve timed): bench/fdb5_backend_free.cc, preloaded in the backend-free row.
+    free_so = os.path.join(work, "fdb5-backend-free.so")
+    subprocess.run(["c++", "-O2", "-std=c++17", "-shared", "-fPIC", "-o", free_so,
+                    os.path.join(HERE, "fdb5_backend_free.cc"), "-ldl"], check=True)
     grib = os.path.join(work, "template.grib")
     make_template(grib, args.field_size)
     template = os.path.getsize(grib)
@@ -290,15 +354,21 @@ def hammer(args, work, fdb_bin, names, setup):
         for name in order:
             env = dict(setup(name), LD_AUDIT=shim)
             p = run_hammer([tool] + pre + [grib], env, f"{name} run {r} (creating the database)")
-            w = run_hammer([tool] + timed + [grib], env, f"{name} run {r} write")
-            rd = run_hammer([tool, "--read"] + timed + [grib], env, f"{name} run {r} read")
+            if name == "backend-free":
+                w, rd = backend_free_run(tool, timed, grib, env, free_so, fields,
+                                         fields * template, os.path.join(work, name, "root"),
+                                         f"{name} run {r}")
+            else:
+                w = run_hammer([tool] + timed + [grib], env, f"{name} run {r} write")
+                rd = run_hammer([tool, "--read"] + timed + [grib], env, f"{name} run {r} read")
             for what, said in (("write", w), ("read", rd)):
                 if said["fields"] != fields:
                     sys.exit(f"{name} run {r} {what}: {said['fields']} fields, expected {fields}")
-            runs[name].append({"create_process_s": p["process_s"], "write": w, "read": rd})
+            runs[name].append({"create_process_s": p["process_s"], "write": w, "read": rd,
+                               "loadavg": os.getloadavg()})
             print(f"run {r} {name}: write {w['io_s']:.3f} s (process {w['process_s']:.3f}), "
                   f"read {rd['io_s']:.3f} s (process {rd['process_s']:.3f}), "
-                  f"read bytes {rd['bytes']}", flush=True)
+                  f"read bytes {rd['bytes']}, load {os.getloadavg()[0]:.2f}", flush=True)
     data = fields * template
     gib = data / 2**30
 
@@ -308,7 +378,8 @@ def hammer(args, work, fdb_bin, names, setup):
     medians = {}
     for n in names:
         medians[n] = {op: {k: med(n, op, k) for k in
-                           ("io_s", "process_s", "total_s", "grib_s", "writing_s", "data_read_s")
+                           ("io_s", "process_s", "total_s", "grib_s", "writing_s", "data_read_s",
+                            "io_full_s", "retrieve_s", "save_into_s")
                            if any(k in x[op] for x in runs[n])}
                       for op in ("write", "read")}
         for op in ("write", "read"):
@@ -325,6 +396,19 @@ def hammer(args, work, fdb_bin, names, setup):
     # its floor removed entirely, TOC's time would fall by at most this much:
     ceiling = {"write": toc["write"]["io_s"] / max(toc["write"]["io_s"] - floor["write_s"], 1e-9),
                "read": toc["read"]["io_s"] / max(toc["read"]["io_s"] - floor["read_s"], 1e-9)}
+    # FDB5's backend free (any Store, Catalogue or engine at zero cost): TOC's span / the
+    # backend-free span; medians of each, and the median of the same-run (paired) ratios.
+    free = medians["backend-free"]
+    backend_free_ceiling = {
+        op: toc[op]["io_s"] / max(free[op]["io_s"], 1e-9) for op in ("write", "read")}
+    backend_free_paired = {
+        op: statistics.median(t[op]["io_s"] / max(f[op]["io_s"], 1e-9)
+                              for t, f in zip(runs["toc"], runs["backend-free"]))
+        for op in ("write", "read")}
+    # Read with FDB::retrieve (TOC's catalogue lookups, request expansion) kept and only the data
+    # copy (all the store's reads, eckit's "Save into") free: the most a Store plugin could give.
+    read_data_free_ceiling = free["read"]["io_full_s"] / max(
+        free["read"]["io_full_s"] - free["read"]["save_into_s"], 1e-9)
     rows = ["| backend | write GiB/s (fields/s) | write process s | read GiB/s (fields/s) | "
             "read process s | write ratio this/TOC | read ratio this/TOC |"
             + (" write ratio this/TOC Debian schema | read ratio this/TOC Debian schema |"
@@ -353,6 +437,13 @@ def hammer(args, work, fdb_bin, names, setup):
           f"{floor['write_s']:.3f} s, read {floor['read_s']:.3f} s; a store taking no time at "
           f"all would make TOC's runs at most {ceiling['write']:.2f}x (write) / "
           f"{ceiling['read']:.2f}x (read) faster")
+    print(f"backend-free (FDB::archive/flush no-ops; read less FDB::retrieve and the data copy): "
+          f"write span {free['write']['io_s']:.3f} s, read {free['read']['io_s']:.3f} s of "
+          f"{free['read']['io_full_s']:.3f} (retrieve {free['read']['retrieve_s']:.3f}, data "
+          f"{free['read']['save_into_s']:.3f}); ceiling TOC/backend-free "
+          f"{backend_free_ceiling['write']:.2f}x write, {backend_free_ceiling['read']:.2f}x read "
+          f"(paired per run: {backend_free_paired['write']:.2f}x, {backend_free_paired['read']:.2f}x); "
+          f"read with only the data copy free (FDB::retrieve kept): {read_data_free_ceiling:.2f}x")
     out = args.json or os.path.join(HERE, "results", "fdb5-plugin-hammer.json")
     os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
     import fdb5lib
@@ -364,6 +455,12 @@ def hammer(args, work, fdb_bin, names, setup):
                    "rate_basis": "fields x template bytes over fdb-hammer's first IO to last IO",
                    "per_run": runs, "medians": medians, "data_floor_per_run": floors,
                    "data_floor": floor, "store_free_ceiling": ceiling,
+                   "backend_free_ceiling": backend_free_ceiling,
+                   "backend_free_ceiling_paired": backend_free_paired,
+                   "read_data_free_ceiling": read_data_free_ceiling,
+                   "backend_free_basis": "write: TOC span / span with FDB::archive(Key,data,len) "
+                   "and FDB::flush no-ops (bench/fdb5_backend_free.cc); read: TOC span / "
+                   "(span - time in FDB::retrieve - eckit 'Save into' data copy)",
                    "ratios": {n: {op: toc[op]["io_s"] / medians[n][op]["io_s"]
                                   for op in ("write", "read")} for n in names},
                    "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
