@@ -273,7 +273,7 @@ def main():
             if name in ("toc", "toc-debian-schema", "backend-free"):
                 open(os.path.join(d, "dbnames"), "w").close()
                 if name != "toc-debian-schema":
-                    subprocess.run([haar, "--config", os.path.join(work, "schema-src.yaml"), "schema"],
+                    subprocess.run([haar, "--config", os.path.join(work, "schema-src.yaml"), "schema", "--fdb5"],
                                    stdout=open(os.path.join(d, "schema"), "w"), check=True)
                 else:
                     # FDB5's own schema as Debian ships it ('domain' required, no fallback rule).
