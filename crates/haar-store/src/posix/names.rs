@@ -150,3 +150,99 @@ pub(crate) fn unowned_in_catalogue(dir: &Path) -> Result<Vec<PathBuf>> {
     }
     Ok(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(values: &[&str]) -> Key {
+        values
+            .iter()
+            .enumerate()
+            .fold(Key::new(), |k, (i, v)| k.with(format!("k{i}"), *v))
+    }
+
+    /// Both names built from key values are on-disk formats (design §4.1): a database
+    /// directory a later haar cannot find, or a data file a wipe takes for FDB5's, loses data.
+    /// Every byte is pinned here, each row side by side so the rules where the two differ (a
+    /// `.`, the length at which a name is cut) show.
+    #[test]
+    fn db_dir_name_and_index_stem_are_pinned() {
+        let rows: &[(&[&str], &str, &str)] = &[
+            // Empty key, empty values.
+            (&[], "%", "%"),
+            (&[""], "%", "%"),
+            (&["", ""], "%:%", "%:%"),
+            // `.`: a directory keeps one that is not the name's first byte; a stem never does.
+            (&["."], "%2E", "%2E"),
+            (&[".."], "%2E.", "%2E%2E"),
+            (&[".x"], "%2Ex", "%2Ex"),
+            (&["a.b"], "a.b", "a%2Eb"),
+            (&["", ".x"], "%:.x", "%:%2Ex"),
+            (&["od", ".."], "od:..", "od:%2E%2E"),
+            (&["..", "x"], "%2E.:x", "%2E%2E:x"),
+            // Separators and the escape character itself.
+            (&["/"], "%2F", "%2F"),
+            (&["a/b"], "a%2Fb", "a%2Fb"),
+            (&["a:b"], "a%3Ab", "a%3Ab"),
+            (&["%"], "%25", "%25"),
+            (&["100%"], "100%25", "100%25"),
+            (&["%41"], "%2541", "%2541"),
+            (&["A~z"], "A%7Ez", "A%7Ez"),
+            (&[" ", "\0"], "%20:%00", "%20:%00"),
+            // Kept as they are.
+            (&["-_+"], "-_+", "-_+"),
+            (&["od", "0001"], "od:0001", "od:0001"),
+            // Non-ASCII: each UTF-8 byte, upper-case hex.
+            (&["é"], "%C3%A9", "%C3%A9"),
+            (
+                &["naïve", "\u{1F600}"],
+                "na%C3%AFve:%F0%9F%98%80",
+                "na%C3%AFve:%F0%9F%98%80",
+            ),
+        ];
+        for (values, dir, stem) in rows {
+            let k = key(values);
+            assert_eq!(format::db_dir_name(&k), *dir, "db_dir_name of {values:?}");
+            assert_eq!(index_stem(&k), *stem, "index_stem of {values:?}");
+        }
+    }
+
+    /// At and around each cut: a directory name over 180 bytes keeps 160, a stem over 160
+    /// keeps 140, both then `~` and the FNV-1a hash of the whole uncut name; a cut may split a
+    /// `%XX`.
+    #[test]
+    fn long_names_are_cut_as_pinned() {
+        let a = |n| "a".repeat(n);
+        let b = |n| "b".repeat(n);
+        let e_dir = format!("{}%~283e198ab1d2629f", "%C3%A9".repeat(26) + "%C3");
+        let e_stem = format!("{}%C~283e198ab1d2629f", "%C3%A9".repeat(23));
+        let rows: Vec<(Vec<String>, String, String)> = vec![
+            (vec![a(180)], a(180), format!("{}~ea76a98e81701c49", a(140))),
+            (
+                vec![a(181)],
+                format!("{}~d7be4525f17fd7f8", a(160)),
+                format!("{}~d7be4525f17fd7f8", a(140)),
+            ),
+            (vec![b(160)], b(160), b(160)),
+            (vec![b(161)], b(161), format!("{}~1a9bc60f139551a5", b(140))),
+            (vec!["é".repeat(31)], e_dir, e_stem),
+            (
+                vec![".".repeat(70)],
+                format!("%2E{}", ".".repeat(69)),
+                format!("{}%2~adfcc7df021b58c5", "%2E".repeat(46)),
+            ),
+            (
+                vec!["x".repeat(100), "y".repeat(100)],
+                format!("{}:{}~644f784f2afe4a21", "x".repeat(100), "y".repeat(59)),
+                format!("{}:{}~644f784f2afe4a21", "x".repeat(100), "y".repeat(39)),
+            ),
+        ];
+        for (values, dir, stem) in rows {
+            let values: Vec<&str> = values.iter().map(String::as_str).collect();
+            let k = key(&values);
+            assert_eq!(format::db_dir_name(&k), dir, "db_dir_name of {values:?}");
+            assert_eq!(index_stem(&k), stem, "index_stem of {values:?}");
+        }
+    }
+}
