@@ -123,6 +123,20 @@ pub(crate) fn request_of(sel: Option<Selection>) -> Outcome<Request> {
     }
 }
 
+/// [`request_of`], refusing a selection that names nothing: for `retrieve` and `wipe`,
+/// "everything" is never what was meant, so the caller is told, in `refusal`, what the empty
+/// selection would do and what to name instead.
+pub(crate) fn named_request_of(sel: Option<Selection>, refusal: &str) -> Outcome<Request> {
+    let req = request_of(sel)?;
+    if req.params.is_empty() {
+        return Err(Failure::Haar(Error::BadRequest {
+            request: String::new(),
+            reason: refusal.into(),
+        }));
+    }
+    Ok(req)
+}
+
 /// A keyword already in its full lower-case form with values the request language would
 /// keep as they are.
 fn is_plain(keyword: &str, values: &[String]) -> bool {
@@ -176,6 +190,30 @@ mod tests {
             Ok(r) => r,
             Err(_) => panic!("refused"),
         }
+    }
+
+    /// `retrieve` and `wipe` refuse a selection that names nothing, with the reason they give,
+    /// and pass any other through as `request_of` reads it.
+    #[test]
+    fn a_named_request_refuses_the_empty_selection() {
+        for empty in [None, map(&[])] {
+            match named_request_of(empty, "an empty selection would do it all; name some") {
+                Err(Failure::Haar(Error::BadRequest { request, reason })) => {
+                    assert_eq!(request, "");
+                    assert_eq!(
+                        reason.to_string(),
+                        "an empty selection would do it all; name some"
+                    );
+                }
+                Err(_) => panic!("refused with another error"),
+                Ok(r) => panic!("not refused: {r}"),
+            }
+        }
+        let named = named_request_of(map(&[("class", &["od"])]), "unused");
+        let Ok(named) = named else {
+            panic!("a named selection refused")
+        };
+        assert_eq!(named, request(map(&[("class", &["od"])])));
     }
 
     #[test]

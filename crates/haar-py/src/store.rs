@@ -21,7 +21,7 @@ use crate::buffer::Buffer;
 use crate::config::open_options;
 use crate::failure::{Failure, Outcome, run};
 use crate::output::{fields_list, key_dict};
-use crate::selection::{read_selection, request_of, single_key};
+use crate::selection::{named_request_of, read_selection, request_of, single_key};
 use crate::watch::{Watcher, duration};
 
 /// One opened store (`haar.FDB` wraps it). Shared by threads: every operation locks it, with
@@ -120,13 +120,10 @@ impl Store {
     fn retrieve(&self, py: Python<'_>, selection: &Bound<'_, PyAny>) -> PyResult<Buffer> {
         let selection = read_selection(Some(selection))?;
         run(py, || {
-            let req = request_of(selection)?;
-            if req.params.is_empty() {
-                return Err(Failure::Haar(Error::BadRequest {
-                    request: String::new(),
-                    reason: "an empty selection retrieves everything; name the fields".into(),
-                }));
-            }
+            let req = named_request_of(
+                selection,
+                "an empty selection retrieves everything; name the fields",
+            )?;
             let store = self.lock()?;
             let (bytes, missing) = haar::read::retrieve_all(&**store, std::slice::from_ref(&req))?;
             if !missing.is_empty() {
@@ -324,13 +321,10 @@ impl Store {
     ) -> PyResult<(Vec<String>, usize, u64, Vec<String>)> {
         let selection = read_selection(Some(selection))?;
         run(py, || {
-            let req = request_of(selection)?;
-            if req.params.is_empty() {
-                return Err(Failure::Haar(Error::BadRequest {
-                    request: String::new(),
-                    reason: "an empty selection would wipe everything; name what to wipe".into(),
-                }));
-            }
+            let req = named_request_of(
+                selection,
+                "an empty selection would wipe everything; name what to wipe",
+            )?;
             let mut store = self.lock()?;
             // Looked at before a wipe removes them (unsafe_wipe_all) or refuses them (doit).
             let unowned = if doit && !unsafe_wipe_all {
