@@ -20,6 +20,7 @@ pub use posix::{
     CommitRecord, RECORD_SEGMENT, RECORD_WIPED, TOC_RECORD, TOC_VERSION, check_toc_header,
     db_dir_name, decode_db_key_file, encode_db_key_file, encode_toc_header, fnv1a64,
 };
+pub(crate) use posix::{INDEX_STEM, key_values_name};
 pub use segment::{
     DataRef, Entry, FLAG_SNAPSHOT, SEGMENT_MAGIC, SEGMENT_VERSION, Segment, SegmentBuilder,
     SegmentMark, decode_segment, segment_crc,

@@ -14,8 +14,45 @@ pub use haar_core::rendezvous::fnv1a64;
 /// The directory name of a database (design §4.1): never `.`/`..`, never contains `/` or NUL,
 /// at most 180 bytes.
 pub fn db_dir_name(db: &Key) -> String {
+    key_values_name(db, &DB_DIR_NAME)
+}
+
+/// What differs between the names §4.1 builds from key values: a database's directory name and
+/// the stem of an index's data file. Everything else (the escapes, `%` for an empty value, `:`
+/// between values, the hash suffix) is one rule, in [`key_values_name`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ValuesName {
+    /// Whether a `.` that is not the name's first byte stays as it is. A directory name keeps
+    /// it (so it is never `.` or `..`, and reads as the value); a data file's stem encodes
+    /// every `.`, so that the file's name has exactly two dots.
+    keep_inner_dot: bool,
+    /// A name longer than this many bytes is cut …
+    max_len: usize,
+    /// … to this many, then `~` and the 16 hex digits of the FNV-1a hash of the whole name.
+    cut_to: usize,
+}
+
+/// A database's directory name (design §4.1, "Layout").
+const DB_DIR_NAME: ValuesName = ValuesName {
+    keep_inner_dot: true,
+    max_len: 180,
+    cut_to: 160,
+};
+
+/// The stem of an index's data file name (design §4.1, "Data files per index").
+pub(crate) const INDEX_STEM: ValuesName = ValuesName {
+    keep_inner_dot: false,
+    max_len: 160,
+    cut_to: 140,
+};
+
+/// `key`'s values joined by `:`, each byte outside ASCII letters, digits, `-`, `_` and `+`
+/// written `%XX` (but see [`ValuesName::keep_inner_dot`]), an empty value or key `%`, cut as
+/// `rules` say. The result is ASCII.
+pub(crate) fn key_values_name(key: &Key, rules: &ValuesName) -> String {
+    use std::fmt::Write as _;
     let mut name = String::new();
-    for (i, (_, v)) in db.iter().enumerate() {
+    for (i, (_, v)) in key.iter().enumerate() {
         if i > 0 {
             name.push(':');
         }
@@ -28,25 +65,22 @@ pub fn db_dir_name(db: &Key) -> String {
                 || b == b'-'
                 || b == b'_'
                 || b == b'+'
-                || (b == b'.' && !(i == 0 && j == 0));
+                || (b == b'.' && rules.keep_inner_dot && !(i == 0 && j == 0));
             if plain {
                 name.push(b as char);
             } else {
-                name.push_str(&format!("%{b:02X}"));
+                let _ = write!(name, "%{b:02X}");
             }
         }
     }
     if name.is_empty() {
         name.push('%');
     }
-    if name.len() > 180 {
+    if name.len() > rules.max_len {
         let h = fnv1a64(name.as_bytes());
-        let mut cut = 160;
-        while !name.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        name.truncate(cut);
-        name.push_str(&format!("~{h:016x}"));
+        // ASCII only (every other byte was escaped): any byte is a character boundary.
+        name.truncate(rules.cut_to);
+        let _ = write!(name, "~{h:016x}");
     }
     name
 }

@@ -31,36 +31,10 @@ pub(super) fn is_database_file(name: &str) -> bool {
 }
 
 /// The stem of the name of a writer's data file for `index` (design §4.1, "Data files per
-/// index"): the index values joined by `:`, percent-encoded with `.` always encoded, so that
-/// the file's name has exactly two dots.
+/// index"): the index values percent-encoded as a database's directory name is, but with `.`
+/// always encoded, so that the file's name has exactly two dots, and cut shorter.
 pub(super) fn index_stem(index: &Key) -> String {
-    let mut stem = String::new();
-    for (i, (_, v)) in index.iter().enumerate() {
-        if i > 0 {
-            stem.push(':');
-        }
-        if v.is_empty() {
-            stem.push('%');
-            continue;
-        }
-        for b in v.bytes() {
-            if b.is_ascii_alphanumeric() || b == b'-' || b == b'_' || b == b'+' {
-                stem.push(b as char);
-            } else {
-                stem.push_str(&format!("%{b:02X}"));
-            }
-        }
-    }
-    if stem.is_empty() {
-        stem.push('%');
-    }
-    if stem.len() > 160 {
-        let h = format::fnv1a64(stem.as_bytes());
-        // ASCII only: any byte is a character boundary.
-        stem.truncate(140);
-        stem.push_str(&format!("~{h:016x}"));
-    }
-    stem
+    format::key_values_name(index, &format::INDEX_STEM)
 }
 
 /// The data object a file name holds, in either layout (design §4.1): `<object>.data`
