@@ -160,38 +160,16 @@ fn fails_remotely_naming(addr: &str, file: &str, intact: usize) {
 }
 
 /// A real `haar serve` over `root`; killed when dropped.
-struct Serve(std::process::Child, String);
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn serve(root: &Path, backend: &str) -> Serve {
-    use std::io::BufRead;
-    let mut child = std::process::Command::new(common::haar_bin())
-        .arg("--root")
-        .arg(root)
-        .args(["--backend", backend, "serve", "--listen", "127.0.0.1:0"])
-        .env("HAAR_TOKEN", TOKEN)
-        .env_remove("HAAR_CONFIG")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("haar serve starts");
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .map(str::to_string);
-    Serve(
-        child,
-        addr.unwrap_or_else(|| panic!("first line was {line:?}")),
+fn serve(root: &Path, backend: &str) -> haar_testkit::ServerProcess {
+    haar_testkit::ServerProcess::spawn(
+        std::process::Command::new(common::haar_bin())
+            .arg("--root")
+            .arg(root)
+            .args(["--backend", backend, "serve", "--listen", "127.0.0.1:0"])
+            .env("HAAR_TOKEN", TOKEN)
+            .env_remove("HAAR_CONFIG")
+            .stderr(std::process::Stdio::null()),
+        haar_testkit::Announce::FirstLine,
     )
 }
 
@@ -203,13 +181,13 @@ fn damage_on_a_server_fails_remote_list_and_info_naming_the_server_and_the_file(
     let posix = tmp.path().join("posix");
     let index = damaged_posix_index(&posix);
     let s = serve(&posix, "posix");
-    fails_remotely_naming(&s.1, &index.display().to_string(), 1);
+    fails_remotely_naming(&s.addr, &index.display().to_string(), 1);
     drop(s);
 
     let pmem = tmp.path().join("pmem");
     let pool = damaged_pmem_commit_record(&pmem);
     let s = serve(&pmem, "pmem");
-    fails_remotely_naming(&s.1, &pool.display().to_string(), 1);
+    fails_remotely_naming(&s.addr, &pool.display().to_string(), 1);
 }
 
 /// A server older than PROBLEMS (issue 13) answers ERROR for the kind; the client asks STATS

@@ -4,50 +4,32 @@
 //! (`grib_get_data`, printed exactly); a server without an extractor answers "unsupported" and
 //! the library falls back to retrieving whole fields, with the same values.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Output, Stdio};
+use std::process::{Command, Output, Stdio};
 
 use haar::extract::{Method, Selection};
 use haar_core::request::Request;
 use haar_net::auth::Tokens;
 use haar_net::{ClientConfig, RemoteStore, Server, ServerConfig, Target};
+use haar_testkit::{Announce, ServerProcess};
 
 const TOKEN: &str = "extract-test-token";
 const RO_TOKEN: &str = "extract-test-read-only";
 const HAAR: &str = env!("CARGO_BIN_EXE_haar");
 
-struct Serve(Child, String);
-
-impl Drop for Serve {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn serve(root: &Path, ro_token: &Path) -> Serve {
-    let mut child = Command::new(HAAR)
-        .arg("--root")
-        .arg(root)
-        .args(["--backend", "pmem", "serve", "--listen", "127.0.0.1:0"])
-        .arg("--read-token-file")
-        .arg(ro_token)
-        .env("HAAR_TOKEN", TOKEN)
-        .env_remove("HAAR_CONFIG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = (line.trim().strip_prefix("listening on "))
-        .unwrap_or_else(|| panic!("first line was {line:?}"))
-        .to_string();
-    Serve(child, addr)
+fn serve(root: &Path, ro_token: &Path) -> ServerProcess {
+    ServerProcess::spawn(
+        Command::new(HAAR)
+            .arg("--root")
+            .arg(root)
+            .args(["--backend", "pmem", "serve", "--listen", "127.0.0.1:0"])
+            .arg("--read-token-file")
+            .arg(ro_token)
+            .env("HAAR_TOKEN", TOKEN)
+            .env_remove("HAAR_CONFIG")
+            .stderr(Stdio::null()),
+        Announce::FirstLine,
+    )
 }
 
 fn haar(args: &[&str], token: Option<&str>) -> Output {
@@ -102,7 +84,7 @@ fn the_server_extracts_ranges_and_points_and_only_values_travel() {
     let ro = dir.path().join("ro-token");
     std::fs::write(&ro, RO_TOKEN).unwrap();
     let server = serve(&root, &ro);
-    let addr = server.1.as_str();
+    let addr = server.addr.as_str();
 
     let grib = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../../python/tests/data/era5-levels-members.grib");

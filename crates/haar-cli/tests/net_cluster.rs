@@ -22,6 +22,7 @@ use haar_core::request::Request;
 use haar_net::{ClientConfig, RemoteStore};
 use haar_store::FieldStore;
 use haar_store::dist::{DistStore, Placement};
+use haar_testkit::{Announce, ServerProcess};
 
 const TOKEN: &str = "net-cluster-token";
 const HAAR: &str = env!("CARGO_BIN_EXE_haar");
@@ -184,18 +185,12 @@ impl Net {
     }
 }
 
+/// A `haar serve` process (killed when dropped), its address, root and host.
 struct Server {
-    child: Child,
+    process: ServerProcess,
     addr: String,
     root: PathBuf,
     host: usize,
-}
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// Starts `haar serve` on host `i` of `net` (on `listen`, or a free port), logging to
@@ -208,8 +203,6 @@ fn serve(net: &Net, i: usize, root: &Path, listen: Option<&str>, tls: Option<&Tl
         .args(["serve", "--listen", listen.unwrap_or(&any)])
         .env("HAAR_TOKEN", TOKEN)
         .env_remove("HAAR_CONFIG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
         .stderr(log);
     if let Some(t) = tls {
         cmd.arg("--tls-cert")
@@ -217,32 +210,17 @@ fn serve(net: &Net, i: usize, root: &Path, listen: Option<&str>, tls: Option<&Tl
             .arg("--tls-key")
             .arg(&t.key);
     }
-    let mut child = cmd.spawn().expect("haar serve starts");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut r = BufReader::new(stdout);
-        let mut line = String::new();
-        let _ = r.read_line(&mut line);
-        let _ = tx.send(line);
-        let _ = std::io::copy(&mut r, &mut std::io::sink());
-    });
-    let line = rx
-        .recv_timeout(Duration::from_secs(20))
-        .expect("haar serve printed its address");
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| {
-            panic!(
-                "haar serve printed {line:?}; log: {}",
-                std::fs::read_to_string(root.with_extension("log")).unwrap_or_default()
-            )
-        })
-        .to_string();
+    let process =
+        ServerProcess::try_spawn(&mut cmd, Announce::FirstLine, Some(Duration::from_secs(20)))
+            .unwrap_or_else(|e| {
+                panic!(
+                    "haar serve: {e}; log: {}",
+                    std::fs::read_to_string(root.with_extension("log")).unwrap_or_default()
+                )
+            });
     Server {
-        child,
-        addr,
+        addr: process.addr.clone(),
+        process,
         root: root.to_path_buf(),
         host: i,
     }
@@ -256,8 +234,7 @@ fn cluster(net: &Net, n: usize, dir: &Path) -> Vec<Server> {
 
 /// Kills a server with SIGKILL (no chance to flush or say goodbye).
 fn kill_9(s: &mut Server) {
-    s.child.kill().unwrap();
-    s.child.wait().unwrap();
+    s.process.kill_9();
 }
 
 /// The same server back on its root and address.

@@ -16,21 +16,26 @@ use haar_core::request::Request;
 use haar_net::protocol::{self, Kind, Limits};
 use haar_net::{ClientConfig, RemoteStore};
 use haar_store::FieldStore;
+use haar_testkit::{Announce, ServerProcess};
 
 const TOKEN: &str = "net-test-token";
 const RO_TOKEN: &str = "net-test-read-only";
 const HAAR: &str = env!("CARGO_BIN_EXE_haar");
 
+/// A `haar serve` process (killed when dropped), its address and root.
 struct Server {
-    child: Child,
+    process: ServerProcess,
     addr: String,
     root: PathBuf,
 }
 
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+impl Server {
+    fn new(process: ServerProcess, root: &Path) -> Server {
+        Server {
+            addr: process.addr.clone(),
+            process,
+            root: root.to_path_buf(),
+        }
     }
 }
 
@@ -45,36 +50,13 @@ fn spawn_server_on(root: &Path, backend: &str, listen: &str, ro_token: Option<&P
         .args(["--backend", backend, "serve", "--listen", listen])
         .env("HAAR_TOKEN", TOKEN)
         .env_remove("HAAR_CONFIG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
         .stderr(Stdio::null());
     if let Some(f) = ro_token {
         cmd.arg("--read-token-file").arg(f);
     }
-    let mut child = cmd.spawn().expect("haar serve starts");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut line = String::new();
-        let mut r = BufReader::new(stdout);
-        let _ = r.read_line(&mut line);
-        let _ = tx.send(line);
-        // Keep draining so the server never blocks on a full pipe.
-        let _ = std::io::copy(&mut r, &mut std::io::sink());
-    });
-    let line = rx
-        .recv_timeout(Duration::from_secs(20))
-        .expect("haar serve printed its address");
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("first line was {line:?}"))
-        .to_string();
-    Server {
-        child,
-        addr,
-        root: root.to_path_buf(),
-    }
+    let process =
+        ServerProcess::spawn_within(&mut cmd, Announce::FirstLine, Duration::from_secs(20));
+    Server::new(process, root)
 }
 
 fn haar(args: &[&str], token: Option<&str>) -> Output {
@@ -478,8 +460,8 @@ fn kill_9_and_restart_keeps_every_flushed_field() {
             .archive(&key(member, 99), &field(member, 99, 200_000))
             .unwrap();
     }
-    s.child.kill().unwrap(); // SIGKILL
-    s.child.wait().unwrap();
+    s.process.child.kill().unwrap(); // SIGKILL
+    s.process.child.wait().unwrap();
     assert!(
         producer.flush().is_err(),
         "flush to a dead server must fail"
@@ -568,8 +550,8 @@ fn servers_killed_at_random_moments_lose_no_acknowledged_flush() {
                 done
             });
             std::thread::sleep(Duration::from_micros(rng() % 60_000));
-            s.child.kill().unwrap(); // SIGKILL, wherever the server is
-            s.child.wait().unwrap();
+            s.process.child.kill().unwrap(); // SIGKILL, wherever the server is
+            s.process.child.wait().unwrap();
             let done = producer.join().unwrap();
             acked.extend(&done);
             // The restarted server holds every acknowledged flush, and of the flush that was
@@ -671,7 +653,7 @@ fn a_pool_truncated_under_a_server_fails_reads_not_the_server() {
     }
     eprintln!("{} of 40 reads failed; first: {}", errors.len(), errors[0]);
     assert!(
-        s.child.try_wait().unwrap().is_none(),
+        s.process.child.try_wait().unwrap().is_none(),
         "the server died: {errors:?}"
     );
     assert!(
@@ -687,7 +669,10 @@ fn a_pool_truncated_under_a_server_fails_reads_not_the_server() {
     // Still accepting and answering.
     let again = RemoteStore::connect(&s.addr, &cfg).unwrap();
     let _ = again.list(&Request::parse("class=od").unwrap());
-    assert!(s.child.try_wait().unwrap().is_none(), "the server died");
+    assert!(
+        s.process.child.try_wait().unwrap().is_none(),
+        "the server died"
+    );
 }
 
 /// `haar serve --max-connections --handshake-timeout` reach the server (design §8, hostile
@@ -696,8 +681,8 @@ fn a_pool_truncated_under_a_server_fails_reads_not_the_server() {
 #[test]
 fn serve_bounds_connections_and_handshakes() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(HAAR)
-        .arg("--root")
+    let mut cmd = Command::new(HAAR);
+    cmd.arg("--root")
         .arg(dir.path().join("root"))
         .args([
             "serve",
@@ -710,24 +695,11 @@ fn serve_bounds_connections_and_handshakes() {
         ])
         .env("HAAR_TOKEN", TOKEN)
         .env_remove("HAAR_CONFIG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let s = Server {
-        child,
-        addr: line
-            .trim()
-            .strip_prefix("listening on ")
-            .unwrap()
-            .to_string(),
-        root: dir.path().join("root"),
-    };
+        .stderr(Stdio::null());
+    let s = Server::new(
+        ServerProcess::spawn(&mut cmd, Announce::FirstLine),
+        &dir.path().join("root"),
+    );
     let mut held: Vec<TcpStream> = (0..2)
         .map(|_| TcpStream::connect(&s.addr).unwrap())
         .collect();
@@ -782,27 +754,11 @@ fn spawn_logging_server(root: &Path, log: &Path, extra: &[&str], log_env: Option
         .env("HAAR_TOKEN", TOKEN)
         .env_remove("HAAR_CONFIG")
         .env_remove("HAAR_LOG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
         .stderr(std::fs::File::create(log).unwrap());
     if let Some(v) = log_env {
         cmd.env("HAAR_LOG", v);
     }
-    let mut child = cmd.spawn().expect("haar serve starts");
-    let mut out = BufReader::new(child.stdout.take().unwrap());
-    let mut line = String::new();
-    out.read_line(&mut line).unwrap();
-    std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap_or_else(|| panic!("first line was {line:?}"))
-        .to_string();
-    Server {
-        child,
-        addr,
-        root: root.to_path_buf(),
-    }
+    Server::new(ServerProcess::spawn(&mut cmd, Announce::FirstLine), root)
 }
 
 /// Waits (up to 30 s) until `log` holds a line with every one of `parts`.

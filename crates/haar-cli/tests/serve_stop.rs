@@ -4,10 +4,8 @@
 //! chunk back, and exits 0 within its grace even with idle and half-done connections open.
 //! Before the fix the server died of the signal and every restart leaked 16 MiB of the pool.
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use haar_core::key::Key;
@@ -15,6 +13,7 @@ use haar_core::request::Request;
 use haar_net::server::HEARTBEAT;
 use haar_net::{ClientConfig, RemoteStore, Watch};
 use haar_store::FieldStore;
+use haar_testkit::{Announce, ServerProcess};
 
 const HAAR: &str = env!("CARGO_BIN_EXE_haar");
 const TOKEN: &str = "serve-stop-test-token-0123456789abcdef";
@@ -28,34 +27,18 @@ fn key(round: u32, step: u32) -> Key {
     .unwrap()
 }
 
-fn serve(root: &Path) -> (Child, String) {
-    let mut child = Command::new(HAAR)
-        .arg("--root")
-        .arg(root)
-        .args(["--backend", "pmem", "serve", "--listen", "127.0.0.1:0"])
-        .env("HAAR_TOKEN", TOKEN)
-        .env_remove("HAAR_CONFIG")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("haar serve starts");
-    let stdout = child.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut r = BufReader::new(stdout);
-        let mut line = String::new();
-        let _ = r.read_line(&mut line);
-        let _ = tx.send(line);
-        let _ = std::io::copy(&mut r, &mut std::io::sink());
-    });
-    let line = rx.recv_timeout(Duration::from_secs(20)).expect("address");
-    let addr = line
-        .trim()
-        .strip_prefix("listening on ")
-        .unwrap()
-        .to_string();
-    (child, addr)
+fn serve(root: &Path) -> ServerProcess {
+    ServerProcess::spawn_within(
+        Command::new(HAAR)
+            .arg("--root")
+            .arg(root)
+            .args(["--backend", "pmem", "serve", "--listen", "127.0.0.1:0"])
+            .env("HAAR_TOKEN", TOKEN)
+            .env_remove("HAAR_CONFIG")
+            .stderr(Stdio::null()),
+        Announce::FirstLine,
+        Duration::from_secs(20),
+    )
 }
 
 fn info(root: &Path) -> serde_json::Value {
@@ -90,7 +73,8 @@ fn sigterm_stops_serve_cleanly_and_gives_the_chunk_back() {
     };
     let mut heap = Vec::new();
     for round in 1..=ROUNDS {
-        let (mut child, addr) = serve(&root);
+        let mut server = serve(&root);
+        let addr = server.addr.clone();
         let mut w = RemoteStore::connect(&addr, &cfg).unwrap();
         for step in 0..20 {
             w.archive(&key(round, step), &vec![round as u8; 10_000])
@@ -107,9 +91,12 @@ fn sigterm_stops_serve_cleanly_and_gives_the_chunk_back() {
             .unwrap();
         let t = Instant::now();
         // SAFETY: a signal to our own child.
-        assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGTERM) }, 0);
+        assert_eq!(
+            unsafe { libc::kill(server.child.id() as i32, libc::SIGTERM) },
+            0
+        );
         let status = loop {
-            if let Some(s) = child.try_wait().unwrap() {
+            if let Some(s) = server.child.try_wait().unwrap() {
                 break s;
             }
             assert!(

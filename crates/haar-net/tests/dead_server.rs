@@ -8,9 +8,9 @@
 //! The servers are this test binary started again (`child_server`, an ignored test that does
 //! nothing unless a scenario starts it), each over a POSIX root of its own, as `haar serve`.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,6 +22,7 @@ use haar_net::{ClientConfig, RemoteStore, Server, ServerConfig, Target};
 use haar_store::dist::{DistStore, Placement};
 use haar_store::posix::{FsyncPolicy, PosixBackend};
 use haar_store::{FieldStore, StoreOptions};
+use haar_testkit::{Announce, ServerProcess};
 
 const TOKEN: &str = "dead-server-token";
 const CHILD_ENV: &str = "HAAR_DEAD_SERVER_CHILD";
@@ -54,56 +55,19 @@ fn child_server() {
     server.run().unwrap();
 }
 
-/// A server process; killed when dropped.
-struct Proc {
-    child: Child,
-    addr: String,
-}
-
-impl Proc {
-    fn start(root: &Path) -> Proc {
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "child_server", "--ignored", "--nocapture"])
+/// A server process over `root` (started and killed as haar-testkit does it).
+fn start(root: &Path) -> ServerProcess {
+    ServerProcess::spawn(
+        haar_testkit::rerun_self("child_server")
             .env(CHILD_ENV, root)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        // The harness may print "running 1 test" and the test's name first.
-        while !line.contains("listening on ") {
-            line.clear();
-            assert!(out.read_line(&mut line).unwrap() > 0, "server exited");
-        }
-        let addr = line
-            .split("listening on ")
-            .nth(1)
-            .unwrap()
-            .trim()
-            .to_string();
-        std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
-        Proc { child, addr }
-    }
-
-    /// SIGKILL: no chance to flush or close a connection cleanly.
-    fn kill_9(&mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
+            .stderr(Stdio::inherit()),
+        Announce::AfterHarness,
+    )
 }
 
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn cluster(n: usize, dir: &Path) -> Vec<Proc> {
+fn cluster(n: usize, dir: &Path) -> Vec<ServerProcess> {
     (0..n)
-        .map(|i| Proc::start(&dir.join(format!("node{i}"))))
+        .map(|i| start(&dir.join(format!("node{i}"))))
         .collect()
 }
 
@@ -115,7 +79,7 @@ fn cfg() -> ClientConfig {
 }
 
 /// `dist` over every server (all must be up: lanes connect as they are made).
-fn dist(servers: &[Proc], replicas: usize, cfg: &ClientConfig) -> DistStore {
+fn dist(servers: &[ServerProcess], replicas: usize, cfg: &ClientConfig) -> DistStore {
     let lanes = servers
         .iter()
         .map(|s| {

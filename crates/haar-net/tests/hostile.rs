@@ -3,10 +3,9 @@
 //! what the server does — refuses, disconnects, keeps serving, keeps its memory (read from
 //! `/proc/<pid>/status`) — never how fast.
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -16,6 +15,7 @@ use haar_net::auth::{self, Tokens};
 use haar_net::protocol::{self, Frame, FrameTags, Kind, Limits};
 use haar_net::{ClientConfig, RemoteStore, Server, ServerConfig, ServerLimits, Target};
 use haar_store::{FieldStore, FsyncPolicy, PosixBackend, StoreOptions};
+use haar_testkit::{Announce, ServerProcess};
 
 const RW: &str = "hostile-rw";
 const RO: &str = "hostile-ro";
@@ -74,28 +74,21 @@ fn child_server() {
     server.run().unwrap();
 }
 
-/// A server process; killed when dropped.
+/// A server process; killed when dropped (before its directory is removed: fields drop in
+/// order).
 struct Child_ {
-    child: Child,
+    server: ServerProcess,
     addr: String,
     log: PathBuf,
     _dir: tempfile::TempDir,
-}
-
-impl Drop for Child_ {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 impl Child_ {
     fn start(l: ServerLimits) -> Child_ {
         let dir = tempfile::tempdir().unwrap();
         let log = dir.path().join("server.log");
-        let mut child = Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "child_server", "--ignored", "--nocapture"])
-            .env(CHILD_ENV, "1")
+        let mut cmd = haar_testkit::rerun_self("child_server");
+        cmd.env(CHILD_ENV, "1")
             .env("HAAR_HOSTILE_ROOT", dir.path().join("root"))
             .env("HAAR_HOSTILE_MAX_CONN", l.max_connections.to_string())
             .env("HAAR_HOSTILE_MAX_UNAUTH", l.max_unauthenticated.to_string())
@@ -120,27 +113,17 @@ impl Child_ {
                 "HAAR_HOSTILE_WRITE_MS",
                 l.write_timeout.as_millis().to_string(),
             )
-            .stdout(Stdio::piped())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let mut out = BufReader::new(child.stdout.take().unwrap());
-        let mut line = String::new();
-        let addr = loop {
-            line.clear();
-            assert!(
-                out.read_line(&mut line).unwrap() > 0,
-                "the server process ended before listening; its log: {}",
-                std::fs::read_to_string(&log).unwrap_or_default()
-            );
-            if let Some(a) = line.trim().strip_prefix("listening on ") {
-                break a.to_string();
-            }
-        };
-        // Keep the pipe drained (the test harness prints its result lines).
-        std::thread::spawn(move || std::io::copy(&mut out, &mut std::io::sink()));
+            .stderr(std::fs::File::create(&log).unwrap());
+        let server = ServerProcess::try_spawn(&mut cmd, Announce::AfterHarness, None)
+            .unwrap_or_else(|e| {
+                panic!(
+                    "{e}; its log: {}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                )
+            });
+        let addr = server.addr.clone();
         Child_ {
-            child,
+            server,
             addr,
             log,
             _dir: dir,
@@ -149,7 +132,8 @@ impl Child_ {
 
     /// A `/proc/<pid>/status` figure in KiB (`VmRSS`, `VmHWM`).
     fn vm_kib(&self, what: &str) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id())).unwrap();
+        let status =
+            std::fs::read_to_string(format!("/proc/{}/status", self.server.child.id())).unwrap();
         status
             .lines()
             .find_map(|l| l.strip_prefix(&format!("{what}:")))
@@ -1234,7 +1218,7 @@ fn a_server_that_stops_answering_is_reported_after_the_reply_timeout() {
         },
     )
     .unwrap();
-    let pid = s.child.id() as libc::pid_t;
+    let pid = s.server.child.id() as libc::pid_t;
     // SAFETY: signals to our own child.
     assert_eq!(unsafe { libc::kill(pid, libc::SIGSTOP) }, 0);
     // The stop takes effect asynchronously: wait until every thread of the server is stopped.

@@ -24,8 +24,8 @@ use haar_core::request::Request;
 use haar_grib::jump;
 
 mod common;
-use common::{Proc, Relay};
 use haar_store::dist::DistStore;
+use haar_testkit::{Relay, ServerProcess};
 
 const TOKEN: &str = "extract-dist-token";
 const CHILD_ENV: &str = "HAAR_EXTRACT_DIST_CHILD";
@@ -177,8 +177,8 @@ fn scattered(points: u64, grid: u64) -> Vec<(u64, u64)> {
 #[test]
 fn dist_over_three_servers_extracts_on_each_and_only_values_travel() {
     let dir = tempfile::tempdir().unwrap();
-    let procs: Vec<Proc> = (0..3)
-        .map(|i| Proc::start(&dir.path().join(format!("node{i}")), CHILD_ENV, TOKEN))
+    let procs: Vec<ServerProcess> = (0..3)
+        .map(|i| common::start_server(&dir.path().join(format!("node{i}")), CHILD_ENV, TOKEN))
         .collect();
     let relays: Vec<Relay> = procs.iter().map(|p| Relay::start(&p.addr)).collect();
     let via: Vec<String> = relays.iter().map(|r| r.addr.clone()).collect();
@@ -267,8 +267,8 @@ fn dist_over_three_servers_extracts_on_each_and_only_values_travel() {
 #[test]
 fn a_dead_server_is_stood_in_for_by_its_replica_and_named_without_one() {
     let dir = tempfile::tempdir().unwrap();
-    let mut procs: Vec<Proc> = (0..3)
-        .map(|i| Proc::start(&dir.path().join(format!("node{i}")), CHILD_ENV, TOKEN))
+    let mut procs: Vec<ServerProcess> = (0..3)
+        .map(|i| common::start_server(&dir.path().join(format!("node{i}")), CHILD_ENV, TOKEN))
         .collect();
     let addrs: Vec<String> = procs.iter().map(|p| p.addr.clone()).collect();
     let token = dir.path().join("node0/token");

@@ -22,7 +22,7 @@ use haar_core::request::Request;
 use haar_grib::jump;
 
 mod common;
-use common::{Proc, Relay};
+use haar_testkit::{Relay, ServerProcess};
 
 const TOKEN: &str = "extract-select-token";
 const CHILD_ENV: &str = "HAAR_EXTRACT_SELECT_CHILD";
@@ -89,8 +89,8 @@ fn same(a: &[f64], b: &[f64]) -> bool {
 #[test]
 fn select_over_servers_extracts_on_each_route_and_only_values_travel() {
     let dir = tempfile::tempdir().unwrap();
-    let procs: Vec<Proc> = (0..3)
-        .map(|i| Proc::start(&dir.path().join(format!("node{i}")), CHILD_ENV, TOKEN))
+    let procs: Vec<ServerProcess> = (0..3)
+        .map(|i| common::start_server(&dir.path().join(format!("node{i}")), CHILD_ENV, TOKEN))
         .collect();
     let relays: Vec<Relay> = procs.iter().map(|p| Relay::start(&p.addr)).collect();
     let via: Vec<String> = relays.iter().map(|r| r.addr.clone()).collect();
