@@ -1,8 +1,8 @@
 #!/bin/bash
 # haar as an FDB5 store, checked with FDB5's own clients: the fdb5lib 5.25 wheel's tools
-# (fdb-write, fdb-list, fdb-axes, fdb-read, fdb-lock, fdb-unlock, fdb-purge, fdb-wipe), pyfdb
-# 5.25 and earthkit-data 1.3's fdb source run one scenario twice on the same GRIB, once on
-# FDB5's own TOC backend and once through the haar plugin (`store: haar`, set up by
+# (fdb-write, fdb-list, fdb-axes, fdb-read, fdb-hammer, fdb-lock, fdb-unlock, fdb-purge,
+# fdb-wipe), pyfdb 5.25 and earthkit-data 1.3's fdb source run one scenario twice on the same
+# GRIB, once on FDB5's own TOC backend and once through the haar plugin (`store: haar`, set up by
 # scripts/fdb5-plugin-env.sh); every output must be the same
 # on both, the bytes read back must be the bytes written, and haar's own CLI must see (list,
 # retrieve) the fields FDB5 wrote and lose them when FDB5 wipes them.
@@ -52,6 +52,26 @@ done
 grib_set -s "class=rd,stream=oper,type=an,expver=xxxx,date=20191110,time=0000,step=0,paramId=167,levtype=sfc" \
     /usr/share/eccodes/samples/sh_sfc_grib1.tmpl msgs/sfc-167.grib || exit 1
 cat msgs/sfc-167.grib >>all.grib
+# fdb-hammer's template: one small GRIB2 field of an ensemble forecast (stream=enfo, type=pf),
+# which fdb-hammer stamps into members x steps x levels x params fields.
+python3 - <<'EOF' || exit 1
+import eccodes, numpy as np
+h = eccodes.codes_grib_new_from_samples("regular_ll_pl_grib2")
+for k, v in (("Ni", 64), ("Nj", 64), ("iDirectionIncrement", 1000), ("jDirectionIncrement", 1000),
+             ("bitsPerValue", 16)):
+    eccodes.codes_set(h, k, v)
+eccodes.codes_set_values(h, np.arange(64 * 64, dtype=float))
+for k, v in (("centre", 98), ("setLocalDefinition", 1), ("localDefinitionNumber", 1),
+             ("productDefinitionTemplateNumber", 1), ("class", "rd"), ("expver", "xxxx"),
+             ("stream", "enfo"), ("type", "pf"), ("number", 1), ("dataDate", 20191110),
+             ("dataTime", 0), ("level", 1), ("step", 0), ("paramId", 130)):
+    eccodes.codes_set(h, k, v)
+open("hammer.grib", "wb").write(eccodes.codes_get_message(h))
+EOF
+# The wheel's fdb-hammer 5.25 only starts with this LD_AUDIT shim (docs/benchmarks.md, "Why
+# the wheel's `fdb-hammer` 5.25 crashes").
+cc -O2 -shared -fPIC -o hammer-audit.so "$here/crates/haar-bench/src/table8/fdb-hammer-audit.c" || exit 1
+HAMMER="--class=rd --expver=xxxx --nensembles=2 --nsteps=2 --nlevels=2 --nparams=2 --full-check"
 printf 'retrieve,%s,levelist=300/400/500,param=138/155\n' "$FULL" >all.req
 printf 'retrieve,%s,levtype=sfc,param=167\n' "${FULL/levtype=pl,/}" >sfc.req
 
@@ -173,6 +193,11 @@ scenario() { # BACKEND: runs every step with FDB5's environment already set; out
     check "fdb-read" sh -c "fdb-read all.req '$out/read.grib' >/dev/null && test -s '$out/read.grib'"
     check "fdb-read of a surface field" sh -c "fdb-read sfc.req '$out/sfc.grib' >/dev/null && cmp '$out/sfc.grib' msgs/sfc-167.grib"
     check "pyfdb 5.25 archive/list/axes/retrieve" python3 pyfdb_check.py "$out/pyfdb"
+    # fdb-hammer with --full-check: a checksum of each field's key and data written into it,
+    # recomputed on --read from the key asked and the bytes returned.
+    check "fdb-hammer --full-check writes 16 fields" sh -c "LD_AUDIT='$work/hammer-audit.so' fdb-hammer $HAMMER hammer.grib >'$out/hammer-w.log' 2>&1 && grep -E '^(Fields|Bytes) written' '$out/hammer-w.log' >'$out/hammer' && grep -qx 'Fields written: 16' '$out/hammer'"
+    check "fdb-hammer --read --full-check reads and verifies 16 fields" sh -c "LD_AUDIT='$work/hammer-audit.so' fdb-hammer --read $HAMMER hammer.grib >'$out/hammer-r.log' 2>&1 && grep -E '^(Fields|Bytes) read' '$out/hammer-r.log' >>'$out/hammer' && grep -qx 'Fields read: 16' '$out/hammer'"
+    check "fdb-hammer --list lists 16 fields" sh -c "LD_AUDIT='$work/hammer-audit.so' fdb-hammer --list $HAMMER hammer.grib 2>&1 | grep -o 'Fields listed: .*' >>'$out/hammer' && grep -qx 'Fields listed: 16' '$out/hammer'"
     if [ "$earthkit" = 1 ]; then
         check "earthkit-data fdb source reads the 6 fields" python3 earthkit_check.py "$out/earthkit"
     else
@@ -256,12 +281,13 @@ for l in 300 400 500; do
             "'$haar' --config haar.yaml retrieve $FULL,levelist=$l,param=$p -o h-$l-$p.grib && cmp h-$l-$p.grib msgs/$l-$p.grib"
     done
 done
+check "haar list shows the 16 fields fdb-hammer archived" sh -c "'$haar' --config haar.yaml list class=rd,expver=xxxx,stream=enfo >hammer.list && grep -c . hammer.list | grep -qx 16"
 check "haar list after fdb-wipe is empty" sh -c \
     "(eval \"\$1\"; fdb-wipe --doit $DB) >/dev/null 2>&1; '$haar' --config haar.yaml list $DB >after-wipe 2>&1; ! grep -q 'class=rd' after-wipe" _ "$env_lines"
 
 # Same results on both backends.
 backend=toc-vs-haar
-for f in list axes read.grib sfc.grib pyfdb earthkit list2 pyfdb-control read2.grib list3 pyfdb-wipe; do
+for f in list axes read.grib sfc.grib pyfdb hammer earthkit list2 pyfdb-control read2.grib list3 pyfdb-wipe; do
     check "$f: the same on TOC and through haar (posix)" same "toc/$f" "haar/$f"
     check "$f: the same on TOC and through haar (pmem)" same "toc/$f" "haar-pmem/$f"
 done
