@@ -45,6 +45,7 @@ pub fn op_label(kind: Kind) -> &'static str {
         Kind::Purge => "purge",
         Kind::Problems => "problems",
         Kind::Extract => "extract",
+        Kind::ReadLocated => "read_located",
         Kind::Watch => "watch",
         _ => "other",
     }

@@ -325,6 +325,7 @@ fn request_meta(req: &str, doit: bool) -> Vec<u8> {
     protocol::to_meta(&protocol::RequestMeta {
         request: req.into(),
         doit,
+        masked: 0,
     })
 }
 

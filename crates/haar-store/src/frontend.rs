@@ -129,6 +129,25 @@ pub trait FieldStore: Send {
     /// Every flushed field matching `req`, de-duplicated, sorted by key.
     fn list(&self, req: &Request) -> Result<Vec<Field>>;
 
+    /// Capability: [`FieldStore::list`] and, right after each field, the masked copies of its
+    /// key the store still holds (archived before it and not yet purged), newest first, each
+    /// with the location of its own bytes ([`Store::list_with_masked`]; through a server, its
+    /// LIST with `masked`, design §8). `None` from stores that keep no masked copies they can
+    /// name (FDB5's databases). Faces call [`FieldStoreExt::list_maybe_masked`].
+    fn list_with_masked(&self, _req: &Request) -> Option<Result<Vec<Field>>> {
+        None
+    }
+
+    /// Capability: the bytes at the location `field.data` (object, offset, length) of database
+    /// `field.db`, as a listing located them: how a masked copy, which no key retrieves, is
+    /// read. With `crc`, bytes with another CRC-32C are refused (a location is only meaningful
+    /// where it was listed). `field.index` and `field.datum` may be empty; a store routing by
+    /// key (dist) uses them when given. `None` from stores that cannot read by location.
+    /// Faces call [`FieldStoreExt::read_at`].
+    fn read_located(&self, _field: &Field, _crc: Option<u32>) -> Option<Result<Vec<u8>>> {
+        None
+    }
+
     /// Values present per keyword among the fields matching `req`.
     fn axes(&self, req: &Request) -> Result<BTreeMap<String, BTreeSet<String>>> {
         Ok(axes_of(&self.list(req)?))
@@ -200,6 +219,41 @@ pub trait FieldStoreExt: FieldStore {
     fn retrieve_key(&self, key: &Key, sink: &mut Sink<'_>) -> Result<RetrieveReport> {
         self.retrieve(&single_key_request(key), sink)
     }
+
+    /// The listing of `req` for a face: with `masked`, [`FieldStore::list_with_masked`] (each
+    /// field followed by its key's masked copies, newest first), else [`FieldStore::list`]. A
+    /// store without the capability fails, naming itself: a masked listing is never silently
+    /// a plain one.
+    fn list_maybe_masked(&self, req: &Request, masked: bool) -> Result<Vec<Field>> {
+        if !masked {
+            return self.list(req);
+        }
+        self.list_with_masked(req).unwrap_or_else(|| {
+            Err(Error::BadRequest {
+                request: req.to_string(),
+                reason: format!(
+                    "{} keeps no masked copies it can list: list without masked copies",
+                    self.describe()
+                )
+                .into(),
+            })
+        })
+    }
+
+    /// [`FieldStore::read_located`] for a face; a store without the capability fails, naming
+    /// itself.
+    fn read_at(&self, field: &Field, crc: Option<u32>) -> Result<Vec<u8>> {
+        self.read_located(field, crc).unwrap_or_else(|| {
+            Err(Error::BadRequest {
+                request: format!("{} {}", field.db, located(field)),
+                reason: format!(
+                    "{} cannot read by location: read a listed field by its key",
+                    self.describe()
+                )
+                .into(),
+            })
+        })
+    }
 }
 
 impl<T: FieldStore + ?Sized> FieldStoreExt for T {}
@@ -222,6 +276,40 @@ pub fn retrieve_keys_one_by_one<S: FieldStore + ?Sized>(
         total.problems.extend(r.problems);
     }
     Ok(total)
+}
+
+/// A location as messages name it: `object 00000000000000a1 @ 4096+1000`.
+pub fn located(field: &Field) -> String {
+    format!(
+        "object {:016x} @ {}+{}",
+        field.data.object, field.data.offset, field.data.length
+    )
+}
+
+/// [`FieldStore::read_located`] of a local store: the bytes at `field`'s location, checked
+/// against `crc` when given.
+fn read_located_local(store: &Store, field: &Field, crc: Option<u32>) -> Result<Vec<u8>> {
+    let where_ = || format!("database {} {}", field.db, located(field));
+    let bytes = store
+        .with_field_ranges(field, |read| read(0, field.data.length))?
+        .ok_or_else(|| Error::NoStore {
+            path: store.backend().describe().into(),
+            detail: format!("{} is not stored here: list again", where_()),
+        })??;
+    if let Some(expected) = crc {
+        let actual = haar_persist::crc32c(&bytes);
+        if actual != expected {
+            return Err(Error::checksum(
+                store.backend().describe(),
+                where_(),
+                actual,
+                expected,
+                "the listing says",
+                "the copy listed there is gone (a purge or a wipe since the listing?): list again",
+            ));
+        }
+    }
+    Ok(bytes.to_vec())
 }
 
 /// [`FieldStore::wipe_unsafe_all`] as the trait provides it, for a store that cannot see the
@@ -319,6 +407,12 @@ impl FieldStore for Store {
     }
     fn list(&self, req: &Request) -> Result<Vec<Field>> {
         Store::list(self, req)
+    }
+    fn list_with_masked(&self, req: &Request) -> Option<Result<Vec<Field>>> {
+        Some(Store::list_with_masked(self, req))
+    }
+    fn read_located(&self, field: &Field, crc: Option<u32>) -> Option<Result<Vec<u8>>> {
+        Some(read_located_local(self, field, crc))
     }
     fn axes(&self, req: &Request) -> Result<BTreeMap<String, BTreeSet<String>>> {
         Store::axes(self, req)

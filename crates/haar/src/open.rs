@@ -518,6 +518,14 @@ impl FieldStore for DownLane {
     fn list(&self, _: &Request) -> Result<Vec<Field>> {
         Err(self.err())
     }
+    /// Fails with the connect error, as `list` does (dist covers the lane with replicas).
+    fn list_with_masked(&self, _: &Request) -> Option<Result<Vec<Field>>> {
+        Some(Err(self.err()))
+    }
+    /// Fails with the connect error (dist asks the next lane).
+    fn read_located(&self, _: &Field, _: Option<u32>) -> Option<Result<Vec<u8>>> {
+        Some(Err(self.err()))
+    }
     /// Fails with the connect error, as `list` does.
     fn axes(&self, _: &Request) -> Result<BTreeMap<String, BTreeSet<String>>> {
         Err(self.err())

@@ -161,6 +161,7 @@ fn wire_seeds(dir: &Path) {
         to_meta(&protocol::RequestMeta {
             request: text.into(),
             doit,
+            masked: 0,
         })
     };
     let k = key(

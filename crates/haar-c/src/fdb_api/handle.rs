@@ -359,6 +359,12 @@ impl FieldStore for Checked<'_> {
     fn list(&self, req: &Request) -> haar::Result<Vec<Field>> {
         self.inner.list(req)
     }
+    fn list_with_masked(&self, req: &Request) -> Option<haar::Result<Vec<Field>>> {
+        self.inner.list_with_masked(req)
+    }
+    fn read_located(&self, field: &Field, crc: Option<u32>) -> Option<haar::Result<Vec<u8>>> {
+        self.inner.read_located(field, crc)
+    }
     fn axes(&self, req: &Request) -> haar::Result<BTreeMap<String, BTreeSet<String>>> {
         self.inner.axes(req)
     }

@@ -23,8 +23,9 @@ use super::session::Session;
 use super::watch::{WaitOutcome, Watch, wait};
 use super::{ClientConfig, io_error, remote_error, wire_error};
 use crate::protocol::{
-    self, Access, ErrorMeta, FieldMeta, Frame, Kind, Limits, ListedField, PurgeEnd, RequestMeta,
-    RetrieveEnd, StatsEntry, WipeEnd, WireError, to_meta,
+    self, Access, ErrorMeta, FieldMeta, Frame, Kind, Limits, ListEnd, LocatedMeta,
+    MASKED_LIST_VERSION, PurgeEnd, READ_LOCATED_VERSION, RequestMeta, RetrieveEnd, StatsEntry,
+    WipeEnd, WireError, to_meta,
 };
 
 /// The `remote` front-end: one server, behind the same API as the local store.
@@ -271,7 +272,74 @@ impl RemoteStore {
         to_meta(&RequestMeta {
             request: req.to_string(),
             doit,
+            masked: 0,
         })
+    }
+
+    /// The server's masked listing (design §8, "Masked copies"). A reply without the masked
+    /// version is a server that predates masked listings and answered a plain one: refused,
+    /// naming the server, never passed on as a masked listing.
+    fn list_masked(&self, req: &Request) -> Result<Vec<Field>> {
+        let meta = to_meta(&RequestMeta {
+            request: req.to_string(),
+            doit: false,
+            masked: MASKED_LIST_VERSION,
+        });
+        let end: ListEnd = self.call(Kind::List, &meta, &mut Self::no_fields)?;
+        masked_reply(&self.addr, end)
+    }
+
+    /// READ_LOCATED (design §8): the bytes at a location the server's listing gave, checked
+    /// against the CRC-32C the server sent and, with `crc`, the one the listing gave.
+    fn read_at_location(&self, field: &Field, crc: Option<u32>) -> Result<Vec<u8>> {
+        let meta = to_meta(&LocatedMeta {
+            version: READ_LOCATED_VERSION,
+            db: field.db.clone(),
+            object: field.data.object,
+            offset: field.data.offset,
+            length: field.data.length,
+            crc,
+        });
+        let addr = &self.addr;
+        let mut got: Option<Vec<u8>> = None;
+        let r: Result<serde_json::Value> = self.call(
+            Kind::ReadLocated,
+            &meta,
+            &mut |m: FieldMeta, data: &[u8]| {
+                deliver(addr, m, data, &mut |_, bytes, _| {
+                    got = Some(bytes.to_vec());
+                    Ok(())
+                })
+            },
+        );
+        let unsupported = format!(
+            "unknown or unexpected request kind {}",
+            Kind::ReadLocated as u8
+        );
+        match r {
+            Err(Error::Remote { message, class, .. }) if message.starts_with(&unsupported) => {
+                Err(Error::Remote {
+                    server: self.addr.clone(),
+                    message: format!(
+                        "this server predates located reads (READ_LOCATED), so it cannot read a \
+                         masked copy: upgrade it ({message})"
+                    ),
+                    class,
+                })
+            }
+            Err(e) => Err(e),
+            Ok(_) => got.ok_or_else(|| {
+                io_error(
+                    "read located from",
+                    &self.addr,
+                    format!(
+                        "the server ended READ_LOCATED of database {} {} without the bytes",
+                        field.db,
+                        haar_store::frontend::located(field)
+                    ),
+                )
+            }),
+        }
     }
 
     fn no_fields(_: FieldMeta, _: &[u8]) -> Result<()> {
@@ -338,10 +406,6 @@ impl From<io::Error> for CallError {
     }
 }
 
-#[derive(serde::Deserialize)]
-struct ListEnd {
-    fields: Vec<ListedField>,
-}
 #[derive(serde::Deserialize)]
 struct AxesEnd {
     axes: BTreeMap<String, BTreeSet<String>>,
@@ -488,6 +552,17 @@ impl FieldStore for RemoteStore {
         Ok(end.fields.into_iter().map(Field::from).collect())
     }
 
+    /// The server's LIST with `masked` (design §8); a server that predates it is refused.
+    fn list_with_masked(&self, req: &Request) -> Option<Result<Vec<Field>>> {
+        Some(self.list_masked(req))
+    }
+
+    /// The server's READ_LOCATED (design §8); a server that predates it is refused. Always
+    /// over the wire: same-host reads serve retrieves only.
+    fn read_located(&self, field: &Field, crc: Option<u32>) -> Option<Result<Vec<u8>>> {
+        Some(self.read_at_location(field, crc))
+    }
+
     fn axes(&self, req: &Request) -> Result<BTreeMap<String, BTreeSet<String>>> {
         let end: AxesEnd = self.call(
             Kind::Axes,
@@ -569,6 +644,45 @@ impl FieldStore for RemoteStore {
 }
 
 /// Hands a received field to `sink` after checking it against the CRC-32C the server sent.
+/// A reply to a masked LIST as fields: refused, naming the server, when it is not a masked
+/// listing (a server that predates them ignores the request's `masked` and answers a plain
+/// listing, whose END carries no `masked`) or a masked copy does not follow its key's live
+/// field. Pure, so the refusal is tested without an old server.
+pub(crate) fn masked_reply(addr: &str, end: ListEnd) -> Result<Vec<Field>> {
+    let refused = |why: String| Error::Remote {
+        server: addr.to_string(),
+        message: why,
+        class: haar_store::Class::Input,
+    };
+    if end.masked != MASKED_LIST_VERSION {
+        return Err(refused(match end.masked {
+            0 => "this server predates masked listings (its LIST reply says nothing of \
+                  masked copies, so it listed live fields only): upgrade it to list \
+                  masked copies through it, or list without masked copies"
+                .to_string(),
+            v => format!(
+                "this server answered masked listing version {v}, not \
+                 {MASKED_LIST_VERSION}: a client and server of the same release list \
+                 masked copies"
+            ),
+        }));
+    }
+    let mut out: Vec<Field> = Vec::with_capacity(end.fields.len());
+    for l in end.fields {
+        let masked = l.masked;
+        let f = Field::from(l);
+        if masked && out.last().is_none_or(|p| p.key() != f.key()) {
+            return Err(refused(format!(
+                "its masked listing sent a masked copy of {} that does not follow that \
+                 key's live field: list again, and report this server's version",
+                f.key()
+            )));
+        }
+        out.push(f);
+    }
+    Ok(out)
+}
+
 fn deliver(addr: &str, m: FieldMeta, data: &[u8], sink: &mut Sink<'_>) -> Result<()> {
     let crc = haar_persist::crc32c(data);
     if crc != m.crc {
@@ -582,4 +696,102 @@ fn deliver(addr: &str, m: FieldMeta, data: &[u8], sink: &mut Sink<'_>) -> Result
         ));
     }
     sink(&m.key, data, Some(crc))
+}
+
+#[cfg(test)]
+mod masked_tests {
+    use super::*;
+    use crate::protocol::ListedField;
+
+    fn listed(step: u32, object: u64, masked: bool) -> ListedField {
+        ListedField {
+            db: Key::parse("class=od,expver=1").unwrap(),
+            index: Key::parse("type=fc").unwrap(),
+            datum: Key::parse(&format!("step={step}")).unwrap(),
+            object,
+            offset: 0,
+            length: 4,
+            crc: 7,
+            masked,
+        }
+    }
+
+    /// An older server skips the request's `masked` (it reads bodies with serde's defaults)
+    /// and answers a plain listing: that must be an error naming it, never a listing.
+    #[test]
+    fn a_plain_reply_to_a_masked_list_is_refused_naming_the_server() {
+        // What a server that predates masked listings reads of the request: `masked` skipped.
+        #[derive(serde::Deserialize)]
+        #[allow(dead_code)]
+        struct OldRequestMeta {
+            request: String,
+            #[serde(default)]
+            doit: bool,
+        }
+        let asked = to_meta(&RequestMeta {
+            request: "class=od".into(),
+            doit: false,
+            masked: MASKED_LIST_VERSION,
+        });
+        let old: OldRequestMeta = serde_json::from_slice(&asked).unwrap();
+        assert_eq!(old.request, "class=od");
+        // Its reply, as it sends it: no `masked`.
+        let reply: ListEnd =
+            serde_json::from_value(serde_json::json!({ "fields": [listed(0, 1, false)] })).unwrap();
+        let e = masked_reply("old-host:7000", reply).unwrap_err();
+        let text = e.to_string();
+        assert!(text.contains("old-host:7000"), "{text}");
+        assert!(text.contains("predates masked listings"), "{text}");
+        assert_eq!(e.class(), haar_store::Class::Input);
+        // Another version is refused too.
+        let reply = ListEnd {
+            fields: vec![],
+            masked: MASKED_LIST_VERSION + 1,
+        };
+        let text = masked_reply("h:1", reply).unwrap_err().to_string();
+        assert!(text.contains("version 2, not 1"), "{text}");
+    }
+
+    #[test]
+    fn a_masked_copy_must_follow_its_keys_live_field() {
+        let ok = ListEnd {
+            fields: vec![
+                listed(0, 3, false),
+                listed(0, 2, true),
+                listed(0, 1, true),
+                listed(6, 3, false),
+            ],
+            masked: MASKED_LIST_VERSION,
+        };
+        let fields = masked_reply("h:1", ok).unwrap();
+        let objects: Vec<u64> = fields.iter().map(|f| f.data.object).collect();
+        assert_eq!(objects, [3, 2, 1, 3]);
+        for stray in [
+            vec![listed(0, 2, true)],
+            vec![listed(0, 3, false), listed(6, 2, true)],
+        ] {
+            let reply = ListEnd {
+                fields: stray,
+                masked: MASKED_LIST_VERSION,
+            };
+            let text = masked_reply("h:1", reply).unwrap_err().to_string();
+            assert!(text.contains("does not follow"), "{text}");
+        }
+    }
+
+    /// A plain LIST is sent as before masked listings existed (no `masked` field), so older
+    /// servers and their replies are unchanged.
+    #[test]
+    fn a_plain_list_request_carries_no_masked_field() {
+        let meta = RemoteStore::request_meta(&Request::parse("class=od").unwrap(), false);
+        let v: serde_json::Value = serde_json::from_slice(&meta).unwrap();
+        assert!(v.get("masked").is_none(), "{v}");
+        let plain = serde_json::to_value(ListEnd {
+            fields: vec![listed(0, 1, false)],
+            masked: 0,
+        })
+        .unwrap();
+        assert!(plain.get("masked").is_none(), "{plain}");
+        assert!(plain["fields"][0].get("masked").is_none(), "{plain}");
+    }
 }

@@ -172,6 +172,53 @@ pub struct RequestMeta {
     /// WIPE / PURGE: really do it.
     #[serde(default)]
     pub doit: bool,
+    /// LIST: the version of the masked listing asked for ([`MASKED_LIST_VERSION`]; 0, absent:
+    /// a plain listing). Older servers skip the field; a client tells them by the reply.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub masked: u32,
+}
+
+/// The version of LIST's masked listing this build speaks (design §8, "Masked copies").
+pub const MASKED_LIST_VERSION: u32 = 1;
+
+/// The version of READ_LOCATED this build speaks.
+pub const READ_LOCATED_VERSION: u32 = 1;
+
+fn is_zero(v: &u32) -> bool {
+    *v == 0
+}
+
+fn is_false(v: &bool) -> bool {
+    !*v
+}
+
+/// `END` of LIST: the fields, and for a masked listing the version answered (absent from a
+/// server that predates masked listings, which answered a plain one).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ListEnd {
+    /// The fields; with `masked`, each followed by its key's masked copies, newest first.
+    pub fields: Vec<ListedField>,
+    /// The masked listing's version answered; 0 (absent) for a plain listing.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub masked: u32,
+}
+
+/// Meta of READ_LOCATED: a location a listing gave (design §8).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LocatedMeta {
+    /// [`READ_LOCATED_VERSION`].
+    pub version: u32,
+    /// The database key.
+    pub db: Key,
+    /// Data object on the server.
+    pub object: u64,
+    /// Offset in it.
+    pub offset: u64,
+    /// Length.
+    pub length: u64,
+    /// The CRC-32C the listing gave: other bytes there are refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub crc: Option<u32>,
 }
 
 /// Meta of RETRIEVE_KEYS: the keys whose fields to send, each matched as a one-key request.
@@ -263,6 +310,9 @@ pub struct ListedField {
     pub length: u64,
     /// CRC-32C.
     pub crc: u32,
+    /// A masked copy of the key of the field before it (masked listings only).
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub masked: bool,
 }
 
 impl From<&haar_store::Field> for ListedField {
@@ -275,6 +325,7 @@ impl From<&haar_store::Field> for ListedField {
             offset: f.data.offset,
             length: f.data.length,
             crc: f.data.crc,
+            masked: false,
         }
     }
 }

@@ -106,6 +106,9 @@ pub enum Kind {
     /// `{version, request, ranges | points}` → `VALUES`… then `END {found, values}`: values
     /// extracted on the server (design §8, issue 29).
     Extract = 27,
+    /// `{version, db, object, offset, length, crc?}` → `FIELD` then `END {}`: the bytes a
+    /// listing located, how a masked copy is read (design §8, "Masked copies").
+    ReadLocated = 28,
     /// Reply to FLUSH: `{fields}`.
     Ok = 32,
     /// One retrieved field: `{key, crc}` + bytes.
@@ -145,6 +148,7 @@ impl Kind {
             25 => RetrieveKeys,
             26 => Problems,
             27 => Extract,
+            28 => ReadLocated,
             32 => Ok,
             33 => Field,
             34 => End,
@@ -176,6 +180,7 @@ impl Kind {
             RetrieveKeys => "RETRIEVE_KEYS",
             Problems => "PROBLEMS",
             Extract => "EXTRACT",
+            ReadLocated => "READ_LOCATED",
             Values => "VALUES",
             Watch => "WATCH",
             Ok => "OK",

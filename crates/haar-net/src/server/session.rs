@@ -16,8 +16,8 @@ use super::config::SMALL_FRAME;
 use super::events::{EVENT_LOG_CAPACITY, Ev, HEARTBEAT, Pending};
 use crate::protocol::{
     self, Access, ErrorMeta, EventMeta, FLAG_END, FieldMeta, FlushOk, Frame, KeysMeta, Kind,
-    Limits, ListedField, PurgeEnd, RequestMeta, RetrieveEnd, StatsEntry, WipeEnd, WireError,
-    to_meta,
+    Limits, ListEnd, ListedField, LocatedMeta, MASKED_LIST_VERSION, PurgeEnd, READ_LOCATED_VERSION,
+    RequestMeta, RetrieveEnd, StatsEntry, WipeEnd, WireError, to_meta,
 };
 use crate::transport::{RETAIN, Wire};
 
@@ -126,6 +126,7 @@ impl Session {
             let reply = match kind {
                 Some(Kind::Flush) => self.flush(id),
                 Some(Kind::Extract) => self.extract(&f),
+                Some(Kind::ReadLocated) => self.read_located(&f),
                 Some(
                     k @ (Kind::Retrieve
                     | Kind::RetrieveKeys
@@ -321,7 +322,8 @@ impl Session {
         }
     }
 
-    fn parse(&self, f: &Frame) -> Result<(Request, bool), ErrorMeta> {
+    /// A request body: the request, WIPE/PURGE's `doit`, LIST's `masked` version.
+    fn parse(&self, f: &Frame) -> Result<(Request, bool, u32), ErrorMeta> {
         let m: RequestMeta = f.meta().map_err(|e| ErrorMeta {
             message: e.to_string(),
             exit_code: 1,
@@ -330,7 +332,7 @@ impl Session {
             message: format!("request {:?}: {e}", m.request),
             exit_code: 1,
         })?;
-        Ok((req, m.doit))
+        Ok((req, m.doit, m.masked))
     }
 
     fn end(&mut self, id: u64, v: serde_json::Value) -> Result<(), ErrorMeta> {
@@ -364,7 +366,7 @@ impl Session {
         if kind == Kind::RetrieveKeys {
             return self.retrieve_keys(f);
         }
-        let (req, doit) = self.parse(f)?;
+        let (req, doit, masked) = self.parse(f)?;
         let id = f.id;
         // WIPE and PURGE of a read-only connection were refused from their header.
         let e = |e: haar_store::Error| store_error(&e);
@@ -381,7 +383,7 @@ impl Session {
                 let report = report.map_err(e)?;
                 self.end(id, json!(RetrieveEnd::from(&report)))
             }
-            Kind::List => {
+            Kind::List if masked == 0 => {
                 let fields: Vec<ListedField> = self
                     .store
                     .list(&req)
@@ -390,6 +392,28 @@ impl Session {
                     .map(ListedField::from)
                     .collect();
                 self.end(id, json!({ "fields": fields }))
+            }
+            Kind::List => {
+                if masked != MASKED_LIST_VERSION {
+                    return Err(ErrorMeta {
+                        message: format!(
+                            "LIST masked: this server speaks masked listing version \
+                             {MASKED_LIST_VERSION}, not {masked}"
+                        ),
+                        exit_code: 1,
+                    });
+                }
+                let Some(listed) = self.store.list_with_masked(&req) else {
+                    return Err(ErrorMeta {
+                        message: format!(
+                            "LIST masked: {} keeps no masked copies it can list",
+                            self.store.describe()
+                        ),
+                        exit_code: 1,
+                    });
+                };
+                let fields = masked_fields(listed.map_err(e)?);
+                self.end(id, json!(ListEnd { fields, masked }))
             }
             Kind::Axes => {
                 let axes = self.store.axes(&req).map_err(e)?;
@@ -436,7 +460,7 @@ impl Session {
     /// stream's from here on.
     fn watch(mut self, f: &Frame) -> Result<(), WireError> {
         let id = f.id;
-        let prepared = self.parse(f).and_then(|(req, _)| {
+        let prepared = self.parse(f).and_then(|(req, _, _)| {
             let resolved = self.shared.resolve(&req).map_err(|message| ErrorMeta {
                 message,
                 exit_code: 1,
@@ -524,6 +548,83 @@ impl Session {
             cursor += batch.len() as u64;
             self.wire.flush()?;
         }
+    }
+}
+
+/// A masked listing as LIST sends it: each field after the first of its key marked masked.
+fn masked_fields(fields: Vec<haar_store::Field>) -> Vec<ListedField> {
+    let mut out: Vec<ListedField> = Vec::with_capacity(fields.len());
+    for f in &fields {
+        let mut l = ListedField::from(f);
+        l.masked = out
+            .last()
+            .is_some_and(|p| (&p.db, &p.index, &p.datum) == (&l.db, &l.index, &l.datum));
+        out.push(l);
+    }
+    out
+}
+
+/// The largest READ_LOCATED answered (a field's bytes travel in one FIELD frame, and a
+/// location is not trusted to be a field's: the store would read what it names).
+const READ_LOCATED_MAX: u64 = 1 << 30;
+
+impl Session {
+    /// READ_LOCATED (design §8): the bytes at a location a listing gave.
+    fn read_located(&mut self, f: &Frame) -> Result<(), ErrorMeta> {
+        let m: LocatedMeta = f.meta().map_err(|e| ErrorMeta {
+            message: e.to_string(),
+            exit_code: 1,
+        })?;
+        if m.version != READ_LOCATED_VERSION {
+            return Err(ErrorMeta {
+                message: format!(
+                    "unknown or unexpected request kind {} (READ_LOCATED version {}; this \
+                     server speaks version {READ_LOCATED_VERSION})",
+                    Kind::ReadLocated as u8,
+                    m.version
+                ),
+                exit_code: 1,
+            });
+        }
+        if m.length > READ_LOCATED_MAX {
+            return Err(ErrorMeta {
+                message: format!(
+                    "READ_LOCATED of {} bytes of database {}: at most {READ_LOCATED_MAX} bytes \
+                     are read by location (no field is larger)",
+                    m.length, m.db
+                ),
+                exit_code: 1,
+            });
+        }
+        let field = haar_store::Field {
+            db: m.db,
+            index: Key::new(),
+            datum: Key::new(),
+            data: haar_store::format::DataRef {
+                object: m.object,
+                offset: m.offset,
+                length: m.length,
+                crc: m.crc.unwrap_or(0),
+            },
+        };
+        let Some(read) = self.store.read_located(&field, m.crc) else {
+            return Err(ErrorMeta {
+                message: format!(
+                    "unknown or unexpected request kind {} (READ_LOCATED: {} cannot read by \
+                     location)",
+                    Kind::ReadLocated as u8,
+                    self.store.describe()
+                ),
+                exit_code: 1,
+            });
+        };
+        let bytes = read.map_err(|e| store_error(&e))?;
+        let id = f.id;
+        send_field(&mut self.wire, id, &field.db, &bytes, None).map_err(|e| store_error(&e))?;
+        self.shared
+            .metrics
+            .sent(Kind::ReadLocated, bytes.len() as u64);
+        self.end(id, json!({}))
     }
 }
 

@@ -27,7 +27,7 @@ use haar_core::{Key, rendezvous};
 
 use crate::backend::FieldBytes;
 use crate::error::{Error, LaneFailures, Result};
-use crate::frontend::{FieldStore, Sink};
+use crate::frontend::{FieldStore, FieldStoreExt, Sink};
 use crate::store::axes_of;
 use crate::store::{
     Checkpoint, DbStats, Field, PurgeReport, RetrieveReport, Store, StoreOptions, WipeReport,
@@ -476,6 +476,24 @@ impl FieldStore for DistStore {
         Ok(merged.into_values().collect())
     }
 
+    /// Each lane's masked listing; per key, the copies (live, then masked newest first) of the
+    /// first lane that lists it, whose live copy [`FieldStore::list`] shows. The other lanes' copies
+    /// of that key are replicas' (each replica holds the same versions at its own locations):
+    /// listing them would list each older version once per replica, and another replica's
+    /// live copy as a masked one (design §8, "Masked copies"). A failed lane counts as in
+    /// [`FieldStore::list`]. A lane without the capability fails the listing, naming it.
+    fn list_with_masked(&self, req: &Request) -> Option<Result<Vec<Field>>> {
+        Some(self.list_masked_lanes(req))
+    }
+
+    /// The lanes of the location's key's ranking in order (by the full key when `field`
+    /// names its index and datum, else by the database under database placement, else every
+    /// lane), the first whose read succeeds: a lane holding no such location (or, with `crc`,
+    /// other bytes there) fails and the next is asked.
+    fn read_located(&self, field: &Field, crc: Option<u32>) -> Option<Result<Vec<u8>>> {
+        Some(self.read_located_lanes(field, crc))
+    }
+
     /// Not forwarded: the values of the merged listing, which covers a failed lane with its
     /// replicas as [`FieldStore::list`] does.
     fn axes(&self, req: &Request) -> Result<BTreeMap<String, BTreeSet<String>>> {
@@ -553,6 +571,80 @@ impl FieldStore for DistStore {
         }
         Ok(out)
     }
+}
+
+impl DistStore {
+    /// [`FieldStore::list_with_masked`]: see there.
+    fn list_masked_lanes(&self, req: &Request) -> Result<Vec<Field>> {
+        // Key → its copies, from the first lane that lists it (as `list` keeps its field).
+        let mut merged: BTreeMap<Key, Vec<Field>> = BTreeMap::new();
+        let mut failed = Vec::new();
+        for lane in &self.lanes {
+            let listed = lane.lock().list_maybe_masked(req, true);
+            match listed {
+                Ok(fields) => {
+                    for (key, copies) in key_runs(fields) {
+                        merged.entry(key).or_insert(copies);
+                    }
+                }
+                Err(e) if lane_fault(&e) => failed.push((lane.name.clone(), e)),
+                Err(e) => return Err(e),
+            }
+        }
+        if !failed.is_empty() && (self.replicas == 1 || failed.len() >= self.replicas) {
+            return Err(Error::Lanes {
+                op: "list",
+                summary: "lanes failed and no replica covers them".into(),
+                failures: LaneFailures(failed),
+            });
+        }
+        Ok(merged.into_values().flatten().collect())
+    }
+
+    /// [`FieldStore::read_located`]: see there.
+    fn read_located_lanes(&self, field: &Field, crc: Option<u32>) -> Result<Vec<u8>> {
+        let named = !field.index.is_empty() || !field.datum.is_empty();
+        let order = match self.opts.split(&field.key()) {
+            Ok(split) if named => self.ranking_split(&split),
+            _ if self.placement == Placement::Database => rendezvous::rank(&self.names, &field.db),
+            _ => (0..self.lanes.len()).collect(),
+        };
+        let mut failures = Vec::new();
+        for i in order {
+            let lane = &self.lanes[i];
+            match lane.lock().read_at(field, crc) {
+                Ok(bytes) => return Ok(bytes),
+                // The request itself is wrong: every lane would say so.
+                Err(e) if e.class() == crate::error::Class::Input => return Err(e),
+                Err(e) => failures.push((lane.name.clone(), e)),
+            }
+        }
+        Err(Error::Lanes {
+            op: "read located",
+            summary: format!(
+                "no lane holds database {} {}{}",
+                field.db,
+                crate::frontend::located(field),
+                crc.map(|c| format!(" with crc {c:#010x}"))
+                    .unwrap_or_default()
+            ),
+            failures: LaneFailures(failures),
+        })
+    }
+}
+
+/// A masked listing cut into runs of one key's copies (its live field, then its masked copies,
+/// newest first), as [`FieldStore::list_with_masked`] gives them.
+pub(crate) fn key_runs(fields: Vec<Field>) -> Vec<(Key, Vec<Field>)> {
+    let mut runs: Vec<(Key, Vec<Field>)> = Vec::new();
+    for f in fields {
+        let key = f.key();
+        match runs.last_mut() {
+            Some((k, copies)) if *k == key => copies.push(f),
+            _ => runs.push((key, vec![f])),
+        }
+    }
+    runs
 }
 
 fn add_wipe(total: &mut WipeReport, r: WipeReport) {

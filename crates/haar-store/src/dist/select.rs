@@ -13,7 +13,7 @@ use haar_core::value::Context;
 use super::{add_purge, add_wipe};
 use crate::backend::FieldBytes;
 use crate::error::{Error, Result};
-use crate::frontend::{FieldStore, Sink};
+use crate::frontend::{FieldStore, FieldStoreExt, Sink};
 use crate::store::axes_of;
 use crate::store::{
     Checkpoint, DbStats, Field, PurgeReport, RetrieveReport, Store, StoreOptions, WipeReport,
@@ -201,6 +201,43 @@ impl FieldStore for SelectStore {
             }
         }
         Ok(merged.into_values().collect())
+    }
+    /// Forwarded to the overlapping routes; per key, the copies of the first route that lists
+    /// it (as [`FieldStore::list`] keeps its field), so each key's live and masked copies come
+    /// from one store and stay together. A route without the capability fails it, naming
+    /// itself.
+    fn list_with_masked(&self, req: &Request) -> Option<Result<Vec<Field>>> {
+        let run = || {
+            let mut merged: BTreeMap<Key, Vec<Field>> = BTreeMap::new();
+            for (_, s) in self.overlapping(req) {
+                for (key, copies) in super::key_runs(s.list_maybe_masked(req, true)?) {
+                    merged.entry(key).or_insert(copies);
+                }
+            }
+            Ok(merged.into_values().flatten().collect())
+        };
+        Some(run())
+    }
+    /// Forwarded to the route that archives the location's key when `field` names it whole;
+    /// else to each route in turn, the first that reads it (with `crc`, bytes of that
+    /// checksum) answering.
+    fn read_located(&self, field: &Field, crc: Option<u32>) -> Option<Result<Vec<u8>>> {
+        let full = field.key();
+        if self.opts.split(&full).is_ok()
+            && let Some((_, s)) = self.routes.iter().find(|(p, _)| p.matches(&full))
+        {
+            return Some(s.read_at(field, crc));
+        }
+        let mut first = None;
+        for (_, s) in &self.routes {
+            match s.read_at(field, crc) {
+                Ok(bytes) => return Some(Ok(bytes)),
+                Err(e) => {
+                    first.get_or_insert(e);
+                }
+            }
+        }
+        first.map(Err)
     }
     /// Not forwarded: the values of the listing merged over the overlapping routes.
     fn axes(&self, req: &Request) -> Result<BTreeMap<String, BTreeSet<String>>> {

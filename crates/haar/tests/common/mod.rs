@@ -13,13 +13,19 @@ use haar_testkit::{Announce, ServerProcess};
 /// The body of a test binary's server process: `haar serve` over the pmem root named by the
 /// environment variable `child_env` (nothing when it is unset), printing `listening on ADDR`.
 pub fn serve_child(child_env: &str) {
+    serve_child_with(child_env, "backend: pmem\n");
+}
+
+/// [`serve_child`] over a store of configuration `yaml` (a posix store starts in a fraction of
+/// the time a new 1 GiB pmem pool takes, for tests that need no pool).
+pub fn serve_child_with(child_env: &str, yaml: &str) {
     let Some(root) = std::env::var_os(child_env) else {
         return;
     };
     let root = PathBuf::from(root);
     let opts = OpenOptions {
         config: ConfigSource::Yaml {
-            text: "backend: pmem\n".into(),
+            text: yaml.into(),
             origin: "test".into(),
         },
         root: Some(root.join("store")),
