@@ -350,15 +350,16 @@ class ListElement:
         fdb: FDB,
         *,
         _internal: bool = False,
-        _masked: tuple[str, int] | None = None,
+        _masked: tuple[str, str, str, int] | None = None,
     ) -> None:
         if not _internal:
             raise TypeError("ListElement is returned by FDB.list, not created directly")
         self._keys = keys
         self._location = location
         self._fdb = fdb
-        # A masked copy (list(include_masked=True)): its database and data object, for
-        # reading it where it lies (a retrieve of its key reads the live copy).
+        # A masked copy (list(include_masked=True)): its key by level and data object, for
+        # reading it where it lies (a retrieve of its key reads the live copy); the index and
+        # datum route the read through dist.
         self._masked = _masked
 
     def has_location(self) -> bool:
@@ -401,9 +402,9 @@ class ListElement:
         if self._location is None:
             return None
         if self._masked is not None:
-            db, obj = self._masked
+            db, index, datum, obj = self._masked
             _, offset, length = self._location
-            buffer = self._fdb._store.read_located(db, obj, offset, length)
+            buffer = self._fdb._store.read_located(db, obj, offset, length, index, datum)
             return DataHandle(buffer, _internal=True)
         return self._fdb.retrieve(self.combined_key())
 
@@ -955,9 +956,10 @@ class FDB:
             What to list; ``None`` lists everything.
         include_masked : bool, optional
             As in pyfdb 5: also list the masked copies of re-archived keys, each right after
-            the live copy of its key, newest first, until :meth:`purge` drops them (a local
-            store; through servers only the live copy is listed). Found by replaying each
-            database's commit log, so it costs a pass over everything archived there.
+            the live copy of its key, newest first, until :meth:`purge` drops them, from a
+            local store or through servers alike (a server too old to list them is an error
+            naming it, never a plain listing). Found by replaying each database's commit
+            log, so it costs a pass over everything archived there.
         level : {1, 2, 3}, optional
             3: one element per field with its location; 2: per (database, index); 1: per
             database.
@@ -1000,7 +1002,10 @@ class FDB:
     ) -> ListElement:
         db, index, datum, obj, offset, length, path = row
         uri = _uri(path, f"{self._store.describe()}#{obj:016x}")
-        where = (",".join(f"{k}={v}" for k, v in db.items()), obj) if masked else None
+        def text(key: dict[str, str]) -> str:
+            return ",".join(f"{k}={v}" for k, v in key.items())
+
+        where = (text(db), text(index), text(datum), obj) if masked else None
         return ListElement([db, index, datum], (uri, offset, length), self, _internal=True, _masked=where)
 
     def inspect(self, mars_selection: Selection) -> Iterator[ListElement]:

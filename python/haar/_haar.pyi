@@ -46,13 +46,23 @@ class Store:
     def archive(self, data: bytes, key: _Selection = None) -> int: ...
     def flush(self) -> None: ...
     def retrieve(self, selection: _Required) -> Buffer: ...
-    def read_located(self, db: str, object: int, offset: int, length: int) -> Buffer:
-        """The bytes a listing located (``db`` as ``k=v,...``): how a masked copy is read."""
+    def read_located(
+        self,
+        db: str,
+        object: int,
+        offset: int,
+        length: int,
+        index: str | None = None,
+        datum: str | None = None,
+        crc: int | None = None,
+    ) -> Buffer:
+        """The bytes a listing located (keys as ``k=v,...``): how a masked copy is read, from
+        any store kind; ``index`` and ``datum`` route it through dist, ``crc`` checks it."""
         ...
     def list(self, selection: _Selection = None, masked: bool = False) -> builtins.list[_Row]:
         """Flushed fields: ``(db, index, datum, object, offset, length, path)``, ``path`` the
         file holding the bytes at ``offset`` (None behind servers); with ``masked``, each
-        followed by the masked copies of its key a local store still holds, newest first."""
+        followed by the masked copies of its key the store still holds, newest first."""
         ...
     def inspect(self, selection: _Required) -> builtins.list[_Row]:
         """The fields the selection names completely, as ``list`` gives them."""

@@ -12,7 +12,7 @@ use haar::WaitOutcome;
 use haar::ingest::{self, IngestOptions, Input};
 use haar::request::canonical_keyword;
 use haar::watch::{self, Watcher as HaarWatcher};
-use haar::{Error, Field};
+use haar::{Error, Field, FieldBytes};
 use haar::{FieldStore, FieldStoreExt, OpenOptions};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList};
@@ -185,8 +185,9 @@ impl Store {
     /// Flushed fields matching a selection: `(db, index, datum, object, offset, length,
     /// path)` tuples, keys as dicts, sorted by key; `path` is the file holding the bytes at
     /// `offset` (posix: the data file, pmem: the pool), `None` where there is none (servers).
-    /// With `masked`, each field is followed by the masked copies of its key a local store
-    /// still holds (newest first) until a purge; through servers only the live copy is listed.
+    /// With `masked`, each field is followed by the masked copies of its key the store still
+    /// holds (newest first) until a purge, through servers too (a store that keeps none it
+    /// can list, such as FDB5's, fails naming itself).
     #[pyo3(signature = (selection=None, masked=false))]
     fn list<'py>(
         &self,
@@ -198,10 +199,7 @@ impl Store {
         let fields = run(py, || {
             let req = request_of(selection)?;
             let store = self.lock()?;
-            let fields = match store.as_local() {
-                Some(local) if masked => local.list_with_masked(&req)?,
-                _ => store.list(&req)?,
-            };
+            let fields = store.list_maybe_masked(&req, masked)?;
             // Damage is never a clean answer: a listing that may miss fields fails.
             if let Some(e) = haar::read::damage(&**store, &req, "the listing")? {
                 return Err(e.into());
@@ -251,7 +249,10 @@ impl Store {
 
     /// The bytes `offset..offset + length` of data object `object` of database `db` (its key
     /// as `k=v,...`), as `list` located them: how a masked copy (which no key retrieves any
-    /// more) is read. A local store only.
+    /// more) is read, from any store kind. `index` and `datum` (as `k=v,...`) route the read
+    /// through `dist`; with `crc`, bytes with another CRC-32C are refused.
+    #[pyo3(signature = (db, object, offset, length, index=None, datum=None, crc=None))]
+    #[allow(clippy::too_many_arguments)]
     fn read_located(
         &self,
         py: Python<'_>,
@@ -259,33 +260,35 @@ impl Store {
         object: u64,
         offset: u64,
         length: u64,
+        index: Option<&str>,
+        datum: Option<&str>,
+        crc: Option<u32>,
     ) -> PyResult<Buffer> {
         let bytes = run(py, || {
-            let db = Key::parse(db).map_err(|e| Failure::Missing(format!("database {db}: {e}")))?;
-            let store = self.lock()?;
-            let Some(local) = store.as_local() else {
-                return Err(Failure::Missing(format!(
-                    "{} lends no located reads: read a listed field by its key",
-                    store.describe()
-                )));
+            let parse = |level: &str, text: Option<&str>| -> Outcome<Key> {
+                match text {
+                    None => Ok(Key::new()),
+                    Some(t) => {
+                        Key::parse(t).map_err(|e| Failure::Missing(format!("{level} {t}: {e}")))
+                    }
+                }
             };
             let field = haar::Field {
-                db: db.clone(),
-                index: Key::new(),
-                datum: Key::new(),
+                db: parse("database", Some(db))?,
+                index: parse("index", index)?,
+                datum: parse("datum", datum)?,
                 data: haar::format::DataRef {
                     object,
                     offset,
                     length,
-                    crc: 0,
+                    crc: crc.unwrap_or(0),
                 },
             };
-            local
-                .with_field_ranges(&field, |read| read(0, length))?
-                .ok_or_else(|| Failure::Missing(format!("database {db} is not stored")))?
-                .map_err(Failure::from)
+            Ok(self.lock()?.read_at(&field, crc)?)
         })?;
-        Ok(Buffer { bytes })
+        Ok(Buffer {
+            bytes: FieldBytes::Owned(bytes),
+        })
     }
 
     /// Values present per keyword among the fields matching a selection.

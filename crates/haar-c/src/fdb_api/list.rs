@@ -6,6 +6,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::ffi::{CString, c_char, c_int};
 
+use haar::FieldStoreExt;
 use haar::request::Request;
 use haar::schema::SplitKey;
 
@@ -78,8 +79,8 @@ impl ListObj {
 
 /// The elements of a listing of `req` (`None`: everything) to `depth` levels: every field at
 /// depth 3, every distinct database (and index, at depth 2) above. With `masked`, each field
-/// is followed by the masked copies of its key a local store still holds (newest first), as
-/// FDB5 lists them until a purge; through servers only the live copy is listed.
+/// is followed by the masked copies of its key the store still holds (newest first), as FDB5
+/// lists them until a purge, through servers too.
 pub fn elements(
     store: &dyn haar::FieldStore,
     req: Option<&Request>,
@@ -88,10 +89,7 @@ pub fn elements(
 ) -> FfiResult<Vec<Element>> {
     let all = Request::default();
     let req = req.unwrap_or(&all);
-    let fields = match store.as_local() {
-        Some(local) if masked && depth >= 3 => local.list_with_masked(req)?,
-        _ => store.list(req)?,
-    };
+    let fields = store.list_maybe_masked(req, masked && depth >= 3)?;
     let problems = store.problems(req)?;
     // Damage is never a clean listing (issue 27): what it hides may be any field.
     let damage: Vec<&str> = problems
