@@ -74,6 +74,27 @@ def test_the_api_works_against_a_server(server: tuple[str, subprocess.Popen[str]
     assert fdb.axes({"date": "20170101"})["param"] == ["129", "130"]
 
 
+def test_masked_copies_are_listed_and_read_through_the_server(
+    server: tuple[str, subprocess.Popen[str]], grib: bytes
+) -> None:
+    # As pyfdb 5 on FDB5, and as a local store (test_pyfdb_api): each masked copy right after
+    # its key's live one, readable where the listing located it.
+    addr, _ = server
+    fdb = haar.FDB({"type": "remote", "server": addr})
+    fdb.archive(grib)
+    fdb.flush()
+    fdb.archive(grib)  # every key again: the first copies are masked
+    fdb.flush()
+    assert len(list(fdb.list({"param": "129"}))) == 80
+    both = list(fdb.list({"param": "129"}, include_masked=True))
+    assert len(both) == 160
+    for live, masked in zip(both[::2], both[1::2]):
+        assert live.keys() == masked.keys()
+        assert (str(live.uri), live.offset()) != (str(masked.uri), masked.offset())
+        assert live.data_handle is not None and masked.data_handle is not None
+        assert live.data_handle.read() == masked.data_handle.read()
+
+
 def test_watch_and_wait_through_the_server(server: tuple[str, subprocess.Popen[str]], grib: bytes) -> None:
     addr, _ = server
     cfg = {"type": "remote", "server": addr}

@@ -39,12 +39,13 @@ pub struct Event {
 ///
 /// Every method here is one a store may answer better than its provided answer: a capability
 /// (`checkpoint`, `provision`, `retrieve_lent`, `as_local`, `as_any`, `unowned_files`,
-/// `data_path`, `wipe_unsafe_all`), a form another store routes differently (`archive` of an
-/// unsplit key: a server splits it with its own schema) or a cheaper path (`retrieve_keys`
-/// batched per server, `axes` and `problems` without listing every field). So a store that wraps others
-/// (`select`, `dist`, the C face's `Checked`, a down lane) must decide for each one whether it
-/// forwards it: those impls carry `#[deny(clippy::missing_trait_methods)]` and say, per method,
-/// forwarded or not and why, as object_store's wrappers do. A wrapper that keeps a provided
+/// `data_path`, `wipe_unsafe_all`, `list_with_masked`, `read_located`), a form another store
+/// routes differently (`archive` of an unsplit key: a server splits it with its own schema) or
+/// a cheaper path (`retrieve_keys` batched per server, `axes` and `problems` without listing
+/// every field). So a store that wraps others (`select`, `dist`, the C face's `Checked`, a down
+/// lane) must decide for each one whether it forwards it: those impls carry
+/// `#[deny(clippy::missing_trait_methods)]` and say, per method, forwarded or not and why, as
+/// object_store's wrappers do. A wrapper that keeps a provided
 /// answer calls the function it is made of ([`retrieve_keys_one_by_one`], [`axes_of`],
 /// [`problems_of`], [`refuse_unsafe_wipe`]). Conveniences that no store answers differently
 /// live in [`FieldStoreExt`], which nobody implements by hand.
