@@ -21,7 +21,7 @@ use haar_store::dist::DistStore;
 
 #[allow(dead_code)] // the relay is for the extraction tests
 mod common;
-use common::Proc;
+use haar_testkit::ServerProcess;
 
 const TOKEN: &str = "masked-servers-token";
 const CHILD_ENV: &str = "HAAR_MASKED_SERVERS_CHILD";
@@ -135,7 +135,7 @@ fn check_masked_listing(store: &dyn FieldStore, dates: &[u32]) -> Vec<(Key, u64,
 #[test]
 fn one_server_lists_masked_copies_as_a_local_store_does() {
     let dir = tempfile::tempdir().unwrap();
-    let server = Proc::start(&dir.path().join("node"), CHILD_ENV, TOKEN);
+    let server = common::start_server(&dir.path().join("node"), CHILD_ENV, TOKEN);
     let token = dir.path().join("node/token");
     let dates = [20261128];
 
@@ -163,8 +163,8 @@ fn one_server_lists_masked_copies_as_a_local_store_does() {
 #[test]
 fn dist_over_three_servers_lists_each_keys_copies_once() {
     let dir = tempfile::tempdir().unwrap();
-    let procs: Vec<Proc> = (0..3)
-        .map(|i| Proc::start(&dir.path().join(format!("node{i}")), CHILD_ENV, TOKEN))
+    let procs: Vec<ServerProcess> = (0..3)
+        .map(|i| common::start_server(&dir.path().join(format!("node{i}")), CHILD_ENV, TOKEN))
         .collect();
     let addrs: Vec<String> = procs.iter().map(|p| p.addr.clone()).collect();
     let token = dir.path().join("node0/token");
