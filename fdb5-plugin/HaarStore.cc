@@ -39,9 +39,7 @@
 #include "fdb5/database/Store.h"
 #include "fdb5/database/WipeState.h"
 
-extern "C" {
-#include "haar.h"
-}
+#include "HaarPlugin.h"
 
 namespace haar_fdb5 {
 
@@ -103,6 +101,10 @@ private:
     std::map<std::string, haar_t*> handles_;
     std::string last_;
 };
+
+haar_t* sharedHandle(const std::string& configPath) {
+    return Handles::instance().get(configPath);
+}
 
 static std::string configOf(const fdb5::Config& config) {
     return config.getString("haarConfig", "");
