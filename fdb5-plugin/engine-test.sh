@@ -1,0 +1,196 @@
+#!/bin/bash
+# The haar engine (issue 26, the reverse direction): fields archived by haar's own faces are
+# listed, given axes and read by FDB5's own clients configured with `engine: haar`,
+# `store: haar` (docs/design.md §17, "A haar engine"). The GRIB is archived by `haar archive`
+# only: FDB5 never sees it written. What FDB5 shows through the engine must be what FDB5's
+# own TOC backend shows for the same GRIB written by `fdb-write` (listing, depth-1/2
+# listings, axes, pyfdb 5.25 list/axes), the same keys as `haar list`, and the bytes read
+# must be the bytes archived. The operations the engine refuses must fail, naming it.
+#
+#   fdb5-plugin/engine-test.sh     (after `make fdb5-plugin`; CARGO_TARGET_DIR as for it)
+#
+# Skipped with a message when the wheel is absent, unless HAAR_REQUIRE_FDB5_WHEEL=1.
+set -u
+export LC_ALL=C  # sort and diff of listings byte by byte
+
+here=$(cd "$(dirname "$0")/.." && pwd)
+target=${CARGO_TARGET_DIR:-$here/target}
+haar=${HAAR_BIN:-$target/release/haar}
+plugin=$target/release/fdb5-plugin
+
+if ! python3 -c 'import fdb5lib, pyfdb' 2>/dev/null; then
+    if [ "${HAAR_REQUIRE_FDB5_WHEEL:-0}" = 1 ]; then
+        echo "haar engine test: the fdb5lib/pyfdb 5.25 wheels are missing (pip install pyfdb==5.25.0.33)" >&2
+        exit 1
+    fi
+    echo "haar engine test: SKIPPED, no fdb5lib/pyfdb 5.25 wheel (pip install pyfdb==5.25.0.33)"
+    exit 0
+fi
+sample=/usr/share/eccodes/samples/sh_pl_grib1.tmpl
+for need in grib_set grib_count "$sample" "$haar" "$plugin/lib/libhaar-fdb5.so"; do
+    if ! command -v "$need" >/dev/null 2>&1 && [ ! -e "$need" ]; then
+        echo "haar engine test: $need is missing (make fdb5-plugin builds the plugin; make builds haar)" >&2
+        exit 1
+    fi
+done
+
+work=$(mktemp -d /tmp/haar-fdb5-engine.XXXXXX)
+trap '[ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
+cd "$work" || exit 1
+
+# Six GRIB fields (vo and d on three pressure levels) and one surface field (its key has the
+# optional levelist absent), each also kept alone for byte checks.
+DB=class=rd,expver=xxxx,stream=oper,date=20191110,time=0000,domain=g
+FULL=$DB,type=an,levtype=pl,step=0
+mkdir msgs
+for p in 138 155; do
+    for l in 300 400 500; do
+        grib_set -s "class=rd,stream=oper,type=an,expver=xxxx,date=20191110,time=0000,step=0,paramId=$p,levtype=pl,level=$l" \
+            "$sample" "msgs/$l-$p.grib" || exit 1
+        cat "msgs/$l-$p.grib" >>all.grib
+    done
+done
+grib_set -s "class=rd,stream=oper,type=an,expver=xxxx,date=20191110,time=0000,step=0,paramId=167,levtype=sfc" \
+    /usr/share/eccodes/samples/sh_sfc_grib1.tmpl msgs/sfc-167.grib || exit 1
+cat msgs/sfc-167.grib >>all.grib
+# A field of a second database (another date), archived by haar only as well.
+grib_set -s "class=rd,stream=oper,type=an,expver=xxxx,date=20191111,time=1200,step=0,paramId=130,levtype=pl,level=850" \
+    "$sample" msgs/other-130.grib || exit 1
+cat msgs/other-130.grib >>all.grib
+printf 'retrieve,%s,levelist=300/400/500,param=138/155\n' "$FULL" >all.req
+printf 'retrieve,%s,levtype=sfc,param=167\n' "${FULL/levtype=pl,/}" >sfc.req
+
+passed=0
+failed=0
+check() { # NAME COMMAND...: one check, counted
+    local name=$1
+    shift
+    if "$@" >"$work/check.out" 2>&1; then
+        passed=$((passed + 1))
+    else
+        failed=$((failed + 1))
+        echo "FAILED $name"
+        sed 's/^/    /' "$work/check.out" | head -20
+    fi
+}
+
+bin=$(python3 -c 'import fdb5lib,os;print(os.path.join(os.path.dirname(fdb5lib.__file__),"bin"))')
+export PATH=$bin:$PATH
+: >empty-dbnames
+export FDB_DBNAMES_FILE=$work/empty-dbnames
+
+# The haar store, written by `haar archive` only.
+printf 'backend: posix\nroots: [%s/haar-root]\n' "$work" >haar.yaml
+"$haar" --config haar.yaml schema --fdb5 >schema || exit 1
+check "haar archive of 8 fields" "$haar" --config haar.yaml archive all.grib
+"$haar" --config haar.yaml list class=rd | sort >haar.list
+
+# FDB5's own TOC backend, written by fdb-write: what FDB5 shows for these fields.
+mkdir -p toc-root
+cat >toc.yaml <<EOF
+---
+type: local
+engine: toc
+schema: $work/schema
+spaces: [{handler: Default, roots: [{path: $work/toc-root}]}]
+EOF
+cat >engine.yaml <<EOF
+---
+type: local
+engine: haar
+store: haar
+haarConfig: $work/haar.yaml
+schema: $work/schema
+EOF
+
+# pyfdb 5.25: list and axes (compared across backends), and each field retrieved byte for byte.
+cat >pyfdb_check.py <<'EOF'
+import sys, pyfdb
+out = sys.argv[1]
+sel = {"class": "rd", "expver": "xxxx", "stream": "oper", "date": "20191110", "time": "0000",
+       "domain": "g", "type": "an", "levtype": "pl", "step": "0"}
+bad = 0
+with pyfdb.FDB() as fdb:
+    # The key part of each element ({db}{index}{datum}), without the backend's location.
+    keys = sorted("}".join(str(el).split("}")[:3]) + "}" for el in
+                  fdb.list({**sel, "levelist": ["300", "400", "500"], "param": ["138", "155"]}))
+    axes = fdb.axes({k: sel[k] for k in ("class", "expver", "stream", "date", "time", "domain")})
+    for l in ("300", "400", "500"):
+        for p in ("138", "155"):
+            with fdb.retrieve({**sel, "levelist": l, "param": p}) as dh:
+                got = dh.read()
+            if got != open(f"msgs/{l}-{p}.grib", "rb").read():
+                bad += 1
+                print(f"levelist={l} param={p}: {len(got)} bytes differ from the archived")
+    with fdb.retrieve({**sel, "levtype": "sfc", "param": "167"}) as dh:
+        if dh.read() != open("msgs/sfc-167.grib", "rb").read():
+            bad += 1
+            print("levtype=sfc param=167 differs from the archived")
+with open(out, "w") as f:
+    f.write("\n".join(keys) + "\n")
+    f.write(f"axes {sorted((k, sorted(v)) for k, v in dict(axes).items())}\n")
+sys.exit(1 if bad else 0)
+EOF
+
+views() { # OUT: what FDB5 shows, with FDB5_CONFIG_FILE already set
+    local out=$work/$1
+    mkdir -p "$out"
+    check "[$1] fdb-list" sh -c "fdb-list --porcelain class=rd,expver=xxxx >'$out/list' && grep -c . '$out/list' | grep -qx 8"
+    check "[$1] fdb-list --depth 1" sh -c "fdb-list --porcelain --depth 1 class=rd,expver=xxxx >'$out/list1'"
+    check "[$1] fdb-list --depth 2" sh -c "fdb-list --porcelain --depth 2 class=rd,expver=xxxx >'$out/list2'"
+    check "[$1] fdb-list of one level" sh -c "fdb-list --porcelain $FULL,levelist=400 >'$out/list400' && grep -c . '$out/list400' | grep -qx 2"
+    check "[$1] fdb-axes" sh -c "fdb-axes $DB | grep IndexAxis >'$out/axes'"
+    check "[$1] fdb-read of 6 fields" sh -c "fdb-read all.req '$out/read.grib' >/dev/null && grib_count '$out/read.grib' | grep -qx 6"
+    check "[$1] fdb-read of a surface field is the GRIB archived" sh -c "fdb-read sfc.req '$out/sfc.grib' >/dev/null && cmp '$out/sfc.grib' msgs/sfc-167.grib"
+    for l in 300 400 500; do
+        for p in 138 155; do
+            check "[$1] fdb-read levelist=$l param=$p is the GRIB archived" sh -c \
+                "printf 'retrieve,$FULL,levelist=$l,param=$p\n' >'$out/one.req' && fdb-read '$out/one.req' '$out/$l-$p.grib' >/dev/null && cmp '$out/$l-$p.grib' msgs/$l-$p.grib"
+        done
+    done
+    check "[$1] fdb-read of the other database's field" sh -c \
+        "printf 'retrieve,class=rd,expver=xxxx,stream=oper,date=20191111,time=1200,domain=g,type=an,levtype=pl,step=0,levelist=850,param=130\n' >'$out/o.req' && fdb-read '$out/o.req' '$out/other.grib' >/dev/null && cmp '$out/other.grib' msgs/other-130.grib"
+    check "[$1] fdb-read of a field that is not there gives nothing" sh -c \
+        "printf 'retrieve,$FULL,levelist=925,param=138\n' >'$out/none.req' && fdb-read '$out/none.req' '$out/none.grib' >/dev/null 2>&1; [ ! -s '$out/none.grib' ]"
+    check "[$1] pyfdb 5.25 list/axes/retrieve" python3 pyfdb_check.py "$out/pyfdb"
+}
+
+(
+    export FDB5_CONFIG_FILE=$work/toc.yaml
+    unset LOAD_PLUGINS HAAR_CONFIG
+    check "[toc] fdb-write of the 8 fields" fdb-write all.grib
+    views toc
+    echo "$passed $failed" >"$work/counts"
+)
+read -r passed failed <"$work/counts"
+
+(
+    export PLUGINS_MANIFEST_PATH=$plugin/share/plugins DYNAMIC_LIBRARY_PATH=$plugin/lib
+    export LOAD_PLUGINS=int.haar.haar-fdb5 FDB5_CONFIG_FILE=$work/engine.yaml HAAR_CONFIG=$work/haar.yaml
+    views engine
+    # Refused, naming the engine, and changing nothing in haar.
+    check "[engine] fdb-write is refused" sh -c "! fdb-write msgs/300-138.grib >'$work/w.log' 2>&1 && grep -q 'haar engine: archive' '$work/w.log'"
+    check "[engine] fdb-wipe is refused" sh -c "! fdb-wipe --doit $DB >'$work/wipe.log' 2>&1 && grep -q 'haar engine: wipe' '$work/wipe.log'"
+    check "[engine] fdb-purge is refused" sh -c "! fdb-purge --doit $DB >'$work/purge.log' 2>&1 && grep -q 'haar engine: purge' '$work/purge.log'"
+    check "[engine] fdb-lock is refused" sh -c "! fdb-lock --archive $DB >'$work/lock.log' 2>&1 && grep -q 'haar engine: control' '$work/lock.log'"
+    echo "$passed $failed" >"$work/counts"
+)
+read -r passed failed <"$work/counts"
+
+# FDB5 through the engine shows what FDB5 on TOC shows, and what haar lists.
+# Listing order is each backend's own: TOC visits a database's indexes newest first, the
+# engine in key order (haar's); so listings are compared as sets of lines, the rest as bytes.
+for f in list list1 list2 list400; do
+    check "$f: the same lines through the haar engine as on TOC" sh -c "sort toc/$f | diff - engine/$f"
+    check "$f: through the haar engine, in key order" sh -c "sort engine/$f | diff - engine/$f"
+done
+for f in axes read.grib pyfdb; do
+    check "$f: the same through the haar engine as on TOC" cmp toc/$f engine/$f
+done
+check "fdb-list through the engine gives haar list's keys" sh -c \
+    "sed 's/}{/,/g; s/[{}]//g' engine/list | sort | diff - haar.list"
+check "haar still holds the 8 fields after the refused calls" sh -c \
+    "'$haar' --config haar.yaml list class=rd | sort | diff - haar.list"
+
+echo "haar engine test: $passed passed, $failed failed"
+[ "$failed" = 0 ]
