@@ -4,11 +4,11 @@
 // configuration `engine: haar` with `store: haar` and `haarConfig: <haar YAML>`. See
 // docs/design.md §17, "A haar engine".
 //
-// This first version is the reader: list, axes, dump and retrieve. Every other Catalogue
-// operation (archive, wipe, purge, stats, move, control, overlay) throws an eckit::UserError
-// naming the operation and the haar configuration: nothing here succeeds without doing the
-// work. It keeps no keys or bytes of its own beyond one database's listing while a catalogue
-// is open: haar's catalogue is the only index.
+// The reader lists, gives axes, dumps and retrieves; the writer archives through FDB5 into haar
+// once, under FDB5's key. Every other Catalogue operation (wipe, purge, stats, move, control,
+// overlay, adopt) throws an eckit::UserError naming the operation and the haar configuration:
+// nothing here succeeds without doing the work. It keeps no keys or bytes of its own beyond
+// one database's listing while a catalogue is open: haar's catalogue is the only index.
 //
 // Keys are split into database / index / datum by FDB5's own schema (Schema::expand, the
 // path FDB5's archive takes), never by this file: haar's schema is FDB5's (`haar schema
@@ -430,23 +430,79 @@ private:
 };
 
 // ---------------------------------------------------------------------------------------------
-// The catalogue reader: one database, listed from haar when opened.
+// What the reader and the writer share: one database of the haar store, and the refusals.
 
-class HaarCatalogueReader : public fdb5::CatalogueImpl, public fdb5::CatalogueReader {
+class HaarCatalogue : public fdb5::CatalogueImpl {
 public:
 
-    HaarCatalogueReader(const fdb5::Key& key, const fdb5::Config& config) :
+    HaarCatalogue(const fdb5::Key& key, const fdb5::Config& config) :
         CatalogueImpl(key, fdb5::ControlIdentifiers(), config) {}
-    HaarCatalogueReader(const eckit::URI& uri, const fdb5::Config& config) :
-        CatalogueImpl(keyOfText(uri.name()), fdb5::ControlIdentifiers(), config), fromURI_(true) {}
-
-    ~HaarCatalogueReader() override = default;
 
     std::string type() const override { return kEngine; }
 
     const fdb5::Schema& schema() const override { return config_.schema(); }
     const fdb5::Rule& rule() const override { return config_.schema().matchingRule(dbKey_); }
     void loadSchema() override {}
+
+    void clean() override {}
+    void checkUID() const override {}
+
+    eckit::URI uri() const override { return databaseURI(dbKey_); }
+    bool uriBelongs(const eckit::URI& uri) const override { return uri.scheme() == kEngine; }
+
+    // --- what the haar engine refuses (docs/design.md §17, "A haar engine")
+
+    fdb5::StatsReportVisitor* statsReportVisitor() const override {
+        unsupported("statistics (fdb-stats)", config_, "use `haar stats`");
+    }
+    fdb5::PurgeVisitor* purgeVisitor(const fdb5::Store&) const override {
+        unsupported("purge (fdb-purge)", config_, "use `haar purge`");
+    }
+    fdb5::MoveVisitor* moveVisitor(const fdb5::Store&, const metkit::mars::MarsRequest&, const eckit::URI&,
+                                   eckit::Queue<fdb5::MoveElement>&) const override {
+        unsupported("move (fdb-move)", config_, "");
+    }
+    void control(const fdb5::ControlAction&, const fdb5::ControlIdentifiers&) const override {
+        unsupported("control (fdb-lock/fdb-unlock)", config_, "use haar's own control (Python FDB.control)");
+    }
+    void maskIndexEntries(const std::set<fdb5::Index>&) const override {
+        unsupported("masking index entries (purge)", config_, "use `haar purge`");
+    }
+    /// Nothing is masked in FDB5's sense: haar masks a re-archived key itself and lists the
+    /// newest copy only.
+    void allMasked(std::set<std::pair<eckit::URI, eckit::Offset>>&, std::set<eckit::URI>&) const override {}
+    fdb5::CatalogueWipeState wipeInit() const override { unsupported("wipe (fdb-wipe)", config_, "use `haar wipe`"); }
+    bool markIndexForWipe(const fdb5::Index&, bool, fdb5::CatalogueWipeState&) const override {
+        unsupported("wipe (fdb-wipe)", config_, "use `haar wipe`");
+    }
+    void finaliseWipeState(fdb5::CatalogueWipeState&) const override {
+        unsupported("wipe (fdb-wipe)", config_, "use `haar wipe`");
+    }
+    bool doWipeUnknowns(const std::set<eckit::URI>&) const override {
+        unsupported("wipe (fdb-wipe)", config_, "use `haar wipe`");
+    }
+    bool doWipeURIs(const fdb5::CatalogueWipeState&) const override {
+        unsupported("wipe (fdb-wipe)", config_, "use `haar wipe`");
+    }
+    void doWipeEmptyDatabase() const override { unsupported("wipe (fdb-wipe)", config_, "use `haar wipe`"); }
+    bool doUnsafeFullWipe() const override { unsupported("wipe (fdb-wipe)", config_, "use `haar wipe`"); }
+
+protected:
+
+    haar_t* handle() const { return sharedHandle(configOf(config_)); }
+};
+
+// ---------------------------------------------------------------------------------------------
+// The catalogue reader: one database, listed from haar when opened.
+
+class HaarCatalogueReader : public HaarCatalogue, public fdb5::CatalogueReader {
+public:
+
+    HaarCatalogueReader(const fdb5::Key& key, const fdb5::Config& config) : HaarCatalogue(key, config) {}
+    HaarCatalogueReader(const eckit::URI& uri, const fdb5::Config& config) :
+        HaarCatalogue(keyOfText(uri.name()), config), fromURI_(true) {}
+
+    ~HaarCatalogueReader() override = default;
 
     /// Lists the database. False (no such database) when haar has no field of it, unless FDB5
     /// found the database itself through the engine (then it is listed as empty).
@@ -455,16 +511,11 @@ public:
         return fromURI_ || !indexes_.empty();
     }
     void flush(size_t) override {}
-    void clean() override {}
     void close() override {}
     bool exists() const override {
         const_cast<HaarCatalogueReader*>(this)->load();
         return !indexes_.empty();
     }
-    void checkUID() const override {}
-
-    eckit::URI uri() const override { return databaseURI(dbKey_); }
-    bool uriBelongs(const eckit::URI& uri) const override { return uri.scheme() == kEngine; }
 
     std::vector<fdb5::Index> indexes(bool /*sorted: always in key order*/) const override {
         const_cast<HaarCatalogueReader*>(this)->load();
@@ -504,43 +555,7 @@ public:
 
     void print(std::ostream& out) const override { out << "HaarCatalogueReader[" << textOf(dbKey_) << "]"; }
 
-    // --- what the haar engine refuses (docs/design.md §17, "A haar engine")
-
     fdb5::DbStats stats() const override { unsupported("database statistics (fdb-stats)", config_, "use `haar stats`"); }
-    fdb5::StatsReportVisitor* statsReportVisitor() const override {
-        unsupported("statistics (fdb-stats)", config_, "use `haar stats`");
-    }
-    fdb5::PurgeVisitor* purgeVisitor(const fdb5::Store&) const override {
-        unsupported("purge (fdb-purge)", config_, "use `haar purge`");
-    }
-    fdb5::MoveVisitor* moveVisitor(const fdb5::Store&, const metkit::mars::MarsRequest&, const eckit::URI&,
-                                   eckit::Queue<fdb5::MoveElement>&) const override {
-        unsupported("move (fdb-move)", config_, "");
-    }
-    void control(const fdb5::ControlAction&, const fdb5::ControlIdentifiers&) const override {
-        unsupported("control (fdb-lock/fdb-unlock)", config_, "use haar's own control (Python FDB.control)");
-    }
-    void maskIndexEntries(const std::set<fdb5::Index>&) const override {
-        unsupported("masking index entries (purge)", config_, "use `haar purge`");
-    }
-    /// Nothing is masked in FDB5's sense: haar masks a re-archived key itself and lists the
-    /// newest copy only.
-    void allMasked(std::set<std::pair<eckit::URI, eckit::Offset>>&, std::set<eckit::URI>&) const override {}
-    fdb5::CatalogueWipeState wipeInit() const override { unsupported("wipe (fdb-wipe)", config_, "use `haar wipe`"); }
-    bool markIndexForWipe(const fdb5::Index&, bool, fdb5::CatalogueWipeState&) const override {
-        unsupported("wipe (fdb-wipe)", config_, "use `haar wipe`");
-    }
-    void finaliseWipeState(fdb5::CatalogueWipeState&) const override {
-        unsupported("wipe (fdb-wipe)", config_, "use `haar wipe`");
-    }
-    bool doWipeUnknowns(const std::set<eckit::URI>&) const override {
-        unsupported("wipe (fdb-wipe)", config_, "use `haar wipe`");
-    }
-    bool doWipeURIs(const fdb5::CatalogueWipeState&) const override {
-        unsupported("wipe (fdb-wipe)", config_, "use `haar wipe`");
-    }
-    void doWipeEmptyDatabase() const override { unsupported("wipe (fdb-wipe)", config_, "use `haar wipe`"); }
-    bool doUnsafeFullWipe() const override { unsupported("wipe (fdb-wipe)", config_, "use `haar wipe`"); }
 
 private:
 
@@ -577,14 +592,13 @@ private:
         if (loaded_) {
             return;
         }
-        haar_t* h = sharedHandle(configOf(config_));
         const fdb5::Schema& schema = config_.schema();
         const std::string dbCanon = canon(dbKey_);
         const eckit::URI dbURI = databaseURI(dbKey_);
         const time_t now = ::time(nullptr);
         std::map<std::string, HaarIndex*> byIndex;
         size_t unplaced = 0;
-        listHaar(h, requestOf(dbKey_), [&](const HaarField& f) {
+        listHaar(handle(), requestOf(dbKey_), [&](const HaarField& f) {
             Split s;
             if (!split(schema, f.key, s)) {
                 ++unplaced;
@@ -623,23 +637,123 @@ private:
 static fdb5::CatalogueReaderBuilder<HaarCatalogueReader> readerBuilder(kEngine);
 
 // ---------------------------------------------------------------------------------------------
-// The catalogue writer: not yet. Archiving through FDB5 with engine: haar is refused before
-// any byte is stored (the store is built by the catalogue, after it).
+// The catalogue writer: FDB5's archive goes to haar once, under the key FDB5 computed.
+//
+// FDB5 (ArchiveVisitor::selectDatum) hands the bytes to the store and the location the store
+// gives to this catalogue's archive with the datum key. With engine: haar the store keeps the
+// bytes aside for the duration of that call (HaarStore::archiveCb, pendingField()), and the
+// archive here names them by the complete key (database + index + datum, FDB5's keys) in
+// haar_archive_str: haar does not key the message again with ecCodes.
 
-class HaarCatalogueWriterRefusal : public fdb5::CatalogueWriterBuilderBase {
+class HaarCatalogueWriter : public HaarCatalogue, public fdb5::CatalogueWriter {
 public:
 
-    HaarCatalogueWriterRefusal() : CatalogueWriterBuilderBase(kEngine) {}
+    HaarCatalogueWriter(const fdb5::Key& key, const fdb5::Config& config) : HaarCatalogue(key, config) {}
+    HaarCatalogueWriter(const eckit::URI& uri, const fdb5::Config& config) : HaarCatalogue(fdb5::Key(), config) {
+        unsupported("writing a catalogue named by URI (" + uri.asRawString() + ")", config, "");
+    }
 
-    std::unique_ptr<fdb5::CatalogueWriter> make(const fdb5::Key&, const fdb5::Config& config) override {
-        unsupported("archive (fdb-write, pyfdb archive)", config,
-                    "archive with `haar archive` (or use engine: toc with store: haar)");
+    ~HaarCatalogueWriter() override {
+        try {
+            flushHaar();
+        }
+        catch (std::exception& e) {
+            eckit::Log::error() << "haar engine: flush of " << textOf(dbKey_) << " at close failed: " << e.what()
+                                << std::endl;
+        }
     }
-    std::unique_ptr<fdb5::CatalogueWriter> make(const eckit::URI&, const fdb5::Config& config) override {
-        unsupported("writing a catalogue", config, "");
+
+    bool open() override { return true; }
+    bool exists() const override { return true; }
+    void flush(size_t) override { flushHaar(); }
+    void close() override { flushHaar(); }
+
+    /// haar makes an index when its first field is archived: every index key is accepted.
+    bool selectIndex(const fdb5::Key& idxKey) override {
+        current_ = idxKey;
+        auto it = indexes_.find(canon(idxKey));
+        if (it == indexes_.end()) {
+            indexes_.emplace(canon(idxKey), fdb5::Index(new HaarIndex(idxKey, uri(), config_)));
+        }
+        return true;
     }
+    bool createIndex(const fdb5::Key& idxKey, size_t) override { return selectIndex(idxKey); }
+    void deselectIndex() override { current_ = fdb5::Key(); }
+
+    const fdb5::Index& currentIndex() override {
+        auto it = indexes_.find(canon(current_));
+        if (it == indexes_.end()) {
+            throw eckit::SeriousBug("haar engine: currentIndex() with no index selected", Here());
+        }
+        return it->second;
+    }
+    const fdb5::Key& indexKey() const override { return current_; }
+
+    void archive(const fdb5::Key& idxKey, const fdb5::Key& datumKey,
+                 std::shared_ptr<const fdb5::FieldLocation> location) override {
+        PendingField& pending = pendingField();
+        if (!pending.data) {
+            // The store archived the field itself (keyed by haar): it is in haar already.
+            if (location && location->uri().scheme() == kEngine && location->uri().name() != kPendingName) {
+                ++archived_;
+                return;
+            }
+            throw eckit::SeriousBug("haar engine: archive of " + textOf(datumKey) +
+                                        " without the field's bytes: the store is not haar's (store: haar needed)",
+                                    Here());
+        }
+        std::string key = requestOf(dbKey_);
+        for (const fdb5::Key* part : {&idxKey, &datumKey}) {
+            for (const auto& keyword : part->names()) {
+                const std::string& value = part->get(keyword);
+                if (!value.empty()) {
+                    key += "," + keyword + "=" + value;
+                }
+            }
+        }
+        const void* data = pending.data;
+        size_t length = pending.length;
+        pending = PendingField();  // taken, whatever happens next
+        if (haar_archive_str(handle(), key.c_str(), data, length) != HAAR_OK) {
+            failHaar("archive " + key);
+        }
+        ++archived_;
+    }
+
+    std::vector<fdb5::Index> indexes(bool) const override {
+        unsupported("listing the indexes of a database being archived", config_, "list with a reader");
+    }
+    void dump(std::ostream& out, bool, const eckit::Configuration&) const override {
+        out << "haar database " << textOf(dbKey_) << " (being archived, haarConfig '" << configOf(config_) << "')"
+            << std::endl;
+    }
+    void print(std::ostream& out) const override { out << "HaarCatalogueWriter[" << textOf(dbKey_) << "]"; }
+
+    void overlayDB(const fdb5::Catalogue&, const std::set<std::string>&, bool) override {
+        unsupported("overlay (fdb-overlay)", config_, "");
+    }
+    void index(const fdb5::Key&, const eckit::URI&, eckit::Offset, eckit::Length) override {
+        unsupported("indexing existing data (fdb-adopt, fdb-reindex)", config_, "archive with `haar archive`");
+    }
+    void reconsolidate() override { unsupported("reconsolidate (fdb-reconsolidate-toc)", config_, ""); }
+
+private:
+
+    void flushHaar() {
+        if (archived_ == 0) {
+            return;
+        }
+        if (haar_flush(handle()) != HAAR_OK) {
+            failHaar("flush of " + textOf(dbKey_));
+        }
+        archived_ = 0;
+    }
+
+    fdb5::Key current_;
+    std::map<std::string, fdb5::Index> indexes_;  // by canon(index key); empty: haar holds the fields
+    size_t archived_ = 0;
 };
 
-static HaarCatalogueWriterRefusal writerRefusal;
+static fdb5::CatalogueWriterBuilder<HaarCatalogueWriter> writerBuilder(kEngine);
 
 }  // namespace haar_fdb5

@@ -15,4 +15,17 @@ namespace haar_fdb5 {
 /// choice from $HAAR_CONFIG), opened on first use and shared by stores and catalogues.
 haar_t* sharedHandle(const std::string& configPath);
 
+/// With `engine: haar`, the bytes of the field being archived, from HaarStore::archiveCb to
+/// the catalogue writer's archive, which FDB5 calls from within it on the same thread (the
+/// catalogue names the field by FDB5's complete key; the store alone cannot). Empty (data
+/// null) outside that call; the catalogue empties it when it takes the bytes.
+struct PendingField {
+    const void* data = nullptr;
+    size_t length = 0;
+};
+PendingField& pendingField();  // this thread's
+
+/// The name of the location the store hands the catalogue for a pending field: `haar:pending`.
+static const char* const kPendingName = "pending";
+
 }  // namespace haar_fdb5

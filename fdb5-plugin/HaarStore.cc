@@ -13,6 +13,7 @@
 // the only place the data lives.
 
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -104,6 +105,11 @@ private:
 
 haar_t* sharedHandle(const std::string& configPath) {
     return Handles::instance().get(configPath);
+}
+
+PendingField& pendingField() {
+    thread_local PendingField pending;
+    return pending;
 }
 
 static std::string configOf(const fdb5::Config& config) {
@@ -283,8 +289,9 @@ class HaarStore : public fdb5::Store {
 public:
 
     HaarStore(const fdb5::Key& key, const fdb5::Config& config) :
-        config_(configOf(config)), dbKey_(std::string(key)) {}
-    HaarStore(const eckit::URI& uri, const fdb5::Config& config) : config_(configOf(config)), dbKey_(uri.name()) {}
+        config_(configOf(config)), dbKey_(std::string(key)), engine_(isHaarEngine(config)) {}
+    HaarStore(const eckit::URI& uri, const fdb5::Config& config) :
+        config_(configOf(config)), dbKey_(uri.name()), engine_(isHaarEngine(config)) {}
 
     ~HaarStore() override {
         try {
@@ -327,6 +334,38 @@ public:
         ++archived_;
         return std::make_unique<HaarFieldLocation>(eckit::URI(kScheme, eckit::PathName(std::string(key, keyLen))),
                                                    eckit::Offset(0), length, fdb5::Key());
+    }
+
+    /// With `engine: haar` (HaarCatalogue.cc) the bytes reach haar once, through the catalogue:
+    /// FDB5 calls the catalogue's archive from `catalogueArchive` with the datum key, and the
+    /// catalogue takes the bytes kept aside here (pendingField) under FDB5's complete key, so
+    /// haar does not key the message with ecCodes. With another engine (toc), archive() keys it.
+    void archiveCb(const fdb5::Key& idxKey, const void* data, eckit::Length length,
+                   std::function<void(const std::unique_ptr<const fdb5::FieldLocation> fieldLocation)>
+                       catalogueArchive) override {
+        if (!engine_) {
+            catalogueArchive(archive(idxKey, data, length));
+            return;
+        }
+        PendingField& pending = pendingField();
+        ASSERT(!pending.data);
+        pending.data = data;
+        pending.length = static_cast<size_t>(length);
+        try {
+            catalogueArchive(std::make_unique<HaarFieldLocation>(
+                eckit::URI(kScheme, eckit::PathName(kPendingName)), eckit::Offset(0), length, fdb5::Key()));
+        }
+        catch (...) {
+            pending = PendingField();
+            throw;
+        }
+        bool taken = pending.data == nullptr;
+        pending = PendingField();
+        if (!taken) {
+            throw eckit::SeriousBug("HaarStore: the catalogue of " + dbKey_ +
+                                        " did not take the field's bytes (engine: haar needs the haar catalogue)",
+                                    Here());
+        }
     }
 
     eckit::DataHandle* retrieve(fdb5::Field& field) const override { return field.dataHandle(); }
@@ -378,8 +417,11 @@ private:
         }
     }
 
+    static bool isHaarEngine(const fdb5::Config& config) { return config.getString("engine", "") == kScheme; }
+
     std::string config_;
     std::string dbKey_;
+    bool engine_;  // FDB5's catalogue is haar's (engine: haar): see archiveCb
     size_t archived_ = 0;
 };
 

@@ -5,7 +5,9 @@
 # only: FDB5 never sees it written. What FDB5 shows through the engine must be what FDB5's
 # own TOC backend shows for the same GRIB written by `fdb-write` (listing, depth-1/2
 # listings, axes, pyfdb 5.25 list/axes), the same keys as `haar list`, and the bytes read
-# must be the bytes archived. The operations the engine refuses must fail, naming it.
+# must be the bytes archived. The operations the engine refuses must fail, naming it. Then the
+# writer: fdb-write through the engine into an empty haar store gives haar the keys `haar
+# archive` gives, and FDB5 shows the same again.
 #
 #   fdb5-plugin/engine-test.sh     (after `make fdb5-plugin`; CARGO_TARGET_DIR as for it)
 #
@@ -164,12 +166,15 @@ views() { # OUT: what FDB5 shows, with FDB5_CONFIG_FILE already set
 )
 read -r passed failed <"$work/counts"
 
-(
+engine_env() { # HAAR_YAML FDB5_YAML: FDB5 with the haar engine on that haar store
     export PLUGINS_MANIFEST_PATH=$plugin/share/plugins DYNAMIC_LIBRARY_PATH=$plugin/lib
-    export LOAD_PLUGINS=int.haar.haar-fdb5 FDB5_CONFIG_FILE=$work/engine.yaml HAAR_CONFIG=$work/haar.yaml
+    export LOAD_PLUGINS=int.haar.haar-fdb5 FDB5_CONFIG_FILE=$work/$2 HAAR_CONFIG=$work/$1
+}
+
+(
+    engine_env haar.yaml engine.yaml
     views engine
     # Refused, naming the engine, and changing nothing in haar.
-    check "[engine] fdb-write is refused" sh -c "! fdb-write msgs/300-138.grib >'$work/w.log' 2>&1 && grep -q 'haar engine: archive' '$work/w.log'"
     check "[engine] fdb-wipe is refused" sh -c "! fdb-wipe --doit $DB >'$work/wipe.log' 2>&1 && grep -q 'haar engine: wipe' '$work/wipe.log'"
     check "[engine] fdb-purge is refused" sh -c "! fdb-purge --doit $DB >'$work/purge.log' 2>&1 && grep -q 'haar engine: purge' '$work/purge.log'"
     check "[engine] fdb-lock is refused" sh -c "! fdb-lock --archive $DB >'$work/lock.log' 2>&1 && grep -q 'haar engine: control' '$work/lock.log'"
@@ -177,15 +182,36 @@ read -r passed failed <"$work/counts"
 )
 read -r passed failed <"$work/counts"
 
+# The writer: fdb-write through the engine into a second haar store archives each field into
+# haar once, under FDB5's key (not keyed again by haar): haar lists the keys `haar archive`
+# gave, and FDB5 shows the same as above.
+printf 'backend: posix\nroots: [%s/haar-root-w]\n' "$work" >haar-w.yaml
+sed "s|$work/haar.yaml|$work/haar-w.yaml|" engine.yaml >engine-w.yaml
+(
+    engine_env haar-w.yaml engine-w.yaml
+    check "[engine-w] fdb-write of the 8 fields through the engine" fdb-write all.grib
+    check "[engine-w] haar list gives the keys haar archive gave" sh -c \
+        "'$haar' --config haar-w.yaml list class=rd | sort | diff - haar.list"
+    views engine-w
+    check "[engine-w] a re-archive through the engine is listed once" sh -c \
+        "fdb-write msgs/300-138.grib && fdb-list --porcelain class=rd,expver=xxxx | grep -c . | grep -qx 8 && '$haar' --config haar-w.yaml list class=rd | sort | diff - haar.list"
+    check "[engine-w] haar retrieve of the re-archived field is the GRIB written" sh -c \
+        "'$haar' --config haar-w.yaml retrieve $FULL,levelist=300,param=138 -o h.grib && cmp h.grib msgs/300-138.grib"
+    echo "$passed $failed" >"$work/counts"
+)
+read -r passed failed <"$work/counts"
+
 # FDB5 through the engine shows what FDB5 on TOC shows, and what haar lists.
 # Listing order is each backend's own: TOC visits a database's indexes newest first, the
 # engine in key order (haar's); so listings are compared as sets of lines, the rest as bytes.
-for f in list list1 list2 list400; do
-    check "$f: the same lines through the haar engine as on TOC" sh -c "sort toc/$f | diff - engine/$f"
-    check "$f: through the haar engine, in key order" sh -c "sort engine/$f | diff - engine/$f"
-done
-for f in axes read.grib pyfdb; do
-    check "$f: the same through the haar engine as on TOC" cmp toc/$f engine/$f
+for e in engine engine-w; do
+    for f in list list1 list2 list400; do
+        check "$f: the same lines through the haar engine ($e) as on TOC" sh -c "sort toc/$f | diff - $e/$f"
+        check "$f: through the haar engine ($e), in key order" sh -c "sort $e/$f | diff - $e/$f"
+    done
+    for f in axes read.grib pyfdb; do
+        check "$f: the same through the haar engine ($e) as on TOC" cmp toc/$f $e/$f
+    done
 done
 check "fdb-list through the engine gives haar list's keys" sh -c \
     "sed 's/}{/,/g; s/[{}]//g' engine/list | sort | diff - haar.list"
