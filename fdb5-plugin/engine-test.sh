@@ -10,12 +10,14 @@
 # archive` gives, and FDB5 shows the same again.
 #
 #   fdb5-plugin/engine-test.sh     (after `make fdb5-plugin`; CARGO_TARGET_DIR as for it)
+#   HAAR_ENGINE_BACKEND=pmem fdb5-plugin/engine-test.sh    (the haar stores' backend; posix)
 #
 # Skipped with a message when the wheel is absent, unless HAAR_REQUIRE_FDB5_WHEEL=1.
 set -u
 export LC_ALL=C  # sort and diff of listings byte by byte
 
 here=$(cd "$(dirname "$0")/.." && pwd)
+backend=${HAAR_ENGINE_BACKEND:-posix}
 target=${CARGO_TARGET_DIR:-$here/target}
 haar=${HAAR_BIN:-$target/release/haar}
 plugin=$target/release/fdb5-plugin
@@ -82,7 +84,7 @@ export PATH=$bin:$PATH
 export FDB_DBNAMES_FILE=$work/empty-dbnames
 
 # The haar store, written by `haar archive` only.
-printf 'backend: posix\nroots: [%s/haar-root]\n' "$work" >haar.yaml
+printf 'backend: %s\nroots: [%s/haar-root]\n' "$backend" "$work" >haar.yaml
 "$haar" --config haar.yaml schema --fdb5 >schema || exit 1
 check "haar archive of 8 fields" "$haar" --config haar.yaml archive all.grib
 "$haar" --config haar.yaml list class=rd | sort >haar.list
@@ -141,6 +143,9 @@ views() { # OUT: what FDB5 shows, with FDB5_CONFIG_FILE already set
     check "[$1] fdb-list --depth 1" sh -c "fdb-list --porcelain --depth 1 class=rd,expver=xxxx >'$out/list1'"
     check "[$1] fdb-list --depth 2" sh -c "fdb-list --porcelain --depth 2 class=rd,expver=xxxx >'$out/list2'"
     check "[$1] fdb-list of one level" sh -c "fdb-list --porcelain $FULL,levelist=400 >'$out/list400' && grep -c . '$out/list400' | grep -qx 2"
+    check "[$1] fdb-list param=vo (a name metkit expands)" sh -c "fdb-list --porcelain class=rd,expver=xxxx,param=vo >'$out/list-vo'"
+    check "[$1] fdb-list of a date range" sh -c "fdb-list --porcelain class=rd,expver=xxxx,date=20191109/to/20191111 >'$out/list-range'"
+    check "[$1] fdb-list of nothing" sh -c "fdb-list --porcelain class=rd,expver=yyyy >'$out/list-none' && ! grep -q '{' '$out/list-none'"
     check "[$1] fdb-axes" sh -c "fdb-axes $DB | grep IndexAxis >'$out/axes'"
     check "[$1] fdb-read of 6 fields" sh -c "fdb-read all.req '$out/read.grib' >/dev/null && grib_count '$out/read.grib' | grep -qx 6"
     check "[$1] fdb-read of a surface field is the GRIB archived" sh -c "fdb-read sfc.req '$out/sfc.grib' >/dev/null && cmp '$out/sfc.grib' msgs/sfc-167.grib"
@@ -185,7 +190,7 @@ read -r passed failed <"$work/counts"
 # The writer: fdb-write through the engine into a second haar store archives each field into
 # haar once, under FDB5's key (not keyed again by haar): haar lists the keys `haar archive`
 # gave, and FDB5 shows the same as above.
-printf 'backend: posix\nroots: [%s/haar-root-w]\n' "$work" >haar-w.yaml
+printf 'backend: %s\nroots: [%s/haar-root-w]\n' "$backend" "$work" >haar-w.yaml
 sed "s|$work/haar.yaml|$work/haar-w.yaml|" engine.yaml >engine-w.yaml
 (
     engine_env haar-w.yaml engine-w.yaml
@@ -197,6 +202,10 @@ sed "s|$work/haar.yaml|$work/haar-w.yaml|" engine.yaml >engine-w.yaml
         "fdb-write msgs/300-138.grib && fdb-list --porcelain class=rd,expver=xxxx | grep -c . | grep -qx 8 && '$haar' --config haar-w.yaml list class=rd | sort | diff - haar.list"
     check "[engine-w] haar retrieve of the re-archived field is the GRIB written" sh -c \
         "'$haar' --config haar-w.yaml retrieve $FULL,levelist=300,param=138 -o h.grib && cmp h.grib msgs/300-138.grib"
+    check "[engine-w] pyfdb 5.25 archive through the engine (a re-archive of the surface field)" python3 -c \
+        "import pyfdb; f = pyfdb.FDB(); f.archive(open('msgs/sfc-167.grib', 'rb').read()); f.flush()"
+    check "[engine-w] haar still lists each key once, and reads the surface field back" sh -c \
+        "'$haar' --config haar-w.yaml list class=rd | sort | diff - haar.list && '$haar' --config haar-w.yaml retrieve ${FULL/levtype=pl,/levtype=sfc,},param=167 -o s.grib && cmp s.grib msgs/sfc-167.grib"
     echo "$passed $failed" >"$work/counts"
 )
 read -r passed failed <"$work/counts"
@@ -205,7 +214,7 @@ read -r passed failed <"$work/counts"
 # Listing order is each backend's own: TOC visits a database's indexes newest first, the
 # engine in key order (haar's); so listings are compared as sets of lines, the rest as bytes.
 for e in engine engine-w; do
-    for f in list list1 list2 list400; do
+    for f in list list1 list2 list400 list-vo list-range list-none; do
         check "$f: the same lines through the haar engine ($e) as on TOC" sh -c "sort toc/$f | diff - $e/$f"
         check "$f: through the haar engine ($e), in key order" sh -c "sort $e/$f | diff - $e/$f"
     done
@@ -218,5 +227,5 @@ check "fdb-list through the engine gives haar list's keys" sh -c \
 check "haar still holds the 8 fields after the refused calls" sh -c \
     "'$haar' --config haar.yaml list class=rd | sort | diff - haar.list"
 
-echo "haar engine test: $passed passed, $failed failed"
+echo "haar engine test ($backend): $passed passed, $failed failed"
 [ "$failed" = 0 ]
