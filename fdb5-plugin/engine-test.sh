@@ -210,6 +210,14 @@ sed "s|$work/haar.yaml|$work/haar-w.yaml|" engine.yaml >engine-w.yaml
 )
 read -r passed failed <"$work/counts"
 
+# scripts/fdb5-plugin-env.sh with HAAR_FDB5_ENGINE=haar sets FDB5 up the same way (its text
+# FDB5_CONFIG too: earthkit-data's fdb source needs it).
+check "fdb5-plugin-env.sh HAAR_FDB5_ENGINE=haar: fdb-list and pyfdb (FDB5_CONFIG) see the 8 fields" sh -c '
+    eval "$(HAAR_FDB5_ENGINE=haar HAAR_FDB5_DIR="$1/env.fdb5" HAAR_BIN="$2" "$3/scripts/fdb5-plugin-env.sh" "$1/haar.yaml")" &&
+    grep -q "engine: haar" "$FDB5_CONFIG_FILE" && fdb-list --porcelain class=rd,expver=xxxx | grep -c . | grep -qx 8 &&
+    FDB5_CONFIG_FILE= python3 -c "import pyfdb; n = len(list(pyfdb.FDB().list({\"class\": \"rd\", \"expver\": \"xxxx\"}))); assert n == 8, n"' \
+    _ "$work" "$haar" "$here"
+
 # FDB5 through the engine shows what FDB5 on TOC shows, and what haar lists.
 # Listing order is each backend's own: TOC visits a database's indexes newest first, the
 # engine in key order (haar's); so listings are compared as sets of lines, the rest as bytes.

@@ -11,6 +11,10 @@
 # configuration (`store: haar`, `haarConfig: <cfg>`), the schema of the haar store (so FDB5
 # and haar split keys alike), the root of FDB5's TOC catalogue and an empty dbnames file
 # (FDB5 5.25 crashes on Debian's /etc/fdb/dbnames). Running it again rewrites them the same.
+#
+# HAAR_FDB5_ENGINE=haar selects the haar engine instead (`engine: haar`: FDB5's catalogue is
+# haar's, so FDB5 also lists and reads what haar's own faces archived; docs/design.md §17,
+# "A haar engine"); the default, toc, keeps FDB5's TOC catalogue.
 set -eu
 
 if [ $# -ne 1 ] || [ ! -f "$1" ]; then
@@ -33,11 +37,31 @@ if [ ! -x "$haar" ]; then
     [ -n "$haar" ] || { echo "$0: no haar binary: run \`make\` or set HAAR_BIN" >&2; exit 1; }
 fi
 
+engine=${HAAR_FDB5_ENGINE:-toc}
+case $engine in
+    toc | haar) ;;
+    *)
+        echo "$0: HAAR_FDB5_ENGINE=$engine: toc or haar" >&2
+        exit 2
+        ;;
+esac
+
 mkdir -p "$dir/catalogue"
 "$haar" --config "$cfg" schema --fdb5 >"$dir/schema.tmp"
 mv "$dir/schema.tmp" "$dir/schema"
 : >"$dir/empty-dbnames"
-cat >"$dir/config.yaml.tmp" <<EOF
+if [ "$engine" = haar ]; then
+    cat >"$dir/config.yaml.tmp" <<EOF
+---
+type: local
+engine: haar
+store: haar
+haarConfig: $cfg
+schema: $dir/schema
+EOF
+    config_text="{type: local, engine: haar, store: haar, haarConfig: \"$cfg\", schema: \"$dir/schema\"}"
+else
+    cat >"$dir/config.yaml.tmp" <<EOF
 ---
 type: local
 engine: toc
@@ -49,6 +73,8 @@ spaces:
     roots:
       - path: $dir/catalogue
 EOF
+    config_text="{type: local, engine: toc, store: haar, haarConfig: \"$cfg\", schema: \"$dir/schema\", spaces: [{handler: Default, roots: [{path: \"$dir/catalogue\"}]}]}"
+fi
 mv "$dir/config.yaml.tmp" "$dir/config.yaml"
 
 bin=$(python3 -c 'import fdb5lib,os;print(os.path.join(os.path.dirname(fdb5lib.__file__),"bin"))' 2>/dev/null || true)
@@ -58,7 +84,7 @@ echo "export DYNAMIC_LIBRARY_PATH='$plugin/lib'"
 echo "export LOAD_PLUGINS='int.haar.haar-fdb5'"
 echo "export FDB5_CONFIG_FILE='$dir/config.yaml'"
 # The same configuration as text: earthkit-data's `fdb` source insists on FDB5_CONFIG or FDB_HOME.
-echo "export FDB5_CONFIG='{type: local, engine: toc, store: haar, haarConfig: \"$cfg\", schema: \"$dir/schema\", spaces: [{handler: Default, roots: [{path: \"$dir/catalogue\"}]}]}'"
+echo "export FDB5_CONFIG='$config_text'"
 echo "export FDB_DBNAMES_FILE='$dir/empty-dbnames'"
 echo "export HAAR_CONFIG='$cfg'"
 if [ -n "$bin" ]; then
