@@ -136,6 +136,20 @@ with open(out, "w") as f:
 sys.exit(1 if bad else 0)
 EOF
 
+# earthkit-data 1.3's `fdb` source (over pyfdb 5.25), where it is installed.
+cat >earthkit_check.py <<'EOF'
+import sys
+import earthkit.data as ekd
+req = {"class": "rd", "expver": "xxxx", "stream": "oper", "date": "20191110", "time": "0000",
+       "domain": "g", "type": "an", "levtype": "pl", "step": "0",
+       "levelist": ["300", "400", "500"], "param": ["138", "155"]}
+fl = ekd.from_source("fdb", req, stream=False).to_fieldlist()
+got = sorted(set((f.metadata("param"), f.metadata("level")) for f in fl))
+open(sys.argv[1], "w").write(f"{got}\n")
+sys.exit(0 if len(got) == 6 else 1)
+EOF
+if python3 -c 'import earthkit.data' 2>/dev/null; then earthkit=1; else earthkit=0; fi
+
 views() { # OUT: what FDB5 shows, with FDB5_CONFIG_FILE already set
     local out=$work/$1
     mkdir -p "$out"
@@ -160,6 +174,12 @@ views() { # OUT: what FDB5 shows, with FDB5_CONFIG_FILE already set
     check "[$1] fdb-read of a field that is not there gives nothing" sh -c \
         "printf 'retrieve,$FULL,levelist=925,param=138\n' >'$out/none.req' && fdb-read '$out/none.req' '$out/none.grib' >/dev/null 2>&1; [ ! -s '$out/none.grib' ]"
     check "[$1] pyfdb 5.25 list/axes/retrieve" python3 pyfdb_check.py "$out/pyfdb"
+    if [ "$earthkit" = 1 ]; then  # it insists on FDB5_CONFIG (text) or FDB_HOME
+        check "[$1] earthkit-data fdb source reads the 6 fields" sh -c \
+            "FDB5_CONFIG=\"\$(cat \"\$FDB5_CONFIG_FILE\")\" python3 earthkit_check.py '$out/earthkit'"
+    else
+        echo "earthkit-data not installed: its check skipped" >"$out/earthkit"
+    fi
 }
 
 (
@@ -226,7 +246,7 @@ for e in engine engine-w; do
         check "$f: the same lines through the haar engine ($e) as on TOC" sh -c "sort toc/$f | diff - $e/$f"
         check "$f: through the haar engine ($e), in key order" sh -c "sort $e/$f | diff - $e/$f"
     done
-    for f in axes read.grib pyfdb; do
+    for f in axes read.grib pyfdb earthkit; do
         check "$f: the same through the haar engine ($e) as on TOC" cmp toc/$f $e/$f
     done
 done
