@@ -11,6 +11,10 @@
 // is what `haar list` and `haar retrieve` show, so a field written by `fdb-write` is found
 // by haar's own tools. This file must not keep bytes or keys of its own: the haar store is
 // the only place the data lives.
+//
+// With `engine: haar` (HaarCatalogue.cc, the haar engine) FDB5's catalogue is haar's too: the
+// store then only holds each field's bytes for the length of FDB5's call to the catalogue's
+// archive (archiveCb), which names the field by FDB5's key.
 
 #include <cstring>
 #include <functional>
