@@ -108,12 +108,12 @@ fdb5-plugin-test: fdb5-plugin
 
 # The haar engine (engine: haar, same libhaar-fdb5.so): FDB5's tools, pyfdb and earthkit-data
 # list and read what haar's own faces archived, the same as TOC shows for the same GRIB; posix
-# and pmem. Not yet part of `make test` (docs/design.md §17, "A haar engine").
+# and pmem (docs/design.md §17, "A haar engine").
 fdb5-engine-test: fdb5-plugin
 	HAAR_REQUIRE_FDB5_WHEEL=1 fdb5-plugin/engine-test.sh
 	HAAR_REQUIRE_FDB5_WHEEL=1 HAAR_ENGINE_BACKEND=pmem fdb5-plugin/engine-test.sh
 
-test: setup lint unit pytest fuzz slurm-stage cluster-test fdb5-suites fdb5-plugin-test install-test
+test: setup lint unit pytest fuzz slurm-stage cluster-test fdb5-suites fdb5-plugin-test fdb5-engine-test install-test
 
 # The full benchmark, writing docs/benchmarks.md.
 bench: build peer
