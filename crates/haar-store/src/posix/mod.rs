@@ -10,6 +10,7 @@
 use std::fs::{self, File};
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use haar_core::Key;
 
@@ -101,7 +102,7 @@ impl PosixBackend {
         let name = format::db_dir_name(db);
         for root in self.ranked_roots(&name) {
             let dir = root.join(&name);
-            match fs::read(dir.join("db.key")) {
+            match retry_stale(|| fs::read(dir.join("db.key"))) {
                 Ok(bytes) => {
                     let stored =
                         format::decode_db_key_file(&bytes).map_err(|e| Error::Corrupt {
@@ -215,10 +216,36 @@ pub(crate) fn fdb5_database_message(dir: &Path) -> String {
     )
 }
 
+/// How many times [`retry_stale`] tries an operation that fails with `ESTALE`.
+const STALE_TRIES: u32 = 6;
+
+/// `op`, tried again while it fails with `ESTALE`, up to [`STALE_TRIES`] times with a short
+/// growing pause (1, 2, 4, 8, 16 ms).
+///
+/// On a network file system (the cluster's shared `/shared`, GlusterFS here, NFS elsewhere)
+/// a process that resolved a path just as another node renamed a new database directory over
+/// it can get `ESTALE` for a file that exists: its handle names the object the path meant a
+/// moment before. Looking the path up again resolves it afresh (the Linux NFS client retries
+/// such lookups once itself). Seen in CI on the virtual cluster: four members creating one
+/// database at once from two nodes, one failed reading `db.key` with "Stale file handle".
+pub(crate) fn retry_stale<T>(mut op: impl FnMut() -> io::Result<T>) -> io::Result<T> {
+    let mut pause = Duration::from_millis(1);
+    for _ in 1..STALE_TRIES {
+        match op() {
+            Err(e) if e.raw_os_error() == Some(libc::ESTALE) => {
+                std::thread::sleep(pause);
+                pause *= 2;
+            }
+            done => return done,
+        }
+    }
+    op()
+}
+
 /// Reads the `db.key` of the directory `dir`.
 pub(crate) fn read_db_dir(dir: &Path) -> DbDir {
     let path = dir.join("db.key");
-    match fs::read(&path) {
+    match retry_stale(|| fs::read(&path)) {
         Ok(bytes) => match format::decode_db_key_file(&bytes) {
             Ok(key) => DbDir::Database(key),
             Err(e) => DbDir::Damaged(format!(
@@ -432,5 +459,41 @@ fn remove_grave(grave: &Path) -> Result<()> {
             })
         }
         _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stale() -> io::Error {
+        io::Error::from_raw_os_error(libc::ESTALE)
+    }
+
+    #[test]
+    fn a_stale_handle_is_looked_up_again_and_other_errors_are_not() {
+        // ESTALE twice, then the bytes: read on the third try.
+        let mut tries = 0;
+        let got = retry_stale(|| {
+            tries += 1;
+            if tries < 3 { Err(stale()) } else { Ok(7) }
+        });
+        assert_eq!((got.unwrap(), tries), (7, 3));
+        // Always stale: given up after STALE_TRIES, the error kept.
+        let mut tries = 0;
+        let got: io::Result<()> = retry_stale(|| {
+            tries += 1;
+            Err(stale())
+        });
+        assert_eq!(got.unwrap_err().raw_os_error(), Some(libc::ESTALE));
+        assert_eq!(tries, STALE_TRIES);
+        // Any other error at once: NotFound is an answer (no database there).
+        let mut tries = 0;
+        let got: io::Result<()> = retry_stale(|| {
+            tries += 1;
+            Err(io::ErrorKind::NotFound.into())
+        });
+        assert_eq!(got.unwrap_err().kind(), io::ErrorKind::NotFound);
+        assert_eq!(tries, 1);
     }
 }
