@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use haar::extract::{Extracted, Method, Selection, extract};
-use haar::{ConfigSource, FieldStore, FieldStoreExt, OpenOptions};
+use haar::{FieldStore, FieldStoreExt};
 use haar_core::Key;
 use haar_core::request::Request;
 use haar_grib::jump;
@@ -35,31 +35,6 @@ const CHILD_ENV: &str = "HAAR_EXTRACT_DIST_CHILD";
 #[ignore = "run by the other tests as their server process"]
 fn child_server() {
     common::serve_child(CHILD_ENV);
-}
-
-/// `dist` over `servers` (by address) as every face opens it.
-fn open_dist(servers: &[String], replicas: usize, token: &Path) -> Box<dyn FieldStore> {
-    OpenOptions {
-        servers: Some(servers.to_vec()),
-        replicas,
-        token_file: Some(token.into()),
-        ..OpenOptions::default()
-    }
-    .field_store()
-    .unwrap()
-}
-
-fn local(root: &Path) -> Box<dyn FieldStore> {
-    OpenOptions {
-        config: ConfigSource::Yaml {
-            text: "backend: posix\n".into(),
-            origin: "test".into(),
-        },
-        root: Some(root.into()),
-        ..OpenOptions::default()
-    }
-    .field_store()
-    .unwrap()
 }
 
 fn as_dist(store: &dyn FieldStore) -> &DistStore {
@@ -184,9 +159,9 @@ fn dist_over_three_servers_extracts_on_each_and_only_values_travel() {
     let via: Vec<String> = relays.iter().map(|r| r.addr.clone()).collect();
     let token = dir.path().join("node0/token");
 
-    let mut store = open_dist(&via, 1, &token);
+    let mut store = common::open_dist(&via, 1, &token);
     let dates = dates_over_every_lane(as_dist(&*store), 3, 3);
-    let mut local_store = local(&dir.path().join("local"));
+    let mut local_store = common::open_local(&dir.path().join("local"), "backend: posix\n");
     let mut stored: BTreeMap<Key, Vec<u8>> = BTreeMap::new();
     let mut fields = era5();
     for &d in &dates {
@@ -205,7 +180,7 @@ fn dist_over_three_servers_extracts_on_each_and_only_values_travel() {
 
     // Every server holds some of the fields.
     for p in &procs {
-        let one = open_dist(std::slice::from_ref(&p.addr), 1, &token);
+        let one = common::open_dist(std::slice::from_ref(&p.addr), 1, &token);
         let n = one.list(&Request::parse(SYNTH).unwrap()).unwrap().len();
         assert!(n >= 9, "{} holds {n} synthetic fields", p.addr);
     }
@@ -222,7 +197,7 @@ fn dist_over_three_servers_extracts_on_each_and_only_values_travel() {
     let sel = Selection::Ranges(scattered(100, 60_000));
     let before: u64 = relays.iter().map(Relay::sent).sum();
     // Opened after the count starts: its handshakes count too.
-    let store = open_dist(&via, 1, &token);
+    let store = common::open_dist(&via, 1, &token);
     let out = extract(&*store, &req, &sel).unwrap();
     let wire: u64 = relays.iter().map(Relay::sent).sum::<u64>() - before;
     let mut order: Vec<Key> = Vec::new();
@@ -274,7 +249,7 @@ fn a_dead_server_is_stood_in_for_by_its_replica_and_named_without_one() {
     let token = dir.path().join("node0/token");
 
     // Replicas 2 for some databases, 1 for others; every lane first for one of each.
-    let mut two = open_dist(&addrs, 2, &token);
+    let mut two = common::open_dist(&addrs, 2, &token);
     let dates = dates_over_every_lane(as_dist(&*two), 3, 2);
     let best = |d: u32| as_dist(&*two).ranking(&synth_key(d, 0)).unwrap()[0];
     let (mut replicated, mut single) = (Vec::new(), Vec::new());
@@ -295,7 +270,7 @@ fn a_dead_server_is_stood_in_for_by_its_replica_and_named_without_one() {
     }
     two.flush().unwrap();
     drop(two);
-    let mut one = open_dist(&addrs, 1, &token);
+    let mut one = common::open_dist(&addrs, 1, &token);
     for &d in &single {
         for s in STEPS {
             let (k, m) = (synth_key(d, s), synth_field(d, s));
@@ -318,7 +293,7 @@ fn a_dead_server_is_stood_in_for_by_its_replica_and_named_without_one() {
         Request::parse(&format!("{SYNTH},date={},step=0/6/12", d.join("/"))).unwrap()
     };
     let sel = Selection::Ranges(vec![(0, 10), (59_990, 60_000), (31_337, 31_338)]);
-    let two = open_dist(&addrs, 2, &token);
+    let two = common::open_dist(&addrs, 2, &token);
     let out = extract(&*two, &request(&replicated), &sel).unwrap();
     assert_eq!(out.len(), 9, "every replicated field, through the replicas");
     check_against_eccodes(&out, &stored);
@@ -328,7 +303,7 @@ fn a_dead_server_is_stood_in_for_by_its_replica_and_named_without_one() {
         .filter(|&d| as_dist(&*two).ranking(&synth_key(d, 0)).unwrap()[0] == dead)
         .collect();
     assert_eq!(on_dead.len(), 1);
-    let one = open_dist(&addrs, 1, &token);
+    let one = common::open_dist(&addrs, 1, &token);
     let e = extract(&*one, &request(&on_dead), &sel)
         .unwrap_err()
         .to_string();

@@ -12,9 +12,7 @@
 //! The servers are this test binary started again (`child_server`), each running what
 //! `haar serve` runs over a posix store of its own. A few small fields: seconds, not minutes.
 
-use std::path::Path;
-
-use haar::{ConfigSource, FieldStore, FieldStoreExt, OpenOptions};
+use haar::{FieldStore, FieldStoreExt};
 use haar_core::Key;
 use haar_core::request::Request;
 use haar_store::dist::DistStore;
@@ -38,30 +36,6 @@ const BACKEND: &str = "backend: posix\n";
 #[ignore = "run by the other tests as their server process"]
 fn child_server() {
     common::serve_child_with(CHILD_ENV, BACKEND);
-}
-
-fn through(servers: &[String], replicas: usize, token: &Path) -> Box<dyn FieldStore> {
-    OpenOptions {
-        servers: Some(servers.to_vec()),
-        replicas,
-        token_file: Some(token.into()),
-        ..OpenOptions::default()
-    }
-    .field_store()
-    .unwrap()
-}
-
-fn local(root: &Path) -> Box<dyn FieldStore> {
-    OpenOptions {
-        config: ConfigSource::Yaml {
-            text: BACKEND.into(),
-            origin: "test".into(),
-        },
-        root: Some(root.into()),
-        ..OpenOptions::default()
-    }
-    .field_store()
-    .unwrap()
 }
 
 fn key(date: u32, step: u32) -> Key {
@@ -139,9 +113,9 @@ fn one_server_lists_masked_copies_as_a_local_store_does() {
     let token = dir.path().join("node/token");
     let dates = [20261128];
 
-    let mut remote = through(std::slice::from_ref(&server.addr), 1, &token);
+    let mut remote = common::open_dist(std::slice::from_ref(&server.addr), 1, &token);
     archive_versions(&mut *remote, &dates);
-    let mut here = local(&dir.path().join("local"));
+    let mut here = common::open_local(&dir.path().join("local"), BACKEND);
     archive_versions(&mut *here, &dates);
 
     let listed = check_masked_listing(&*remote, &dates);
@@ -169,7 +143,7 @@ fn dist_over_three_servers_lists_each_keys_copies_once() {
     let addrs: Vec<String> = procs.iter().map(|p| p.addr.clone()).collect();
     let token = dir.path().join("node0/token");
     for (replicas, first) in [(1, 20261101), (2, 20261201)] {
-        let mut store = through(&addrs, replicas, &token);
+        let mut store = common::open_dist(&addrs, replicas, &token);
         let dist: &DistStore = store.as_any().unwrap().downcast_ref().unwrap();
         // One database ranked first on each server.
         let mut dates = Vec::new();
@@ -187,7 +161,7 @@ fn dist_over_three_servers_lists_each_keys_copies_once() {
         let held: usize = addrs
             .iter()
             .map(|a| {
-                let one = through(std::slice::from_ref(a), 1, &token);
+                let one = common::open_dist(std::slice::from_ref(a), 1, &token);
                 one.list_maybe_masked(&request(&dates), true).unwrap().len()
             })
             .sum();

@@ -465,14 +465,7 @@ impl FieldStore for DistStore {
                 Err(e) => return Err(e),
             }
         }
-        // Without replicas a failed lane means fields silently absent: refuse instead.
-        if !failed.is_empty() && (self.replicas == 1 || failed.len() >= self.replicas) {
-            return Err(Error::Lanes {
-                op: "list",
-                summary: "lanes failed and no replica covers them".into(),
-                failures: LaneFailures(failed),
-            });
-        }
+        self.refuse_uncovered_listing(failed)?;
         Ok(merged.into_values().collect())
     }
 
@@ -591,6 +584,13 @@ impl DistStore {
                 Err(e) => return Err(e),
             }
         }
+        self.refuse_uncovered_listing(failed)?;
+        Ok(merged.into_values().flatten().collect())
+    }
+
+    /// A listing's lane failures, refused unless replicas cover them: without replicas a
+    /// failed lane means fields silently absent from the listing.
+    fn refuse_uncovered_listing(&self, failed: Vec<(String, Error)>) -> Result<()> {
         if !failed.is_empty() && (self.replicas == 1 || failed.len() >= self.replicas) {
             return Err(Error::Lanes {
                 op: "list",
@@ -598,7 +598,7 @@ impl DistStore {
                 failures: LaneFailures(failed),
             });
         }
-        Ok(merged.into_values().flatten().collect())
+        Ok(())
     }
 
     /// [`FieldStore::read_located`]: see there.

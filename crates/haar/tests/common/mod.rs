@@ -7,7 +7,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 
-use haar::{ConfigSource, OpenOptions};
+use haar::{ConfigSource, FieldStore, OpenOptions};
 use haar_testkit::{Announce, ServerProcess};
 
 /// The body of a test binary's server process: `haar serve` over the pmem root named by the
@@ -60,4 +60,32 @@ pub fn start_server(dir: &Path, child_env: &str, token: &str) -> ServerProcess {
             .stderr(Stdio::inherit()),
         Announce::AfterHarness,
     )
+}
+
+/// `dist` over `servers` (by address) with `replicas`, as every face opens it.
+#[allow(dead_code)] // not every test binary opens servers this way
+pub fn open_dist(servers: &[String], replicas: usize, token: &Path) -> Box<dyn FieldStore> {
+    OpenOptions {
+        servers: Some(servers.to_vec()),
+        replicas,
+        token_file: Some(token.into()),
+        ..OpenOptions::default()
+    }
+    .field_store()
+    .unwrap()
+}
+
+/// A local store of configuration `yaml` at `root`, to compare the servers' answers with.
+#[allow(dead_code)] // not every test binary compares with a local store
+pub fn open_local(root: &Path, yaml: &str) -> Box<dyn FieldStore> {
+    OpenOptions {
+        config: ConfigSource::Yaml {
+            text: yaml.into(),
+            origin: "test".into(),
+        },
+        root: Some(root.into()),
+        ..OpenOptions::default()
+    }
+    .field_store()
+    .unwrap()
 }
