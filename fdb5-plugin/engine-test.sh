@@ -44,21 +44,9 @@ work=$(mktemp -d /tmp/haar-fdb5-engine.XXXXXX)
 trap '[ -n "${KEEP:-}" ] || rm -rf "$work"' EXIT
 cd "$work" || exit 1
 
-# Six GRIB fields (vo and d on three pressure levels) and one surface field (its key has the
-# optional levelist absent), each also kept alone for byte checks.
-DB=class=rd,expver=xxxx,stream=oper,date=20191110,time=0000,domain=g
-FULL=$DB,type=an,levtype=pl,step=0
-mkdir msgs
-for p in 138 155; do
-    for l in 300 400 500; do
-        grib_set -s "class=rd,stream=oper,type=an,expver=xxxx,date=20191110,time=0000,step=0,paramId=$p,levtype=pl,level=$l" \
-            "$sample" "msgs/$l-$p.grib" || exit 1
-        cat "msgs/$l-$p.grib" >>all.grib
-    done
-done
-grib_set -s "class=rd,stream=oper,type=an,expver=xxxx,date=20191110,time=0000,step=0,paramId=167,levtype=sfc" \
-    /usr/share/eccodes/samples/sh_sfc_grib1.tmpl msgs/sfc-167.grib || exit 1
-cat msgs/sfc-167.grib >>all.grib
+# The GRIB fields both tests check FDB5 against (fdb5-plugin/fields.sh: sets DB and FULL).
+. "$here/fdb5-plugin/fields.sh"
+make_fields "$sample" || exit 1
 # A field of a second database (another date), archived by haar only as well.
 grib_set -s "class=rd,stream=oper,type=an,expver=xxxx,date=20191111,time=1200,step=0,paramId=130,levtype=pl,level=850" \
     "$sample" msgs/other-130.grib || exit 1
